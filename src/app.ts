@@ -1,0 +1,124 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { makeMasker } from './audit/mask.js';
+import type { Config, Role } from './config.js';
+import { DecisionService } from './decisions/service.js';
+import type { Api } from './http/context.js';
+import { routeTable } from './http/routes.js';
+import { buildApp } from './http/server.js';
+import { newId, newTraceId } from './ids.js';
+import { KeyService } from './keys/service.js';
+import type { Logger } from './observability/logger.js';
+import { createMetrics } from './observability/metrics.js';
+import { RegoCompiler } from './policy/compiler.js';
+import { PolicyService } from './policy/service.js';
+import { openDatabase } from './storage/sqlite/db.js';
+import { sqliteStores, type Stores } from './storage/sqlite/stores.js';
+
+export interface Listener {
+  api: Api;
+  url: string;
+  port: number;
+}
+
+export interface Running {
+  listeners: Listener[];
+  close(): Promise<void>;
+}
+
+/** Opens storage and wires stores → services; used by `serve` and the `keys` commands alike. */
+export function openStores(config: Config): Stores {
+  return sqliteStores(openDatabase(config.dataDir, config.dbSync));
+}
+
+/** The one place that wires storage → services → the two HTTP apps, and starts listening. */
+export async function startArbiter(config: Config, role: Role, log: Logger): Promise<Running> {
+  const metrics = createMetrics();
+  const stores = openStores(config);
+  const compiler = new RegoCompiler(config.opaBin);
+  try {
+    await compiler.init();
+    const keys = new KeyService(stores.keys, config.adminKey);
+    const policies = new PolicyService(stores.policies, compiler, config.evalBudgetMs, {
+      compiled: (ok, seconds) => {
+        metrics.compiles.inc({ result: ok ? 'success' : 'failure' });
+        metrics.compileDuration.observe(seconds);
+      },
+      revision: (r) => metrics.revision.set(r),
+    });
+    const started = await policies.start(config.policyDir, {
+      actor: 'system',
+      traceId: newTraceId(),
+      requestId: newId(),
+    });
+    log.info(
+      { revision: started.revision, seeded: started.seeded, policyDir: config.policyDir },
+      'policy set loaded',
+    );
+    const decisions = new DecisionService(
+      policies,
+      stores.decisions,
+      config.queueTtlSeconds,
+      makeMasker(config.auditMaskFields),
+      {
+        decided: (kind, outcome, seconds) => {
+          metrics.decisions.inc({ kind, outcome });
+          metrics.evaluation.observe(seconds);
+        },
+      },
+    );
+    const health = () => {
+      const revision = policies.evaluator?.revision ?? null;
+      try {
+        if (!stores.ping()) return { ok: false, revision, error: 'storage is unusable' };
+      } catch {
+        return { ok: false, revision, error: 'storage is unusable' };
+      }
+      if (revision === null) return { ok: false, revision, error: 'no policy set is loaded' };
+      return { ok: true, revision };
+    };
+    const routes = routeTable({ config, decisions, policies, metrics, health });
+    const apis: Api[] = role === 'all' ? ['engine', 'platform'] : [role];
+    const servers: { api: Api; server: Server }[] = [];
+    const listeners: Listener[] = [];
+    for (const api of apis) {
+      const app = buildApp(api, routes, { keys, log, metrics, maxBodyBytes: config.maxBodyBytes });
+      const server = createServer(app.callback());
+      server.keepAliveTimeout = 65_000;
+      const port = api === 'engine' ? config.enginePort : config.platformPort;
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(port, config.host, () => resolve());
+      });
+      const actual = (server.address() as AddressInfo).port;
+      const host = config.host.includes(':') ? `[${config.host}]` : config.host;
+      const url = `http://${host}:${actual}`;
+      log.info({ api, port: actual, url }, `${api} API listening`);
+      servers.push({ api, server });
+      listeners.push({ api, url, port: actual });
+    }
+    let closing: Promise<void> | undefined;
+    return {
+      listeners,
+      close: () =>
+        (closing ??= (async () => {
+          // Stop accepting, let in-flight requests finish, then close storage.
+          await Promise.all(
+            servers.map(
+              ({ server }) =>
+                new Promise<void>((resolve) => {
+                  server.close(() => resolve());
+                  server.closeIdleConnections();
+                }),
+            ),
+          );
+          await compiler.close();
+          stores.close();
+        })()),
+    };
+  } catch (e) {
+    await compiler.close();
+    stores.close();
+    throw e;
+  }
+}

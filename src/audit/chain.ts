@@ -1,0 +1,45 @@
+import { createHash } from 'node:crypto';
+import type { AuditEvent } from './types.js';
+
+/** The hash that precedes the first event of the chain. */
+export const GENESIS_HASH = '0'.repeat(64);
+
+/** Fields covered by the hash, in their canonical order (everything but `hash`). */
+const HASHED_FIELDS = [
+  'id',
+  'time',
+  'kind',
+  'trace_id',
+  'request_id',
+  'actor',
+  'agent_id',
+  'user_id',
+  'tenant_id',
+  'action',
+  'resource',
+  'outcome',
+  'message',
+  'confidence',
+  'policy_revision',
+  'latency_us',
+  'details',
+  'prev_hash',
+] as const;
+
+/** JSON with object keys sorted at every depth: the same content always gives the same bytes. */
+export function canonicalJson(value: unknown): string {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value ?? null);
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  const obj = value as Record<string, unknown>;
+  const keys = Object.keys(obj)
+    .filter((k) => obj[k] !== undefined)
+    .sort();
+  return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(obj[k])}`).join(',')}}`;
+}
+
+/** sha256 over the canonical event content, which includes prev_hash. */
+export function eventHash(e: Omit<AuditEvent, 'hash'>): string {
+  const h = createHash('sha256');
+  h.update(canonicalJson(Object.fromEntries(HASHED_FIELDS.map((f) => [f, e[f]]))));
+  return h.digest('hex');
+}

@@ -1,0 +1,174 @@
+import { readFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import YAML from 'yaml';
+
+/** Repository root: this file runs as dist/src/config.js. */
+export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+export type Role = 'engine' | 'platform' | 'all';
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+
+export interface Config {
+  readonly host: string;
+  readonly enginePort: number;
+  readonly platformPort: number;
+  readonly dataDir: string;
+  readonly adminKey: string | undefined;
+  readonly policyDir: string;
+  readonly opaBin: string;
+  readonly logLevel: LogLevel;
+  readonly queueTtlSeconds: number;
+  readonly tokenTtlSeconds: number;
+  readonly tokenMaxTtlSeconds: number;
+  readonly issuer: string;
+  readonly metricsPublic: boolean;
+  readonly maxBodyBytes: number;
+  readonly evalBudgetMs: number;
+  readonly dbSync: 'full' | 'normal';
+  readonly auditMaskFields: readonly string[];
+  readonly workers: number;
+}
+
+/**
+ * Every setting: its environment variable, its YAML key (the variable without `ARBITER_`, lower
+ * case), its default and how it is parsed. Defaults live here and nowhere else.
+ */
+const settings = {
+  host: { env: 'ARBITER_HOST', def: '127.0.0.1', parse: str },
+  enginePort: { env: 'ARBITER_ENGINE_PORT', def: '8080', parse: port },
+  platformPort: { env: 'ARBITER_PLATFORM_PORT', def: '8081', parse: port },
+  dataDir: { env: 'ARBITER_DATA_DIR', def: './data', parse: dir },
+  adminKey: { env: 'ARBITER_ADMIN_KEY', def: '', parse: adminKey },
+  policyDir: { env: 'ARBITER_POLICY_DIR', def: './policies', parse: dir },
+  opaBin: { env: 'ARBITER_OPA_BIN', def: path.join(repoRoot, '.opa-bin', 'opa'), parse: str },
+  logLevel: { env: 'ARBITER_LOG_LEVEL', def: 'info', parse: logLevel },
+  queueTtlSeconds: { env: 'ARBITER_QUEUE_TTL_SECONDS', def: '3600', parse: positiveInt },
+  tokenTtlSeconds: { env: 'ARBITER_TOKEN_TTL_SECONDS', def: '300', parse: positiveInt },
+  tokenMaxTtlSeconds: { env: 'ARBITER_TOKEN_MAX_TTL_SECONDS', def: '3600', parse: positiveInt },
+  issuer: { env: 'ARBITER_ISSUER', def: 'arbiter', parse: str },
+  metricsPublic: { env: 'ARBITER_METRICS_PUBLIC', def: 'false', parse: bool },
+  maxBodyBytes: { env: 'ARBITER_MAX_BODY_BYTES', def: String(1024 * 1024), parse: positiveInt },
+  evalBudgetMs: { env: 'ARBITER_EVAL_BUDGET_MS', def: '250', parse: positiveInt },
+  dbSync: { env: 'ARBITER_DB_SYNC', def: 'full', parse: dbSync },
+  auditMaskFields: { env: 'ARBITER_AUDIT_MASK_FIELDS', def: '', parse: list },
+  workers: { env: 'ARBITER_WORKERS', def: '1', parse: workers },
+} as const;
+
+type Parser<T> = (raw: string, name: string) => T;
+
+export class ConfigError extends Error {}
+
+function str(raw: string, name: string): string {
+  if (raw.trim() === '') throw new ConfigError(`${name} must not be empty`);
+  return raw.trim();
+}
+function dir(raw: string, name: string): string {
+  return path.resolve(str(raw, name));
+}
+function port(raw: string, name: string): number {
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw.trim()) || n > 65535) {
+    throw new ConfigError(`${name} must be a port number between 0 and 65535, got "${raw}"`);
+  }
+  return n;
+}
+function positiveInt(raw: string, name: string): number {
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw.trim()) || n < 1 || !Number.isSafeInteger(n)) {
+    throw new ConfigError(`${name} must be a positive integer, got "${raw}"`);
+  }
+  return n;
+}
+function workers(raw: string, name: string): number {
+  if (raw.trim() === 'auto') return os.availableParallelism();
+  return positiveInt(raw, name);
+}
+function bool(raw: string, name: string): boolean {
+  const v = raw.trim().toLowerCase();
+  if (v === 'true' || v === '1') return true;
+  if (v === 'false' || v === '0') return false;
+  throw new ConfigError(`${name} must be true or false, got "${raw}"`);
+}
+function adminKey(raw: string, name: string): string | undefined {
+  if (raw === '') return undefined;
+  if (raw.length < 16) throw new ConfigError(`${name} must be at least 16 characters`);
+  return raw;
+}
+function logLevel(raw: string, name: string): LogLevel {
+  const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+  if (!levels.includes(raw))
+    throw new ConfigError(`${name} must be one of ${levels.join(', ')}, got "${raw}"`);
+  return raw as LogLevel;
+}
+function dbSync(raw: string, name: string): 'full' | 'normal' {
+  if (raw !== 'full' && raw !== 'normal')
+    throw new ConfigError(`${name} must be full or normal, got "${raw}"`);
+  return raw;
+}
+function list(raw: string): string[] {
+  return raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+}
+
+type Settings = typeof settings;
+type Parsed = { [K in keyof Settings]: ReturnType<Settings[K]['parse']> };
+
+/**
+ * Reads the configuration once: environment variables win over the optional YAML file named by
+ * ARBITER_CONFIG, which wins over the defaults. Fails fast with a ConfigError naming the setting.
+ */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  let file: Record<string, unknown> = {};
+  if (env.ARBITER_CONFIG) {
+    let text: string;
+    try {
+      text = readFileSync(env.ARBITER_CONFIG, 'utf8');
+    } catch (e) {
+      throw new ConfigError(`ARBITER_CONFIG: cannot read ${env.ARBITER_CONFIG}: ${(e as Error).message}`);
+    }
+    let doc: unknown;
+    try {
+      doc = YAML.parse(text);
+    } catch (e) {
+      throw new ConfigError(
+        `ARBITER_CONFIG: ${env.ARBITER_CONFIG} is not valid YAML: ${(e as Error).message}`,
+      );
+    }
+    if (doc !== null && doc !== undefined && (typeof doc !== 'object' || Array.isArray(doc))) {
+      throw new ConfigError(`ARBITER_CONFIG: ${env.ARBITER_CONFIG} must be a YAML mapping`);
+    }
+    file = (doc ?? {}) as Record<string, unknown>;
+    const known = new Set(Object.values(settings).map((s) => yamlKey(s.env)));
+    for (const k of Object.keys(file)) {
+      if (!known.has(k)) throw new ConfigError(`ARBITER_CONFIG: unknown setting "${k}"`);
+    }
+  }
+  const out: Partial<Record<keyof Settings, unknown>> = {};
+  for (const [key, s] of Object.entries(settings) as [keyof Settings, Settings[keyof Settings]][]) {
+    const fromFile = file[yamlKey(s.env)];
+    let raw: string;
+    let name: string = s.env;
+    if (env[s.env] !== undefined) {
+      raw = env[s.env] as string;
+    } else if (fromFile !== undefined && fromFile !== null) {
+      raw = Array.isArray(fromFile) ? fromFile.join(',') : String(fromFile);
+      name = `${yamlKey(s.env)} (in ${env.ARBITER_CONFIG})`;
+    } else {
+      raw = s.def;
+    }
+    out[key] = (s.parse as Parser<unknown>)(raw, name);
+  }
+  const c = out as Parsed;
+  if (c.tokenTtlSeconds > c.tokenMaxTtlSeconds) {
+    throw new ConfigError('ARBITER_TOKEN_TTL_SECONDS must not exceed ARBITER_TOKEN_MAX_TTL_SECONDS');
+  }
+  return Object.freeze({ ...c, auditMaskFields: Object.freeze([...c.auditMaskFields]) }) as Config;
+}
+
+function yamlKey(envName: string): string {
+  return envName.replace(/^ARBITER_/, '').toLowerCase();
+}

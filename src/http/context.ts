@@ -1,0 +1,47 @@
+import type { ParameterizedContext } from 'koa';
+import type { Principal, Scope } from '../keys/types.js';
+
+export type Api = 'engine' | 'platform';
+
+/** How a route takes its body. */
+export type BodyKind =
+  | 'none' // ignored
+  | 'object' // required JSON object
+  | 'optional-object' // JSON object, or no body at all
+  | 'json' // any JSON value
+  | 'policy'; // JSON object, or text/plain Rego
+
+export interface RouteDef {
+  method: 'GET' | 'POST' | 'PUT' | 'DELETE';
+  /** Koa path, e.g. /api/v1/policies/:name */
+  path: string;
+  /** OpenAPI-style template, used as the metrics label and in docs: /api/v1/policies/{name} */
+  template: string;
+  apis: readonly Api[];
+  /** The scope the route needs; null = public. */
+  scope: Scope | null;
+  body: BodyKind;
+  summary: string;
+  handler: (ctx: Ctx) => Promise<void> | void;
+}
+
+export interface State {
+  requestId: string;
+  traceId: string;
+  principal?: Principal;
+  route?: RouteDef;
+  started: bigint;
+}
+
+export type Ctx = ParameterizedContext<State> & { params: Record<string, string | string[] | undefined> };
+
+/** The authenticated principal; routes with a scope always have one. */
+export function principalOf(ctx: Ctx): Principal {
+  const p = ctx.state.principal;
+  if (!p) throw new Error('route reached without authentication');
+  return p;
+}
+
+export function actorOf(ctx: Ctx): string {
+  return ctx.state.principal?.name ?? 'anonymous';
+}

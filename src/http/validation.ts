@@ -1,0 +1,79 @@
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import { badRequest } from '../errors.js';
+
+/**
+ * JSON Schemas are the single source for request validation (and for the OpenAPI document).
+ * Failures become one 400 message that names the field.
+ */
+const ajv = new Ajv({ allErrors: false, strict: true, allowUnionTypes: true, verbose: true });
+
+export type JsonSchema = Record<string, unknown>;
+
+export function compileSchema<T>(schema: JsonSchema): (body: unknown) => T {
+  const validate: ValidateFunction = ajv.compile(schema);
+  return (body: unknown): T => {
+    if (!validate(body)) throw badRequest(describe(validate.errors?.[0], body));
+    return body as T;
+  };
+}
+
+function fieldOf(e: ErrorObject): string {
+  const p = e.instancePath
+    .split('/')
+    .slice(1)
+    .map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
+  return p.join('.');
+}
+
+function valueAt(body: unknown, e: ErrorObject): unknown {
+  let v: unknown = body;
+  for (const seg of e.instancePath.split('/').slice(1)) v = (v as Record<string, unknown>)?.[seg];
+  return v;
+}
+
+function describe(e: ErrorObject | undefined, body: unknown): string {
+  if (!e) return 'invalid request body';
+  const field = fieldOf(e);
+  const where = field === '' ? 'request body' : field;
+  switch (e.keyword) {
+    case 'required':
+      return `missing required field: ${field ? field + '.' : ''}${(e.params as { missingProperty: string }).missingProperty}`;
+    case 'additionalProperties':
+      return `unknown field: ${field ? field + '.' : ''}${(e.params as { additionalProperty: string }).additionalProperty}`;
+    case 'type': {
+      const v = valueAt(body, e);
+      const s = e.parentSchema as { minimum?: number; maximum?: number };
+      if (typeof v === 'number' && !Number.isFinite(v) && s.minimum !== undefined) {
+        return `${where} out of range: must be between ${fmt(s.minimum)} and ${fmt(s.maximum)}, got ${String(v)}`;
+      }
+      return `${where} must be ${article((e.params as { type: string }).type)}`;
+    }
+    case 'minLength':
+      return (e.params as { limit: number }).limit === 1
+        ? `${where} must not be empty`
+        : `${where} must be at least ${(e.params as { limit: number }).limit} characters`;
+    case 'maxLength':
+      return `${where} must be at most ${(e.params as { limit: number }).limit} characters`;
+    case 'minimum':
+    case 'maximum': {
+      const s = e.parentSchema as { minimum?: number; maximum?: number };
+      return `${where} out of range: must be between ${fmt(s.minimum)} and ${fmt(s.maximum)}, got ${String(valueAt(body, e))}`;
+    }
+    case 'pattern':
+      return `${where} must match ${(e.params as { pattern: string }).pattern}`;
+    case 'enum':
+      return `${where} must be one of ${((e.params as { allowedValues: unknown[] }).allowedValues ?? []).join(', ')}`;
+    default:
+      return `${where} ${e.message ?? 'is invalid'}`;
+  }
+}
+
+function fmt(n: number | undefined): string {
+  if (n === undefined) return '?';
+  return Number.isInteger(n) ? n.toFixed(1) : String(n);
+}
+
+function article(type: string): string {
+  const t = type.replace(/,/g, ' or ');
+  return /^[aeiou]/.test(t) ? `an ${t}` : `a ${t}`;
+}

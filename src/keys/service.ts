@@ -1,0 +1,123 @@
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { AppError, badRequest } from '../errors.js';
+import { newId } from '../ids.js';
+import { SCOPES, type ApiKeyRecord, type KeyStore, type Principal, type Scope } from './types.js';
+
+/**
+ * API keys look like `arb_<16 hex id>_<43 base64url secret>`. Only sha256(key) is stored: keys
+ * carry 256 random bits, so a slow password hash would add latency and no security. The id part
+ * finds the row; the hashes are compared in constant time.
+ */
+const KEY_FORMAT = /^arb_([0-9a-f]{16})_[A-Za-z0-9_-]{43}$/;
+const NAME_FORMAT = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+const BINDING_FORMAT = /^[^\s]{1,256}$/;
+
+const sha256 = (s: string): Buffer => createHash('sha256').update(s).digest();
+
+export const ADMIN_PRINCIPAL: Principal = Object.freeze({
+  keyId: 'admin',
+  name: 'admin',
+  scopes: new Set<Scope>(['admin']),
+  tenant: null,
+  agent: null,
+});
+
+export interface NewKey {
+  name: string;
+  scopes: string[];
+  tenant?: string | undefined;
+  agent?: string | undefined;
+}
+
+export class KeyService {
+  private readonly adminHash: Buffer | undefined;
+
+  constructor(
+    private readonly store: KeyStore,
+    adminKey: string | undefined,
+  ) {
+    this.adminHash = adminKey === undefined ? undefined : sha256(adminKey);
+  }
+
+  /** Creates a key; the returned `key` is the only time the secret exists outside the caller. */
+  async create(req: NewKey, actor: string): Promise<{ key: string; record: ApiKeyRecord }> {
+    if (!NAME_FORMAT.test(req.name)) throw badRequest('key name must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}');
+    if (req.scopes.length === 0) throw badRequest(`at least one scope is required (${SCOPES.join(', ')})`);
+    for (const s of req.scopes) {
+      if (!(SCOPES as readonly string[]).includes(s)) {
+        throw badRequest(`unknown scope ${s}: must be one of ${SCOPES.join(', ')}`);
+      }
+    }
+    for (const [field, v] of [
+      ['tenant', req.tenant],
+      ['agent', req.agent],
+    ] as const) {
+      if (v !== undefined && !BINDING_FORMAT.test(v))
+        throw badRequest(`${field} must be 1-256 non-space characters`);
+    }
+    if (await this.store.findByName(req.name))
+      throw new AppError(409, `a key named ${req.name} already exists`);
+    const id = randomBytes(8).toString('hex');
+    const key = `arb_${id}_${randomBytes(32).toString('base64url')}`;
+    const record: ApiKeyRecord = {
+      id,
+      name: req.name,
+      hash: sha256(key).toString('hex'),
+      scopes: [...new Set(req.scopes)] as Scope[],
+      tenant: req.tenant ?? null,
+      agent: req.agent ?? null,
+      created_at: new Date().toISOString(),
+      revoked_at: null,
+    };
+    await this.store.create(record, {
+      kind: 'key.create',
+      actor,
+      outcome: 'success',
+      resource: req.name,
+      tenant_id: record.tenant,
+      agent_id: record.agent,
+      details: { key_id: id, scopes: record.scopes },
+      trace_id: null,
+      request_id: newId(),
+    });
+    return { key, record };
+  }
+
+  list(): Promise<ApiKeyRecord[]> {
+    return this.store.list();
+  }
+
+  async revoke(name: string, actor: string): Promise<ApiKeyRecord> {
+    const r = await this.store.revoke(name, new Date().toISOString(), {
+      kind: 'key.revoke',
+      actor,
+      outcome: 'success',
+      resource: name,
+      request_id: newId(),
+    });
+    if (!r) throw new AppError(404, `no key named ${name}`);
+    return r;
+  }
+
+  /** The principal for a bearer key, or undefined for an unknown, malformed or revoked key. */
+  async authenticate(presented: string): Promise<Principal | undefined> {
+    const hash = sha256(presented);
+    if (this.adminHash && timingSafeEqual(hash, this.adminHash)) return ADMIN_PRINCIPAL;
+    const id = KEY_FORMAT.exec(presented)?.[1];
+    if (!id) return undefined;
+    const rec = await this.store.findById(id);
+    if (!rec || rec.revoked_at !== null) return undefined;
+    if (!timingSafeEqual(hash, Buffer.from(rec.hash, 'hex'))) return undefined;
+    return {
+      keyId: rec.id,
+      name: rec.name,
+      scopes: new Set(rec.scopes),
+      tenant: rec.tenant,
+      agent: rec.agent,
+    };
+  }
+}
+
+export function hasScope(p: Principal, scope: Scope): boolean {
+  return p.scopes.has(scope) || p.scopes.has('admin');
+}

@@ -1,0 +1,48 @@
+import type { NewAuditEvent } from '../audit/types.js';
+
+/** Every scope a key can hold (SPEC §2). `admin` implies all others. */
+export const SCOPES = [
+  'authorize',
+  'queue:read',
+  'queue:review',
+  'tokens:mint',
+  'tokens:read',
+  'tokens:revoke',
+  'policies:read',
+  'policies:write',
+  'audit:read',
+  'audit:write',
+  'metrics:read',
+  'admin',
+] as const;
+export type Scope = (typeof SCOPES)[number];
+
+export interface ApiKeyRecord {
+  id: string;
+  name: string;
+  /** sha256 of the whole key, hex. The key itself is never stored. */
+  hash: string;
+  scopes: Scope[];
+  tenant: string | null;
+  agent: string | null;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+/** The authenticated caller, as services and policies see it. */
+export interface Principal {
+  readonly keyId: string;
+  readonly name: string;
+  readonly scopes: ReadonlySet<Scope>;
+  readonly tenant: string | null;
+  readonly agent: string | null;
+}
+
+export interface KeyStore {
+  create(rec: ApiKeyRecord, event: NewAuditEvent): Promise<void>;
+  findById(id: string): Promise<ApiKeyRecord | undefined>;
+  findByName(name: string): Promise<ApiKeyRecord | undefined>;
+  list(): Promise<ApiKeyRecord[]>;
+  /** Marks the key revoked; returns it, or undefined if no such key. */
+  revoke(name: string, at: string, event: NewAuditEvent): Promise<ApiKeyRecord | undefined>;
+}

@@ -1,0 +1,136 @@
+#!/usr/bin/env node
+import { parseArgs } from 'node:util';
+import { openStores, startArbiter } from './app.js';
+import { ConfigError, loadConfig, type Role } from './config.js';
+import { AppError } from './errors.js';
+import { KeyService } from './keys/service.js';
+import { createLogger } from './observability/logger.js';
+
+const USAGE = `usage:
+  arbiter serve [--role engine|platform|all]
+  arbiter keys create --name NAME --scopes s1,s2 [--tenant T] [--agent A]
+  arbiter keys list
+  arbiter keys revoke NAME
+
+Configuration comes from ARBITER_* environment variables and an optional YAML file named by
+ARBITER_CONFIG (see README.md).`;
+
+class UsageError extends Error {}
+
+async function serve(args: string[]): Promise<void> {
+  const { values } = parseArgs({ args, options: { role: { type: 'string', default: 'all' } }, strict: true });
+  const role = values.role as string;
+  if (role !== 'engine' && role !== 'platform' && role !== 'all') {
+    throw new UsageError(`--role must be engine, platform or all, got ${role}`);
+  }
+  const config = loadConfig();
+  const log = createLogger(config.logLevel);
+  const running = await startArbiter(config, role as Role, log);
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'shutting down: finishing in-flight requests');
+    running.close().then(
+      () => {
+        log.info('stopped');
+        process.exit(0);
+      },
+      (err: unknown) => {
+        log.error({ err }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+}
+
+async function keys(args: string[]): Promise<void> {
+  const [sub, ...rest] = args;
+  const config = loadConfig();
+  const stores = openStores(config);
+  const service = new KeyService(stores.keys, config.adminKey);
+  const actor = `cli:${process.env.USER ?? 'unknown'}`;
+  try {
+    if (sub === 'create') {
+      const { values } = parseArgs({
+        args: rest,
+        options: {
+          name: { type: 'string' },
+          scopes: { type: 'string' },
+          tenant: { type: 'string' },
+          agent: { type: 'string' },
+        },
+        strict: true,
+      });
+      if (!values.name) throw new UsageError('keys create needs --name');
+      if (!values.scopes) throw new UsageError('keys create needs --scopes (comma-separated)');
+      const { key, record } = await service.create(
+        {
+          name: values.name,
+          scopes: values.scopes.split(',').map((s) => s.trim()),
+          tenant: values.tenant,
+          agent: values.agent,
+        },
+        actor,
+      );
+      // The only time the key is shown: it is stored as a hash.
+      console.log(
+        JSON.stringify({
+          name: record.name,
+          key,
+          scopes: record.scopes,
+          tenant: record.tenant,
+          agent: record.agent,
+        }),
+      );
+    } else if (sub === 'list') {
+      parseArgs({ args: rest, options: {}, strict: true });
+      for (const k of await service.list()) {
+        const { hash: _hash, ...shown } = k;
+        console.log(JSON.stringify(shown));
+      }
+    } else if (sub === 'revoke') {
+      const { positionals } = parseArgs({ args: rest, options: {}, allowPositionals: true, strict: true });
+      if (positionals.length !== 1) throw new UsageError('keys revoke needs exactly one key name');
+      const r = await service.revoke(positionals[0] as string, actor);
+      console.log(JSON.stringify({ name: r.name, revoked_at: r.revoked_at }));
+    } else {
+      throw new UsageError(`unknown keys command ${sub ?? '(none)'}`);
+    }
+  } finally {
+    stores.close();
+  }
+}
+
+async function main(argv: string[]): Promise<void> {
+  const [cmd, ...rest] = argv;
+  if (cmd === 'serve') return serve(rest);
+  if (cmd === 'keys') return keys(rest);
+  if (cmd === undefined || cmd === 'help' || cmd === '--help' || cmd === '-h') {
+    console.log(USAGE);
+    return;
+  }
+  throw new UsageError(`unknown command ${cmd}`);
+}
+
+main(process.argv.slice(2)).catch((err: unknown) => {
+  if (err instanceof UsageError) {
+    console.error(`arbiter: ${err.message}\n\n${USAGE}`);
+    process.exit(2);
+  }
+  if (err instanceof ConfigError) {
+    console.error(`arbiter: invalid configuration: ${err.message}`);
+    process.exit(2);
+  }
+  if (
+    err instanceof AppError ||
+    (err instanceof TypeError && (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS'))
+  ) {
+    console.error(`arbiter: ${(err as Error).message}`);
+    process.exit(1);
+  }
+  console.error(`arbiter: ${err instanceof Error ? err.message : String(err)}`);
+  process.exit(1);
+});

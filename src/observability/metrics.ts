@@ -1,0 +1,72 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+/**
+ * One registry per process. Label values are bounded: route templates (never raw paths or ids),
+ * methods, status codes, decision kinds and outcomes.
+ */
+export function createMetrics() {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const latencyBuckets = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+  ];
+  const m = {
+    registry,
+    httpRequests: new Counter({
+      name: 'arbiter_http_requests_total',
+      help: 'HTTP requests answered, by API, route template, method and status code.',
+      labelNames: ['api', 'route', 'method', 'status'] as const,
+      registers: [registry],
+    }),
+    httpDuration: new Histogram({
+      name: 'arbiter_http_request_duration_seconds',
+      help: 'HTTP request latency, by API, route template, method and status code.',
+      labelNames: ['api', 'route', 'method', 'status'] as const,
+      buckets: latencyBuckets,
+      registers: [registry],
+    }),
+    decisions: new Counter({
+      name: 'arbiter_decisions_total',
+      help: 'Authorization decisions, by subject kind (agent, human) and outcome.',
+      labelNames: ['kind', 'outcome'] as const,
+      registers: [registry],
+    }),
+    evaluation: new Histogram({
+      name: 'arbiter_policy_evaluation_duration_seconds',
+      help: 'In-process policy evaluation latency.',
+      buckets: [0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.005, 0.025, 0.1],
+      registers: [registry],
+    }),
+    compiles: new Counter({
+      name: 'arbiter_policy_compiles_total',
+      help: 'Policy set compilations, by result (success, failure).',
+      labelNames: ['result'] as const,
+      registers: [registry],
+    }),
+    compileDuration: new Histogram({
+      name: 'arbiter_policy_compile_duration_seconds',
+      help: 'Policy set compilation latency (opa check + build).',
+      buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers: [registry],
+    }),
+    revision: new Gauge({
+      name: 'arbiter_policy_revision',
+      help: 'Revision of the policy set and data this process evaluates.',
+      registers: [registry],
+    }),
+    auditEvents: new Counter({
+      name: 'arbiter_audit_events_total',
+      help: 'Audit events written by this process, by kind.',
+      labelNames: ['kind'] as const,
+      registers: [registry],
+    }),
+  };
+  // Every series that a fresh process can already name starts at 0, so rates work from the start.
+  for (const kind of ['agent', 'human']) {
+    for (const outcome of ['allow', 'requires_approval', 'deny']) m.decisions.inc({ kind, outcome }, 0);
+  }
+  for (const result of ['success', 'failure']) m.compiles.inc({ result }, 0);
+  return m;
+}
+
+export type Metrics = ReturnType<typeof createMetrics>;

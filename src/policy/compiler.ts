@@ -1,0 +1,182 @@
+import { execFile } from 'node:child_process';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { gunzipSync } from 'node:zlib';
+import { repoRoot } from '../config.js';
+import { ALLOWED_BUILTINS, restrictCapabilities } from './capabilities.js';
+
+/** The reserved package of the built-in decision module, and the one entrypoint we evaluate. */
+export const RESERVED_PACKAGE = 'data.authz';
+export const ENTRYPOINT = 'authz/decision';
+export const BUILTIN_MODULE_PATH = path.join(repoRoot, 'src', 'policy', 'rego', 'authz.rego');
+
+export interface Module {
+  name: string;
+  rego: string;
+}
+
+/** A policy set the compiler refused; `message` names policy, row, column and the reason. */
+export class CompileError extends Error {}
+
+interface OpaError {
+  message: string;
+  code?: string;
+  location?: { file: string; row: number; col: number };
+}
+
+/**
+ * Compiles policy sets with the official OPA CLI: `opa check` (located errors, restricted
+ * capabilities), `opa inspect` (reserved package), then `opa build -t wasm`. Called only when
+ * policies change, never per decision.
+ */
+export class RegoCompiler {
+  private workDir = '';
+  private capsFile = '';
+  private allBuiltins = new Set<string>();
+  private builtinRego = '';
+
+  constructor(private readonly opaBin: string) {}
+
+  async init(): Promise<void> {
+    this.workDir = await mkdtemp(path.join(os.tmpdir(), 'arbiter-opa-'));
+    let current: { builtins: { name: string }[] };
+    try {
+      const r = await this.run(['capabilities', '--current']);
+      if (r.code !== 0) throw new Error(r.stderr);
+      current = JSON.parse(r.stdout) as typeof current;
+    } catch (e) {
+      throw new Error(
+        `cannot run the OPA compiler at ${this.opaBin} (${(e as Error).message.split('\n')[0]}). ` +
+          'Run `npm ci` to build it, or set ARBITER_OPA_BIN to an opa v1.x binary.',
+        { cause: e },
+      );
+    }
+    this.allBuiltins = new Set(current.builtins.map((b) => b.name));
+    this.capsFile = path.join(this.workDir, 'capabilities.json');
+    await writeFile(this.capsFile, JSON.stringify(restrictCapabilities(current)));
+    this.builtinRego = await readFile(BUILTIN_MODULE_PATH, 'utf8');
+  }
+
+  async close(): Promise<void> {
+    if (this.workDir) await rm(this.workDir, { recursive: true, force: true });
+  }
+
+  /** Compiles user modules plus the built-in decision module to one wasm binary. */
+  async compile(modules: Module[]): Promise<Buffer> {
+    const dir = await mkdtemp(path.join(this.workDir, 'set-'));
+    try {
+      await mkdir(path.join(dir, 'policies'));
+      await mkdir(path.join(dir, 'builtin'));
+      await writeFile(path.join(dir, 'builtin', 'authz.rego'), this.builtinRego);
+      for (const m of modules) await writeFile(path.join(dir, 'policies', `${m.name}.rego`), m.rego);
+
+      const check = await this.run(['check', '--format', 'json', '--capabilities', this.capsFile, '.'], dir);
+      if (check.code !== 0) throw new CompileError(this.describe(check.stderr || check.stdout));
+
+      const inspect = await this.run(['inspect', '--format', 'json', 'policies'], dir);
+      if (inspect.code !== 0) throw new CompileError(this.describe(inspect.stderr || inspect.stdout));
+      const inspected = JSON.parse(inspect.stdout) as { namespaces?: Record<string, string[]> };
+      for (const [ns, files] of Object.entries(inspected.namespaces ?? {})) {
+        if (ns === RESERVED_PACKAGE) {
+          throw new CompileError(
+            `${files.map((f) => policyName(f)).join(', ')}: package authz is reserved for Arbiter's ` +
+              'decision module; use package authz.agent or authz.human',
+          );
+        }
+      }
+
+      const out = path.join(dir, 'bundle.tar.gz');
+      const built = await this.run(
+        [
+          'build',
+          '-t',
+          'wasm',
+          '-e',
+          ENTRYPOINT,
+          '--capabilities',
+          this.capsFile,
+          '-o',
+          out,
+          'builtin',
+          'policies',
+        ],
+        dir,
+      );
+      if (built.code !== 0) throw new CompileError(this.describe(built.stderr || built.stdout));
+      const wasm = extractFromTarGz(await readFile(out), '/policy.wasm');
+      if (!wasm) throw new Error('opa build produced no policy.wasm');
+      return wasm;
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  /** Turns OPA's JSON errors into one message naming policy, row, column and the reason. */
+  private describe(output: string): string {
+    let errors: OpaError[];
+    try {
+      errors = (JSON.parse(output) as { errors: OpaError[] }).errors;
+    } catch {
+      return output.trim().replace(/\S*\/policies\//g, '') || 'policy set does not compile';
+    }
+    return errors
+      .slice(0, 10)
+      .map((e) => {
+        let msg = e.message;
+        const fn = /^undefined function (\S+)$/.exec(msg)?.[1];
+        if (fn && this.allBuiltins.has(fn) && !ALLOWED_BUILTINS.has(fn)) {
+          msg = `builtin ${fn} is not allowed: Arbiter evaluates policies in WebAssembly without it`;
+        }
+        const loc = e.location;
+        const where = loc ? `${policyName(loc.file)}:${loc.row}:${loc.col}: ` : '';
+        return `${where}${e.code ? e.code + ': ' : ''}${msg}`;
+      })
+      .join('; ');
+  }
+
+  /** Runs the OPA CLI; rejects only when it cannot be started or times out. */
+  private run(args: string[], cwd?: string): Promise<{ code: number; stdout: string; stderr: string }> {
+    return new Promise((resolve, reject) => {
+      execFile(
+        this.opaBin,
+        args,
+        { cwd, maxBuffer: 64 * 1024 * 1024, timeout: 120_000 },
+        (err, stdout, stderr) => {
+          if (err && typeof err.code !== 'number') return reject(err);
+          resolve({ code: err ? (err.code as number) : 0, stdout, stderr });
+        },
+      );
+    });
+  }
+}
+
+/** `policies/foo.rego` → `policy foo`; the built-in module keeps its file name. */
+function policyName(file: string): string {
+  const m = /(?:^|\/)policies\/(.+)\.rego$/.exec(file);
+  return m ? `policy ${m[1]}` : file.replace(/^.*\/builtin\//, 'builtin/');
+}
+
+/** Reads one file out of a gzipped ustar archive (what `opa build` writes). */
+export function extractFromTarGz(gz: Buffer, name: string): Buffer | undefined {
+  const tar = gunzipSync(gz);
+  let off = 0;
+  while (off + 512 <= tar.length) {
+    const header = tar.subarray(off, off + 512);
+    if (header.every((b) => b === 0)) break;
+    const field = (start: number, len: number) =>
+      header
+        .subarray(start, start + len)
+        .toString('utf8')
+        .replace(/\0.*$/s, '');
+    const prefix = field(345, 155);
+    const entry = (prefix ? prefix + '/' : '') + field(0, 100);
+    const size = parseInt(field(124, 12).trim() || '0', 8);
+    const bodyStart = off + 512;
+    if (entry === name || '/' + entry.replace(/^\.?\//, '') === name) {
+      return Buffer.from(tar.subarray(bodyStart, bodyStart + size));
+    }
+    off = bodyStart + Math.ceil(size / 512) * 512;
+  }
+  return undefined;
+}

@@ -1,0 +1,108 @@
+import { loadPolicy, type LoadedPolicy } from '@open-policy-agent/opa-wasm';
+import { ENTRYPOINT } from './compiler.js';
+import { hostBuiltins, type EvalClock } from './host-builtins.js';
+
+export type DecisionStatus = 'allow' | 'requires_approval' | 'deny';
+
+export interface PolicyDecision {
+  status: DecisionStatus;
+  message: string;
+  reasons: string[];
+  /** Set when evaluation failed and the decision is the fail-closed deny. */
+  error?: string;
+}
+
+/** wasm memory: 2 MiB to start, 256 MiB at most; a policy that needs more fails closed. */
+const MEMORY = { initial: 32, maximum: 4096 };
+
+const STATUSES: ReadonlySet<string> = new Set(['allow', 'requires_approval', 'deny']);
+
+/**
+ * One compiled policy set loaded into one wasm instance with its data. Immutable once built: a
+ * policy or data change builds a new Evaluator and swaps it in whole, so a decision sees one
+ * revision only. Evaluation is synchronous, so it never interleaves with a swap.
+ */
+export class Evaluator {
+  private constructor(
+    readonly revision: number,
+    readonly module: WebAssembly.Module,
+    private readonly policy: LoadedPolicy,
+    private readonly clock: EvalClock,
+    private readonly budgetMs: number,
+  ) {}
+
+  static async create(
+    wasm: Buffer | WebAssembly.Module,
+    data: Record<string, unknown>,
+    revision: number,
+    budgetMs: number,
+  ): Promise<Evaluator> {
+    const module = wasm instanceof WebAssembly.Module ? wasm : await WebAssembly.compile(wasm);
+    const clock: EvalClock = { nowNs: 0 };
+    const policy = await loadPolicy(module, { ...MEMORY }, hostBuiltins(clock));
+    policy.setData(data);
+    return new Evaluator(revision, module, policy, clock, budgetMs);
+  }
+
+  /** A new evaluator over the same compiled module with other data (no compilation). */
+  withData(data: Record<string, unknown>, revision: number): Promise<Evaluator> {
+    return Evaluator.create(this.module, data, revision, this.budgetMs);
+  }
+
+  /**
+   * Evaluates data.authz.decision. Never throws: any fault (trap, builtin error, memory limit,
+   * over-budget evaluation, undefined or malformed result) yields a deny carrying `error`.
+   */
+  evaluate(input: unknown): PolicyDecision {
+    const started = performance.now();
+    let result: unknown;
+    try {
+      this.clock.nowNs = Date.now() * 1_000_000;
+      result = this.policy.evaluate(input, ENTRYPOINT);
+    } catch (e) {
+      return failClosed(`policy evaluation failed: ${errorText(e)}`);
+    }
+    const elapsed = performance.now() - started;
+    if (elapsed > this.budgetMs) {
+      return failClosed(
+        `policy evaluation exceeded its ${this.budgetMs} ms budget (took ${elapsed.toFixed(1)} ms)`,
+      );
+    }
+    return checkDecision(result);
+  }
+}
+
+function checkDecision(result: unknown): PolicyDecision {
+  if (!Array.isArray(result) || result.length === 0) {
+    return failClosed('policy evaluation failed: data.authz.decision is undefined');
+  }
+  if (result.length > 1)
+    return failClosed('policy evaluation failed: data.authz.decision has several values');
+  const d = (result[0] as { result?: unknown }).result as Record<string, unknown> | undefined;
+  if (
+    !d ||
+    typeof d !== 'object' ||
+    typeof d.status !== 'string' ||
+    !STATUSES.has(d.status) ||
+    typeof d.message !== 'string' ||
+    !Array.isArray(d.reasons) ||
+    !d.reasons.every((r) => typeof r === 'string')
+  ) {
+    return failClosed('policy evaluation failed: data.authz.decision is malformed');
+  }
+  return { status: d.status as DecisionStatus, message: d.message, reasons: d.reasons as string[] };
+}
+
+function failClosed(error: string): PolicyDecision {
+  return { status: 'deny', message: error, reasons: ['evaluation_error'], error };
+}
+
+function errorText(e: unknown): string {
+  if (e instanceof Error) return e.message;
+  if (typeof e === 'string') return e;
+  try {
+    return JSON.stringify(e);
+  } catch {
+    return String(e);
+  }
+}

@@ -1,0 +1,337 @@
+# Tests for the built-in decision module (package authz). Every user rule is replaced with `with`,
+# so these pass both alone (opa test src/policy/rego/) and next to the example policies.
+package authz_test
+
+agent_req(action, confidence) := {
+	"kind": "agent",
+	"agent_id": "test-agent",
+	"action": action,
+	"resource": "res/1",
+	"confidence": confidence,
+	"context": {},
+	"principal": {"name": "p", "tenant": "t", "agent": "test-agent"},
+}
+
+human_req(action) := {
+	"kind": "human",
+	"tenant_id": "t",
+	"user_id": "u",
+	"action": action,
+	"resource": {"type": "doc", "id": "1"},
+	"context": {},
+	"principal": {"name": "u", "tenant": "t"},
+}
+
+# NOTE: no helper functions wrap `with` here. OPA 1.22's IR compiler (opa build -t wasm/plan)
+# rejects calls to any function whose body uses `with` ("function ... used as reference, not
+# called"), even though opa check/test accept them, and opa build includes *_test.rego files.
+
+# ---------------------------------------------------------------------------------------------
+# precedence: deny rules -> deny_below -> default deny -> approval -> approval_below -> allow
+
+test_allow if {
+	d := data.authz.decision with input as agent_req("read", 0.99)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+	d == {"status": "allow", "message": "allowed", "reasons": []}
+}
+
+test_deny_reasons_sorted_and_joined if {
+	d := data.authz.decision with input as agent_req("read", 0.99)
+		with data.authz.agent.deny as {"zeta", "alpha"}
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+	d == {"status": "deny", "message": "alpha; zeta", "reasons": ["alpha", "zeta"]}
+}
+
+test_deny_rule_beats_everything if {
+	d := data.authz.decision with input as agent_req("read", 0.1)
+		with data.authz.agent.deny as {"no"}
+		with data.authz.agent.require_approval as {"approve me"}
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+	d.status == "deny"
+	d.reasons == ["no"]
+}
+
+test_deny_threshold_beats_approval_and_allow if {
+	d := data.authz.decision with input as agent_req("read", 0.2)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as {"approve me"}
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+	d.status == "deny"
+	d.reasons == ["confidence_below_deny_threshold"]
+	d.message == "confidence 0.2 is below the deny threshold 0.5 for action read"
+}
+
+test_default_deny_without_allow_or_approval if {
+	d := data.authz.decision with input as agent_req("read", 0.99)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as false
+		with data.authz.agent.thresholds as {}
+	d == {"status": "deny", "message": "no policy allows read on this resource", "reasons": []}
+}
+
+test_allow_must_be_boolean_true if {
+	d := data.authz.decision with input as agent_req("read", 0.99)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.thresholds as {}
+		with data.authz.agent.allow as "yes" # only the boolean true counts
+	d.status == "deny"
+}
+
+test_approval_reason_without_allow_requires_approval if {
+	d := data.authz.decision with input as agent_req("read", 0.99)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as {"b", "a"}
+		with data.authz.agent.allow as false
+		with data.authz.agent.thresholds as {}
+	d == {"status": "requires_approval", "message": "a; b", "reasons": ["a", "b"]}
+}
+
+test_approval_reasons_beat_approval_threshold if {
+	d := data.authz.decision with input as agent_req("read", 0.6)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as {"check"}
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+	d.reasons == ["check"]
+}
+
+test_approval_threshold if {
+	d := data.authz.decision with input as agent_req("read", 0.6)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+	d.status == "requires_approval"
+	d.reasons == ["confidence_below_approval_threshold"]
+	d.message == "confidence 0.6 is below the approval threshold 0.9 for action read"
+}
+
+test_default_deny_beats_approval_threshold if {
+	d := data.authz.decision with input as agent_req("read", 0.6)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as false
+		with data.authz.agent.thresholds as {}
+	d.status == "deny"
+	d.reasons == []
+}
+
+# ---------------------------------------------------------------------------------------------
+# thresholds
+
+test_default_thresholds if {
+	data.authz.default_thresholds == {"deny_below": 0.5, "approval_below": 0.9}
+	data.authz.decision.status == "deny" with input as agent_req("read", 0.49)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+
+	# the boundary is inclusive: confidence == deny_below is not denied
+	data.authz.decision.status == "requires_approval" with input as agent_req("read", 0.5)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+	data.authz.decision.status == "requires_approval" with input as agent_req("read", 0.89)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+	data.authz.decision.status == "allow" with input as agent_req("read", 0.9)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+}
+
+thresholds := {
+	"*": {"deny_below": 0.2, "approval_below": 0.4},
+	"transfer": {"deny_below": 0.7, "approval_below": 0.95},
+}
+
+test_per_action_threshold if {
+	data.authz.decision.status == "deny" with input as agent_req("transfer", 0.6)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as thresholds
+	data.authz.decision.status == "requires_approval" with input as agent_req("transfer", 0.9)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as thresholds
+	data.authz.decision.status == "allow" with input as agent_req("transfer", 0.95)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as thresholds
+	d := data.authz.decision with input as agent_req("transfer", 0.6)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as thresholds
+	d.message == "confidence 0.6 is below the deny threshold 0.7 for action transfer"
+}
+
+test_star_threshold_for_other_actions if {
+	data.authz.decision.status == "deny" with input as agent_req("read", 0.1)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as thresholds
+	data.authz.decision.status == "requires_approval" with input as agent_req("read", 0.3)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as thresholds
+	data.authz.decision.status == "allow" with input as agent_req("read", 0.6)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as thresholds
+}
+
+test_partial_thresholds_fall_back_per_key if {
+	# the action sets only deny_below; approval_below comes from "*", then from the defaults
+	th := {"read": {"deny_below": 0.1}, "*": {"approval_below": 0.3}}
+	data.authz.decision.status == "requires_approval" with input as agent_req("read", 0.2)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as th
+	data.authz.decision.status == "allow" with input as agent_req("read", 0.35)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as th
+	th2 := {"read": {"deny_below": 0.1}}
+	data.authz.decision.status == "requires_approval" with input as agent_req("read", 0.35)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as th2
+}
+
+test_non_numeric_threshold_ignored if {
+	th := {"read": {"deny_below": "0.99", "approval_below": null}, "*": {"deny_below": 0.3}}
+	d := data.authz.decision with input as agent_req("read", 0.4)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as th
+	d.status == "requires_approval"
+	d.message == "confidence 0.4 is below the approval threshold 0.9 for action read"
+}
+
+# ---------------------------------------------------------------------------------------------
+# reasons
+
+test_non_string_reasons_rendered_as_json if {
+	d := data.authz.decision with input as agent_req("read", 0.99)
+		with data.authz.agent.deny as {{"code": 7}, 42, "plain"}
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+	d.status == "deny"
+	d.reasons == ["42", "plain", `{"code":7}`]
+}
+
+test_non_string_approval_reasons_rendered_as_json if {
+	d := data.authz.decision with input as agent_req("read", 0.99)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as {["a", 1]}
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+	d.status == "requires_approval"
+	d.reasons == [`["a",1]`]
+}
+
+# ---------------------------------------------------------------------------------------------
+# humans and kinds
+
+test_human_allow if {
+	data.authz.decision.status == "allow" with input as human_req("read")
+		with data.authz.human.deny as set()
+		with data.authz.human.require_approval as set()
+		with data.authz.human.allow as true
+}
+
+test_human_deny if {
+	d := data.authz.decision with input as human_req("read")
+		with data.authz.human.deny as {"nope"}
+		with data.authz.human.require_approval as {"maybe"}
+		with data.authz.human.allow as true
+	d.status == "deny"
+	d.reasons == ["nope"]
+}
+
+test_human_approval if {
+	data.authz.decision.reasons == ["maybe"] with input as human_req("read")
+		with data.authz.human.deny as set()
+		with data.authz.human.require_approval as {"maybe"}
+		with data.authz.human.allow as true
+}
+
+test_human_default_deny if {
+	d := data.authz.decision with input as human_req("write")
+		with data.authz.human.deny as set()
+		with data.authz.human.require_approval as set()
+		with data.authz.human.allow as false
+	d.message == "no policy allows write on this resource"
+}
+
+test_humans_ignore_confidence if {
+	inp := object.union(human_req("read"), {"confidence": 0})
+	data.authz.decision.status == "allow" with input as inp
+		with data.authz.human.deny as set()
+		with data.authz.human.require_approval as set()
+		with data.authz.human.allow as true
+	d := data.authz.decision with input as inp
+		with data.authz.human.deny as set()
+		with data.authz.human.require_approval as set()
+		with data.authz.human.allow as true
+		with data.authz.agent.thresholds as {"*": {"deny_below": 1, "approval_below": 1}}
+	d.status == "allow"
+}
+
+test_agent_rules_do_not_apply_to_humans if {
+	d := data.authz.decision with input as human_req("read")
+		with data.authz.human.deny as set()
+		with data.authz.human.require_approval as set()
+		with data.authz.human.allow as true
+		with data.authz.agent.deny as {"agent deny"}
+		with data.authz.agent.require_approval as {"agent approval"}
+	d.status == "allow"
+}
+
+test_human_rules_do_not_apply_to_agents if {
+	d := data.authz.decision with input as agent_req("read", 0.99)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+		with data.authz.human.deny as {"human deny"}
+		with data.authz.human.require_approval as {"human approval"}
+	d.status == "allow"
+}
+
+test_unknown_kind_denied if {
+	inp := object.union(agent_req("read", 0.99), {"kind": "robot"})
+	d := data.authz.decision with input as inp
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as {"x"}
+		with data.authz.agent.allow as true
+		with data.authz.human.allow as true
+		with data.authz.human.require_approval as {"x"}
+	d.status == "deny"
+}

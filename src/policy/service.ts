@@ -1,0 +1,393 @@
+import { createHash } from 'node:crypto';
+import { readdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
+import YAML from 'yaml';
+import type { NewAuditEvent } from '../audit/types.js';
+import { AppError, badRequest, conflict, notFound } from '../errors.js';
+import { CompileError, type Module, type RegoCompiler } from './compiler.js';
+import { Evaluator } from './evaluator.js';
+import type { DataDocument, PolicyRecord, PolicySnapshot, PolicyStore } from './types.js';
+
+export const POLICY_NAME = /^[a-z0-9][a-z0-9._-]{0,127}$/;
+const DATA_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9_-]{0,127}$/;
+const MAX_DATA_DEPTH = 16;
+
+/** Who changed something and in which flow, for the audit event. */
+export interface ChangeContext {
+  actor: string;
+  traceId: string;
+  requestId: string;
+}
+
+export interface CompileObserver {
+  compiled(ok: boolean, seconds: number): void;
+  revision(revision: number): void;
+}
+
+export type PolicyMeta = Omit<PolicyRecord, 'rego'>;
+
+export const etagOf = (p: Pick<PolicyRecord, 'version' | 'sha256'>) =>
+  `"${p.version}-${p.sha256.slice(0, 16)}"`;
+export const metaOf = ({ rego: _rego, ...meta }: PolicyRecord): PolicyMeta => meta;
+const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
+
+/**
+ * Owns the live policy set: compiles changes with the real OPA compiler, stores them, and swaps
+ * the evaluator atomically. Changes are serialized; the store's revision is the single counter.
+ */
+export class PolicyService {
+  private live: Evaluator | undefined;
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    private readonly store: PolicyStore,
+    private readonly compiler: RegoCompiler,
+    private readonly evalBudgetMs: number,
+    private readonly observer: CompileObserver,
+  ) {}
+
+  /** The live evaluator; undefined only before start() has loaded a set. */
+  get evaluator(): Evaluator | undefined {
+    return this.live;
+  }
+
+  /** Loads the stored set, seeding an empty never-seeded store from `policyDir` first. */
+  async start(policyDir: string, ctx: ChangeContext): Promise<{ seeded: boolean; revision: number }> {
+    return this.serialized(async () => {
+      let snap = await this.store.snapshot();
+      let seeded = false;
+      if (!snap.seeded && snap.policies.length === 0 && snap.data.length === 0) {
+        const initial = await readPolicyDir(policyDir);
+        await this.compile(initial.modules); // refuse to seed a set that does not compile
+        seeded = await this.store.seed(
+          initial.modules.map((m) => ({
+            name: m.name,
+            rego: m.rego,
+            description: m.description,
+            sha256: sha256(m.rego),
+          })),
+          initial.data,
+          (revision) => ({
+            kind: 'policy.seed',
+            actor: ctx.actor,
+            trace_id: ctx.traceId,
+            request_id: ctx.requestId,
+            outcome: 'success',
+            policy_revision: revision,
+            message: `seeded ${initial.modules.length} policies and ${initial.data.length} data documents from ${policyDir}`,
+            details: { policies: initial.modules.map((m) => m.name), data: initial.data.map((d) => d.path) },
+          }),
+        );
+        snap = await this.store.snapshot();
+      }
+      await this.load(snap);
+      return { seeded, revision: snap.revision };
+    });
+  }
+
+  /** Reloads from the store if another process changed it (no-op when the revision is current). */
+  async refresh(): Promise<void> {
+    await this.serialized(async () => {
+      if ((await this.store.revision()) !== this.live?.revision) await this.load(await this.store.snapshot());
+    });
+  }
+
+  async list(): Promise<{ policies: PolicyMeta[]; revision: number }> {
+    const snap = await this.store.snapshot();
+    return { policies: snap.policies.map(metaOf), revision: snap.revision };
+  }
+
+  async get(name: string): Promise<PolicyRecord> {
+    checkName(name);
+    const p = (await this.store.snapshot()).policies.find((x) => x.name === name);
+    if (!p) throw notFound(`policy ${name} not found`);
+    return p;
+  }
+
+  async put(
+    name: string,
+    rego: string,
+    description: string | undefined,
+    opts: { ifMatch?: string; dryRun: boolean },
+    ctx: ChangeContext,
+  ): Promise<{ policy: PolicyMeta; created: boolean; revision: number; dryRun: boolean }> {
+    checkName(name);
+    if (rego.trim() === '') throw badRequest('rego must not be empty');
+    return this.serialized(async () => {
+      const snap = await this.store.snapshot();
+      const existing = snap.policies.find((p) => p.name === name);
+      const ifVersion = expectedVersion(existing, opts.ifMatch);
+      const modules = [...snap.policies.filter((p) => p.name !== name), { name, rego }];
+      const module = await this.compileToModule(modules);
+      const desc = description ?? existing?.description ?? '';
+      if (opts.dryRun) {
+        const version = (existing?.version ?? 0) + 1;
+        const policy = {
+          name,
+          description: desc,
+          sha256: sha256(rego),
+          version,
+          updated_at: new Date().toISOString(),
+        };
+        return { policy, created: !existing, revision: snap.revision, dryRun: true };
+      }
+      const r = await this.store.putPolicy(
+        { name, rego, description: desc, sha256: sha256(rego) },
+        ifVersion,
+        (revision) =>
+          this.event('policy.put', name, revision, ctx, { sha256: sha256(rego), created: !existing }),
+      );
+      if (r === 'conflict') throw preconditionFailed(name);
+      await this.swap(module, dataTree(snap.data), r.revision);
+      return { policy: metaOf(r.policy), created: r.created, revision: r.revision, dryRun: false };
+    });
+  }
+
+  async delete(name: string, ifMatch: string | undefined, ctx: ChangeContext): Promise<{ revision: number }> {
+    checkName(name);
+    return this.serialized(async () => {
+      const snap = await this.store.snapshot();
+      const existing = snap.policies.find((p) => p.name === name);
+      if (!existing) throw notFound(`policy ${name} not found`);
+      const ifVersion = expectedVersion(existing, ifMatch);
+      let module: WebAssembly.Module;
+      try {
+        module = await this.compileToModule(snap.policies.filter((p) => p.name !== name));
+      } catch (e) {
+        if (e instanceof AppError && e.status === 400) {
+          throw badRequest(`deleting policy ${name} would leave a set that does not compile: ${e.message}`);
+        }
+        throw e;
+      }
+      const r = await this.store.deletePolicy(name, ifVersion, (revision) =>
+        this.event('policy.delete', name, revision, ctx, {}),
+      );
+      if (r === 'absent') throw notFound(`policy ${name} not found`);
+      if (r === 'conflict') throw preconditionFailed(name);
+      await this.swap(module, dataTree(snap.data), r.revision);
+      return r;
+    });
+  }
+
+  async listData(): Promise<{ documents: { path: string; updated_at: string }[]; revision: number }> {
+    const snap = await this.store.snapshot();
+    return {
+      documents: snap.data.map((d) => ({ path: d.path, updated_at: d.updated_at })),
+      revision: snap.revision,
+    };
+  }
+
+  async getData(dataPath: string): Promise<DataDocument> {
+    checkDataPath(dataPath);
+    const doc = (await this.store.snapshot()).data.find((d) => d.path === dataPath);
+    if (!doc) throw notFound(`data document ${dataPath} not found`);
+    return doc;
+  }
+
+  async putData(
+    dataPath: string,
+    value: unknown,
+    ctx: ChangeContext,
+  ): Promise<{ path: string; created: boolean; revision: number; updated_at: string }> {
+    checkDataPath(dataPath);
+    return this.serialized(async () => {
+      const snap = await this.store.snapshot();
+      const clash = snap.data.find((d) => d.path !== dataPath && overlaps(d.path, dataPath));
+      if (clash) throw conflict(`data path ${dataPath} overlaps existing document ${clash.path}`);
+      const next = [
+        ...snap.data.filter((d) => d.path !== dataPath),
+        { path: dataPath, value, updated_at: '' },
+      ];
+      const evaluator = this.requireLive();
+      const r = await this.store.putData(dataPath, value, (revision) =>
+        this.event('data.put', dataPath, revision, ctx, {}),
+      );
+      this.install(await evaluator.withData(dataTree(next), r.revision));
+      return { path: dataPath, created: r.created, revision: r.revision, updated_at: r.doc.updated_at };
+    });
+  }
+
+  async deleteData(dataPath: string, ctx: ChangeContext): Promise<{ revision: number }> {
+    checkDataPath(dataPath);
+    return this.serialized(async () => {
+      const snap = await this.store.snapshot();
+      const evaluator = this.requireLive();
+      const r = await this.store.deleteData(dataPath, (revision) =>
+        this.event('data.delete', dataPath, revision, ctx, {}),
+      );
+      if (r === 'absent') throw notFound(`data document ${dataPath} not found`);
+      this.install(
+        await evaluator.withData(dataTree(snap.data.filter((d) => d.path !== dataPath)), r.revision),
+      );
+      return r;
+    });
+  }
+
+  private requireLive(): Evaluator {
+    if (!this.live) throw new AppError(503, 'no policy set is loaded');
+    return this.live;
+  }
+
+  private async load(snap: PolicySnapshot): Promise<void> {
+    const module = await this.compileToModule(snap.policies);
+    await this.swap(module, dataTree(snap.data), snap.revision);
+  }
+
+  private async swap(
+    module: WebAssembly.Module,
+    data: Record<string, unknown>,
+    revision: number,
+  ): Promise<void> {
+    this.install(await Evaluator.create(module, data, revision, this.evalBudgetMs));
+  }
+
+  private install(e: Evaluator): void {
+    this.live = e;
+    this.observer.revision(e.revision);
+  }
+
+  private async compileToModule(modules: Module[]): Promise<WebAssembly.Module> {
+    return WebAssembly.compile(await this.compile(modules));
+  }
+
+  /** Compiles with the real compiler; a refused set is a 400 naming policy, row and column. */
+  private async compile(modules: Module[]): Promise<Buffer> {
+    const started = process.hrtime.bigint();
+    try {
+      const wasm = await this.compiler.compile(modules);
+      this.observer.compiled(true, Number(process.hrtime.bigint() - started) / 1e9);
+      return wasm;
+    } catch (e) {
+      this.observer.compiled(false, Number(process.hrtime.bigint() - started) / 1e9);
+      if (e instanceof CompileError) throw badRequest(`policy set does not compile: ${e.message}`);
+      throw e;
+    }
+  }
+
+  /** Runs `fn` after every change queued before it: compiles and swaps never interleave. */
+  private serialized<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(fn, fn);
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  private event(
+    kind: string,
+    subject: string,
+    revision: number,
+    ctx: ChangeContext,
+    details: Record<string, unknown>,
+  ): NewAuditEvent {
+    return {
+      kind,
+      actor: ctx.actor,
+      trace_id: ctx.traceId,
+      request_id: ctx.requestId,
+      resource: subject,
+      outcome: 'success',
+      policy_revision: revision,
+      details,
+    };
+  }
+}
+
+function checkName(name: string): void {
+  if (!POLICY_NAME.test(name)) {
+    throw badRequest(`invalid policy name ${JSON.stringify(name)}: must match [a-z0-9][a-z0-9._-]{0,127}`);
+  }
+}
+
+export function checkDataPath(p: string): void {
+  const segs = p.split('/');
+  if (segs.length > MAX_DATA_DEPTH || !segs.every((s) => DATA_SEGMENT.test(s))) {
+    throw badRequest(
+      `invalid data path ${JSON.stringify(p)}: 1 to ${MAX_DATA_DEPTH} segments of [A-Za-z0-9_-] separated by /`,
+    );
+  }
+  if (segs[0] === 'authz') throw badRequest('data path authz is reserved for policies (data.authz.*)');
+}
+
+function overlaps(a: string, b: string): boolean {
+  return a.startsWith(b + '/') || b.startsWith(a + '/');
+}
+
+function preconditionFailed(name: string): AppError {
+  return new AppError(412, `policy ${name} has changed: If-Match does not match its current ETag`);
+}
+
+/** The version a conditional write must find, from an If-Match header (undefined = unconditional). */
+function expectedVersion(
+  existing: PolicyRecord | undefined,
+  ifMatch: string | undefined,
+): number | undefined {
+  if (ifMatch === undefined) return undefined;
+  if (ifMatch.trim() === '*') {
+    if (!existing) throw new AppError(412, 'If-Match: * but the policy does not exist');
+    return existing.version;
+  }
+  const tags = ifMatch.split(',').map((t) => t.trim().replace(/^W\//, ''));
+  if (!existing || !tags.includes(etagOf(existing))) {
+    throw new AppError(412, `If-Match does not match the current ETag of this policy`);
+  }
+  return existing.version;
+}
+
+/** Builds the `data` document from stored documents placed at their paths. */
+export function dataTree(docs: Pick<DataDocument, 'path' | 'value'>[]): Record<string, unknown> {
+  const root: Record<string, unknown> = {};
+  for (const d of docs) {
+    const segs = d.path.split('/');
+    let node = root;
+    for (const s of segs.slice(0, -1)) {
+      const next = node[s];
+      if (typeof next !== 'object' || next === null || Array.isArray(next)) node[s] = {};
+      node = node[s] as Record<string, unknown>;
+    }
+    node[segs[segs.length - 1] as string] = d.value;
+  }
+  return root;
+}
+
+/**
+ * Reads an OPA-bundle-style directory: every `*.rego` except `*_test.rego` becomes a policy named
+ * by its relative path (`a/b.rego` → `a.b`); `data.json` / `data.yaml` become data documents at
+ * their directory's path (top-level keys of the root one each become a document).
+ */
+export async function readPolicyDir(
+  dir: string,
+): Promise<{ modules: (Module & { description: string })[]; data: { path: string; value: unknown }[] }> {
+  const modules: (Module & { description: string })[] = [];
+  const data: { path: string; value: unknown }[] = [];
+  let entries;
+  try {
+    entries = await readdir(dir, { recursive: true, withFileTypes: true });
+  } catch (e) {
+    throw new Error(`cannot read policy directory ${dir}: ${(e as Error).message}`, { cause: e });
+  }
+  for (const ent of entries.sort((a, b) =>
+    path.join(a.parentPath, a.name).localeCompare(path.join(b.parentPath, b.name)),
+  )) {
+    if (!ent.isFile()) continue;
+    const full = path.join(ent.parentPath, ent.name);
+    const rel = path.relative(dir, full).split(path.sep).join('/');
+    if (rel.endsWith('.rego') && !rel.endsWith('_test.rego')) {
+      const name = rel.slice(0, -'.rego'.length).replace(/\//g, '.');
+      if (!POLICY_NAME.test(name)) throw new Error(`${full}: ${name} is not a valid policy name`);
+      modules.push({ name, rego: await readFile(full, 'utf8'), description: `seeded from ${rel}` });
+    } else if (/(^|\/)data\.(json|ya?ml)$/.test(rel)) {
+      const text = await readFile(full, 'utf8');
+      const value: unknown = rel.endsWith('.json') ? JSON.parse(text) : YAML.parse(text);
+      const at = path.posix.dirname(rel);
+      if (at === '.') {
+        if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+          throw new Error(`${full}: the root data document must be an object`);
+        }
+        for (const [k, v] of Object.entries(value)) data.push({ path: k, value: v });
+      } else {
+        data.push({ path: at, value });
+      }
+    }
+  }
+  for (const d of data) checkDataPath(d.path);
+  return { modules, data };
+}

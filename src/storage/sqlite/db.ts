@@ -1,0 +1,39 @@
+import Database from 'better-sqlite3';
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { migrations } from './migrations.js';
+
+export type Db = Database.Database;
+
+/**
+ * Opens (creating if needed) the SQLite database in `dataDir` in WAL mode and brings its schema
+ * up to date. WAL lets readers run beside the single writer and survives a kill mid-write.
+ */
+export function openDatabase(dataDir: string, sync: 'full' | 'normal'): Db {
+  mkdirSync(dataDir, { recursive: true });
+  const db = new Database(path.join(dataDir, 'arbiter.db'));
+  db.pragma('journal_mode = WAL');
+  db.pragma(`synchronous = ${sync === 'full' ? 'FULL' : 'NORMAL'}`);
+  db.pragma('busy_timeout = 5000');
+  db.pragma('foreign_keys = ON');
+  migrate(db);
+  return db;
+}
+
+function migrate(db: Db): void {
+  db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`);
+  const isApplied = db.prepare('SELECT 1 FROM schema_migrations WHERE version = ?').pluck();
+  for (const m of migrations) {
+    // Checked inside the write transaction so that processes starting together apply it once.
+    db.transaction(() => {
+      if (isApplied.get(m.version)) return;
+      db.exec(m.sql);
+      db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(
+        m.version,
+        m.name,
+        new Date().toISOString(),
+      );
+    }).immediate();
+  }
+}

@@ -1,0 +1,91 @@
+/**
+ * Versioned schema migrations. Append only: a released migration is never edited; a change is a
+ * new entry. Each runs in its own transaction and is recorded in schema_migrations.
+ */
+export const migrations: readonly { version: number; name: string; sql: string }[] = [
+  {
+    version: 1,
+    name: 'initial schema',
+    sql: `
+      CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+      ) STRICT;
+      INSERT INTO meta (key, value) VALUES ('revision', '0'), ('seeded', '0');
+
+      CREATE TABLE api_keys (
+        id         TEXT PRIMARY KEY,
+        name       TEXT NOT NULL UNIQUE,
+        hash       TEXT NOT NULL,
+        scopes     TEXT NOT NULL,
+        tenant     TEXT,
+        agent      TEXT,
+        created_at TEXT NOT NULL,
+        revoked_at TEXT
+      ) STRICT;
+
+      CREATE TABLE policies (
+        name        TEXT PRIMARY KEY,
+        description TEXT NOT NULL,
+        rego        TEXT NOT NULL,
+        sha256      TEXT NOT NULL,
+        version     INTEGER NOT NULL,
+        updated_at  TEXT NOT NULL
+      ) STRICT;
+
+      CREATE TABLE data_documents (
+        path       TEXT PRIMARY KEY,
+        value      TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+      ) STRICT;
+
+      CREATE TABLE audit_events (
+        seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+        id              TEXT NOT NULL UNIQUE,
+        time            TEXT NOT NULL,
+        kind            TEXT NOT NULL,
+        trace_id        TEXT,
+        request_id      TEXT,
+        actor           TEXT,
+        agent_id        TEXT,
+        user_id         TEXT,
+        tenant_id       TEXT,
+        action          TEXT,
+        resource        TEXT,
+        outcome         TEXT,
+        message         TEXT,
+        confidence      REAL,
+        policy_revision INTEGER,
+        latency_us      INTEGER,
+        details         TEXT NOT NULL,
+        hash            TEXT NOT NULL,
+        prev_hash       TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX audit_trace ON audit_events (trace_id, seq);
+      CREATE INDEX audit_request ON audit_events (request_id, seq);
+      CREATE INDEX audit_kind ON audit_events (kind, seq);
+
+      CREATE TABLE queue_items (
+        id           TEXT PRIMARY KEY,
+        status       TEXT NOT NULL,
+        kind         TEXT NOT NULL,
+        agent_id     TEXT,
+        user_id      TEXT,
+        tenant_id    TEXT,
+        action       TEXT NOT NULL,
+        resource     TEXT NOT NULL,
+        confidence   REAL,
+        context      TEXT NOT NULL,
+        message      TEXT NOT NULL,
+        trace_id     TEXT NOT NULL,
+        created_at   TEXT NOT NULL,
+        expires_at   TEXT NOT NULL,
+        decided_at   TEXT,
+        decided_by   TEXT,
+        note         TEXT,
+        requested_by TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX queue_pending ON queue_items (status, created_at, id);
+    `,
+  },
+];

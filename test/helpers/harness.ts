@@ -1,0 +1,197 @@
+import Database from 'better-sqlite3';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+const MAIN = path.join(REPO, 'dist', 'src', 'main.js');
+export const ADMIN_KEY = 'test-admin-key-0123456789abcdef';
+
+export interface Response {
+  status: number;
+  headers: Headers;
+  text: string;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests read arbitrary JSON shapes
+  json: any;
+}
+
+export interface RequestOptions {
+  key?: string | null;
+  body?: unknown;
+  /** Sent as-is, with no JSON encoding (for malformed bodies). */
+  raw?: string | Buffer;
+  headers?: Record<string, string>;
+}
+
+/** A real Arbiter process on ports chosen by the OS, with its own data directory. */
+export class Arbiter {
+  engine = '';
+  platform = '';
+  logs: string[] = [];
+  private child: ChildProcess | undefined;
+
+  private constructor(
+    readonly dataDir: string,
+    readonly env: Record<string, string>,
+    private readonly ownsDir: boolean,
+  ) {}
+
+  static async start(env: Record<string, string> = {}, dataDir?: string): Promise<Arbiter> {
+    const dir = dataDir ?? mkdtempSync(path.join(os.tmpdir(), 'arbiter-test-'));
+    const a = new Arbiter(dir, env, dataDir === undefined);
+    await a.spawn();
+    return a;
+  }
+
+  fullEnv(): NodeJS.ProcessEnv {
+    return {
+      ...process.env,
+      ARBITER_DATA_DIR: this.dataDir,
+      ARBITER_ENGINE_PORT: '0',
+      ARBITER_PLATFORM_PORT: '0',
+      ARBITER_ADMIN_KEY: ADMIN_KEY,
+      ARBITER_POLICY_DIR: path.join(REPO, 'policies'),
+      ARBITER_LOG_LEVEL: 'info',
+      ...this.env,
+    };
+  }
+
+  private spawn(): Promise<void> {
+    this.engine = '';
+    this.platform = '';
+    const child = spawn(process.execPath, [MAIN, 'serve'], {
+      env: this.fullEnv(),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.child = child;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`arbiter did not start:\n${this.logs.join('\n')}`)),
+        60_000,
+      );
+      const onLine = (line: string) => {
+        this.logs.push(line);
+        try {
+          const rec = JSON.parse(line) as { api?: string; url?: string };
+          if (rec.api === 'engine' && rec.url) this.engine = rec.url;
+          if (rec.api === 'platform' && rec.url) this.platform = rec.url;
+        } catch {
+          /* not JSON: kept in logs */
+        }
+        if (this.engine && this.platform) {
+          clearTimeout(timer);
+          resolve();
+        }
+      };
+      createInterface({ input: child.stdout! }).on('line', onLine);
+      createInterface({ input: child.stderr! }).on('line', onLine);
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`arbiter exited with ${code}:\n${this.logs.join('\n')}`));
+      });
+    });
+  }
+
+  /** SIGTERM and wait for a clean exit. */
+  async stop(): Promise<number | null> {
+    return this.signal('SIGTERM');
+  }
+
+  /** SIGKILL: no chance to clean up, as in a crash. */
+  async kill(): Promise<void> {
+    await this.signal('SIGKILL');
+  }
+
+  async restart(): Promise<void> {
+    await this.stop();
+    await this.spawn();
+  }
+
+  private signal(sig: NodeJS.Signals): Promise<number | null> {
+    const child = this.child;
+    if (!child || child.exitCode !== null || child.signalCode !== null)
+      return Promise.resolve(child?.exitCode ?? null);
+    return new Promise((resolve) => {
+      child.removeAllListeners('exit');
+      child.once('exit', (code) => resolve(code));
+      child.kill(sig);
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.stop();
+    if (this.ownsDir) rmSync(this.dataDir, { recursive: true, force: true });
+  }
+
+  /** Runs `arbiter <args>` (e.g. keys create) against this instance's data directory. */
+  cli(args: string[]): { code: number | null; stdout: string; stderr: string } {
+    const r = spawnSync(process.execPath, [MAIN, ...args], { env: this.fullEnv(), encoding: 'utf8' });
+    return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+  }
+
+  /** Creates an API key with the CLI and returns the secret. */
+  createKey(name: string, scopes: string[], opts: { tenant?: string; agent?: string } = {}): string {
+    const args = ['keys', 'create', '--name', name, '--scopes', scopes.join(',')];
+    if (opts.tenant) args.push('--tenant', opts.tenant);
+    if (opts.agent) args.push('--agent', opts.agent);
+    const r = this.cli(args);
+    if (r.code !== 0) throw new Error(`keys create failed: ${r.stderr}`);
+    return (JSON.parse(r.stdout) as { key: string }).key;
+  }
+}
+
+/** One HTTP request; the admin key is used unless `key` says otherwise (null = no header). */
+export async function call(method: string, url: string, opts: RequestOptions = {}): Promise<Response> {
+  const headers: Record<string, string> = { ...opts.headers };
+  const key = opts.key === undefined ? ADMIN_KEY : opts.key;
+  if (key !== null) headers.authorization = `Bearer ${key}`;
+  let body: string | Buffer | undefined;
+  if (opts.raw !== undefined) {
+    body = opts.raw;
+  } else if (opts.body !== undefined) {
+    body = typeof opts.body === 'string' ? opts.body : JSON.stringify(opts.body);
+    headers['content-type'] ??= 'application/json';
+  }
+  const res = await fetch(url, { method, headers, body });
+  const text = await res.text();
+  let json: unknown;
+  try {
+    json = text === '' ? undefined : JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, headers: res.headers, text, json };
+}
+
+/** Example requests whose outcome the example policies fix (see policies/agent.rego). */
+export const AGENT = {
+  allow: { agent_id: 'deploy-bot', action: 'read', resource: 'repo/arbiter', confidence: 0.95 },
+  approval: { agent_id: 'deploy-bot', action: 'deploy', resource: 'prod/api', confidence: 0.95 },
+  deny: { agent_id: 'deploy-bot', action: 'delete', resource: 'prod/db', confidence: 0.99 },
+  lowConfidence: { agent_id: 'deploy-bot', action: 'read', resource: 'repo/arbiter', confidence: 0.3 },
+  unknownAgent: { agent_id: 'unknown-agent', action: 'read', resource: 'repo/arbiter', confidence: 0.99 },
+};
+
+export const HUMAN = {
+  allow: { tenant_id: 'acme', user_id: 'alice', action: 'delete', resource: { type: 'project', id: 'p1' } },
+  approval: {
+    tenant_id: 'acme',
+    user_id: 'carol',
+    action: 'delete',
+    resource: { type: 'project', id: 'p1' },
+  },
+  deny: { tenant_id: 'acme', user_id: 'bob', action: 'delete', resource: { type: 'project', id: 'p1' } },
+};
+
+/** Reads the instance's SQLite file directly (read-only), to check what was stored. */
+export function readDb<T>(dataDir: string, fn: (db: import('better-sqlite3').Database) => T): T {
+  const db = new Database(path.join(dataDir, 'arbiter.db'), { readonly: true, fileMustExist: true });
+  try {
+    return fn(db);
+  } finally {
+    db.close();
+  }
+}
