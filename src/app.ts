@@ -9,11 +9,16 @@ import { buildApp } from './http/server.js';
 import { newId, newTraceId } from './ids.js';
 import { KeyService } from './keys/service.js';
 import type { Logger } from './observability/logger.js';
-import { createMetrics } from './observability/metrics.js';
+import { createMetrics, gaugeFrom } from './observability/metrics.js';
+import { QueueService } from './queue/service.js';
+import { TokenService } from './tokens/service.js';
 import { RegoCompiler } from './policy/compiler.js';
 import { PolicyService } from './policy/service.js';
 import { openDatabase } from './storage/sqlite/db.js';
 import { sqliteStores, type Stores } from './storage/sqlite/stores.js';
+
+/** How often expired queue items are recorded as expired (reads never wait for it). */
+const SWEEP_INTERVAL_MS = 5_000;
 
 export interface Listener {
   api: Api;
@@ -67,6 +72,25 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
         },
       },
     );
+    const queue = new QueueService(stores.queue, {
+      transitioned: (to) => metrics.queueTransitions.inc({ status: to }),
+    });
+    queue.startSweeper(SWEEP_INTERVAL_MS);
+    gaugeFrom(metrics, 'arbiter_queue_pending', 'Human-review items pending now.', () =>
+      queue.countPending(),
+    );
+    const tokens = new TokenService(
+      stores.tokens,
+      stores.decisions,
+      queue,
+      {
+        issuer: config.issuer,
+        defaultTtlSeconds: config.tokenTtlSeconds,
+        maxTtlSeconds: config.tokenMaxTtlSeconds,
+      },
+      { minted: () => metrics.tokensMinted.inc(), revoked: () => metrics.tokensRevoked.inc() },
+    );
+    await tokens.init();
     const health = () => {
       const revision = policies.evaluator?.revision ?? null;
       try {
@@ -77,7 +101,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       if (revision === null) return { ok: false, revision, error: 'no policy set is loaded' };
       return { ok: true, revision };
     };
-    const routes = routeTable({ config, decisions, policies, metrics, health });
+    const routes = routeTable({ config, decisions, queue, tokens, policies, metrics, health });
     const apis: Api[] = role === 'all' ? ['engine', 'platform'] : [role];
     const servers: { api: Api; server: Server }[] = [];
     const listeners: Listener[] = [];
@@ -103,6 +127,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       close: () =>
         (closing ??= (async () => {
           // Stop accepting, let in-flight requests finish, then close storage.
+          queue.stop();
           await Promise.all(
             servers.map(
               ({ server }) =>

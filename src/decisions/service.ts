@@ -1,12 +1,14 @@
+import { createHash } from 'node:crypto';
+import { canonicalJson } from '../audit/chain.js';
 import type { NewAuditEvent } from '../audit/types.js';
-import { AppError, forbidden } from '../errors.js';
+import { AppError, badRequest, forbidden } from '../errors.js';
 import { compileSchema } from '../http/validation.js';
 import type { Principal } from '../keys/types.js';
 import type { DecisionStatus, PolicyDecision } from '../policy/evaluator.js';
 import type { PolicyService } from '../policy/service.js';
 import type { QueueItem } from '../queue/types.js';
 import { agentRequestSchema, humanRequestSchema, type AgentRequest, type HumanRequest } from './schemas.js';
-import type { DecisionStore } from './store.js';
+import type { DecisionRecord, DecisionStore, RecordOutcome } from './store.js';
 
 export interface FlowIds {
   requestId: string;
@@ -24,7 +26,12 @@ export interface DecisionBody {
 export interface DecisionResult {
   httpStatus: 200 | 202 | 403;
   body: DecisionBody;
+  /** True when this answers a retry with the first response (Idempotency-Key). */
+  replayed?: boolean;
 }
+
+/** An Idempotency-Key is honoured for 24 hours (SPEC §5). */
+export const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
 
 export interface DecisionObserver {
   decided(kind: 'agent' | 'human', outcome: DecisionStatus, evalSeconds: number): void;
@@ -48,7 +55,13 @@ export class DecisionService {
     private readonly observer: DecisionObserver,
   ) {}
 
-  async authorizeAgent(body: unknown, principal: Principal, ids: FlowIds): Promise<DecisionResult> {
+  async authorizeAgent(
+    body: unknown,
+    principal: Principal,
+    ids: FlowIds,
+    idemKey?: string,
+  ): Promise<DecisionResult> {
+    const idem = checkIdempotencyKey(idemKey);
     const req = validateAgent(body);
     if (principal.agent !== null && principal.agent !== req.agent_id) {
       throw forbidden(`API key is bound to agent ${principal.agent} and cannot authorize as ${req.agent_id}`);
@@ -63,18 +76,31 @@ export class DecisionService {
       context,
       principal: principalInput(principal),
     };
-    return this.decide('agent', input, principal, ids, {
-      agent_id: req.agent_id,
-      user_id: null,
-      tenant_id: principal.tenant,
-      action: req.action,
-      resource: req.resource,
-      confidence: req.confidence,
-      context,
-    });
+    return this.decide(
+      'agent',
+      input,
+      principal,
+      ids,
+      idem === undefined ? undefined : { key: idem, hash: bodyHash('agent', req) },
+      {
+        agent_id: req.agent_id,
+        user_id: null,
+        tenant_id: principal.tenant,
+        action: req.action,
+        resource: req.resource,
+        confidence: req.confidence,
+        context,
+      },
+    );
   }
 
-  async authorizeHuman(body: unknown, principal: Principal, ids: FlowIds): Promise<DecisionResult> {
+  async authorizeHuman(
+    body: unknown,
+    principal: Principal,
+    ids: FlowIds,
+    idemKey?: string,
+  ): Promise<DecisionResult> {
+    const idem = checkIdempotencyKey(idemKey);
     const req = validateHuman(body);
     if (principal.tenant !== null && principal.tenant !== req.tenant_id) {
       throw forbidden(
@@ -91,15 +117,22 @@ export class DecisionService {
       context,
       principal: principalInput(principal),
     };
-    return this.decide('human', input, principal, ids, {
-      agent_id: null,
-      user_id: req.user_id,
-      tenant_id: req.tenant_id,
-      action: req.action,
-      resource: input.resource,
-      confidence: null,
-      context,
-    });
+    return this.decide(
+      'human',
+      input,
+      principal,
+      ids,
+      idem === undefined ? undefined : { key: idem, hash: bodyHash('human', req) },
+      {
+        agent_id: null,
+        user_id: req.user_id,
+        tenant_id: req.tenant_id,
+        action: req.action,
+        resource: input.resource,
+        confidence: null,
+        context,
+      },
+    );
   }
 
   private async decide(
@@ -107,11 +140,17 @@ export class DecisionService {
     input: Record<string, unknown>,
     principal: Principal,
     ids: FlowIds,
+    idem: { key: string; hash: string } | undefined,
     subject: Pick<
       QueueItem,
       'agent_id' | 'user_id' | 'tenant_id' | 'action' | 'resource' | 'confidence' | 'context'
     >,
   ): Promise<DecisionResult> {
+    const idemSince = new Date(Date.now() - IDEMPOTENCY_WINDOW_MS).toISOString();
+    if (idem) {
+      const prior = await this.store.findByIdempotencyKey(principal.keyId, idem.key, idemSince);
+      if (prior) return replay(prior, idem.hash);
+    }
     const evaluator = this.policies.evaluator;
     const started = process.hrtime.bigint();
     const decision: PolicyDecision = evaluator
@@ -123,7 +162,6 @@ export class DecisionService {
           error: 'no policy set',
         };
     const latencyNs = Number(process.hrtime.bigint() - started);
-    this.observer.decided(kind, decision.status, latencyNs / 1e9);
 
     const now = new Date();
     const context = this.mask({ context: subject.context }).context as Record<string, unknown>;
@@ -168,17 +206,62 @@ export class DecisionService {
         ...(decision.error ? { error: decision.error } : {}),
       },
     };
+    const record: DecisionRecord = {
+      request_id: ids.requestId,
+      kind,
+      status: decision.status,
+      key_id: principal.keyId,
+      tenant_id: subject.tenant_id,
+      subject: (kind === 'agent' ? subject.agent_id : subject.user_id) as string,
+      action: subject.action,
+      resource: subject.resource,
+      message: decision.status === 'allow' ? null : decision.message,
+      trace_id: ids.traceId,
+      created_at: now.toISOString(),
+      expires_at: item?.expires_at ?? null,
+      idem_key: idem?.key ?? null,
+      body_hash: idem?.hash ?? null,
+      token_id: null,
+    };
+    let outcome: RecordOutcome;
     try {
-      await this.store.record(event, item);
+      outcome = await this.store.record(record, event, item, idemSince);
     } catch {
       // Fail closed: an unrecorded decision is never answered, least of all with allow.
       throw new AppError(503, 'decision could not be recorded in the audit trail; try again');
     }
-    const body: DecisionBody = { status: decision.status, request_id: ids.requestId, trace_id: ids.traceId };
-    if (decision.status !== 'allow') body.message = decision.message;
-    if (item) body.expires_at = item.expires_at;
-    return { httpStatus: HTTP_STATUS[decision.status], body };
+    if ('replay' in outcome) return replay(outcome.replay, idem?.hash ?? '');
+    this.observer.decided(kind, decision.status, latencyNs / 1e9);
+    return render(record);
   }
+}
+
+/** The response for a stored decision: the first answer, or its replay. */
+function render(d: DecisionRecord): DecisionResult {
+  const body: DecisionBody = { status: d.status, request_id: d.request_id, trace_id: d.trace_id };
+  if (d.message !== null) body.message = d.message;
+  if (d.expires_at !== null) body.expires_at = d.expires_at;
+  return { httpStatus: HTTP_STATUS[d.status], body };
+}
+
+function replay(prior: DecisionRecord, hash: string): DecisionResult {
+  if (prior.body_hash !== hash) {
+    throw new AppError(422, 'Idempotency-Key was already used with a different request body');
+  }
+  return { ...render(prior), replayed: true };
+}
+
+/** Keys are opaque to us; bounded so they cannot be used to bloat the store. */
+function checkIdempotencyKey(k: string | undefined): string | undefined {
+  if (k === undefined) return undefined;
+  if (!/^[\x21-\x7e]{1,255}$/.test(k)) {
+    throw badRequest('Idempotency-Key must be 1 to 255 visible ASCII characters');
+  }
+  return k;
+}
+
+function bodyHash(kind: string, req: unknown): string {
+  return createHash('sha256').update(kind).update('\n').update(canonicalJson(req)).digest('hex');
 }
 
 function principalInput(p: Principal) {

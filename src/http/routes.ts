@@ -1,13 +1,17 @@
 import type { Config } from '../config.js';
-import type { DecisionService } from '../decisions/service.js';
+import type { DecisionResult, DecisionService } from '../decisions/service.js';
 import { AppError, badRequest } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
+import { parseWait, type QueueService } from '../queue/service.js';
+import type { TokenService } from '../tokens/service.js';
 import { etagOf, metaOf, type ChangeContext, type PolicyService } from '../policy/service.js';
 import { actorOf, principalOf, type Ctx, type RouteDef } from './context.js';
 
 export interface RouteDeps {
   config: Config;
   decisions: DecisionService;
+  queue: QueueService;
+  tokens: TokenService;
   policies: PolicyService;
   metrics: Metrics;
   health: () => { ok: boolean; revision: number | null; error?: string };
@@ -26,6 +30,12 @@ function param(ctx: Ctx, name: string): string {
   return Array.isArray(v) ? v.join('/') : (v ?? '');
 }
 
+function query(ctx: Ctx, name: string): string | undefined {
+  const v = ctx.query[name];
+  if (Array.isArray(v)) throw badRequest(`query parameter ${name} must be given once`);
+  return v;
+}
+
 function boolQuery(ctx: Ctx, name: string): boolean {
   const v = ctx.query[name];
   if (v === undefined) return false;
@@ -39,10 +49,17 @@ function boolQuery(ctx: Ctx, name: string): boolean {
  * HTTP ↔ service calls; the rules live in the services.
  */
 export function routeTable(d: RouteDeps): RouteDef[] {
-  const authorizeAgent = async (ctx: Ctx) => {
-    const r = await d.decisions.authorizeAgent(ctx.request.body, principalOf(ctx), ctx.state);
+  const respond = (ctx: Ctx, r: DecisionResult) => {
     ctx.status = r.httpStatus;
+    if (r.replayed) ctx.set('Idempotent-Replayed', 'true');
     ctx.body = r.body;
+  };
+  const idemKey = (ctx: Ctx) => ctx.get('idempotency-key') || undefined;
+  const authorizeAgent = async (ctx: Ctx) => {
+    respond(
+      ctx,
+      await d.decisions.authorizeAgent(ctx.request.body, principalOf(ctx), ctx.state, idemKey(ctx)),
+    );
   };
   return [
     {
@@ -103,9 +120,114 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       body: 'object',
       summary: 'Authorize a human user action',
       handler: async (ctx) => {
-        const r = await d.decisions.authorizeHuman(ctx.request.body, principalOf(ctx), ctx.state);
-        ctx.status = r.httpStatus;
-        ctx.body = r.body;
+        respond(
+          ctx,
+          await d.decisions.authorizeHuman(ctx.request.body, principalOf(ctx), ctx.state, idemKey(ctx)),
+        );
+      },
+    },
+    {
+      method: 'GET',
+      path: '/.well-known/jwks.json',
+      template: '/.well-known/jwks.json',
+      apis: BOTH,
+      scope: null,
+      body: 'none',
+      summary: 'Public keys that verify Arbiter tokens (public)',
+      handler: (ctx) => {
+        ctx.set('Cache-Control', 'public, max-age=300');
+        ctx.body = d.tokens.jwks();
+      },
+    },
+    {
+      method: 'GET',
+      path: '/v1/queue/pending',
+      template: '/v1/queue/pending',
+      apis: ENGINE,
+      scope: 'queue:read',
+      body: 'none',
+      summary: 'List pending human-review items, oldest first',
+      handler: async (ctx) => {
+        ctx.body = await d.queue.listPending(principalOf(ctx), {
+          agent_id: query(ctx, 'agent_id'),
+          tenant_id: query(ctx, 'tenant_id'),
+          action: query(ctx, 'action'),
+          limit: query(ctx, 'limit'),
+          cursor: query(ctx, 'cursor'),
+        });
+      },
+    },
+    {
+      method: 'GET',
+      path: '/v1/queue/:id',
+      template: '/v1/queue/{id}',
+      apis: ENGINE,
+      scope: 'queue:read',
+      body: 'none',
+      summary: 'Get one queue item; ?wait=N (≤ 60 s) holds until it leaves pending',
+      handler: async (ctx) => {
+        ctx.body = await d.queue.get(principalOf(ctx), param(ctx, 'id'), parseWait(ctx.query.wait));
+      },
+    },
+    {
+      method: 'POST',
+      path: '/v1/queue/:id/approve',
+      template: '/v1/queue/{id}/approve',
+      apis: ENGINE,
+      scope: 'queue:review',
+      body: 'optional-object',
+      summary: 'Approve a pending item (optional {"note"})',
+      handler: async (ctx) => {
+        ctx.body = await d.queue.decide(principalOf(ctx), param(ctx, 'id'), 'approved', ctx.request.body);
+      },
+    },
+    {
+      method: 'POST',
+      path: '/v1/queue/:id/deny',
+      template: '/v1/queue/{id}/deny',
+      apis: ENGINE,
+      scope: 'queue:review',
+      body: 'optional-object',
+      summary: 'Deny a pending item (optional {"note"})',
+      handler: async (ctx) => {
+        ctx.body = await d.queue.decide(principalOf(ctx), param(ctx, 'id'), 'denied', ctx.request.body);
+      },
+    },
+    {
+      method: 'POST',
+      path: '/v1/tokens/mint',
+      template: '/v1/tokens/mint',
+      apis: ENGINE,
+      scope: 'tokens:mint',
+      body: 'object',
+      summary: 'Exchange an allowed or approved request for a scoped token (once)',
+      handler: async (ctx) => {
+        ctx.status = 201;
+        ctx.body = await d.tokens.mint(ctx.request.body, principalOf(ctx), ctx.state.traceId);
+      },
+    },
+    {
+      method: 'POST',
+      path: '/v1/tokens/introspect',
+      template: '/v1/tokens/introspect',
+      apis: ENGINE,
+      scope: 'tokens:read',
+      body: 'object',
+      summary: 'RFC 7662 token introspection',
+      handler: async (ctx) => {
+        ctx.body = await d.tokens.introspect(ctx.request.body, principalOf(ctx));
+      },
+    },
+    {
+      method: 'DELETE',
+      path: '/v1/tokens/:tokenID',
+      template: '/v1/tokens/{tokenID}',
+      apis: ENGINE,
+      scope: 'tokens:revoke',
+      body: 'none',
+      summary: 'Revoke a token (idempotent)',
+      handler: async (ctx) => {
+        ctx.body = await d.tokens.revoke(param(ctx, 'tokenID'), principalOf(ctx), ctx.state.traceId);
       },
     },
     {

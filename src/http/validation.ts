@@ -56,8 +56,9 @@ function describe(e: ErrorObject | undefined, body: unknown): string {
       return `${where} must be at most ${(e.params as { limit: number }).limit} characters`;
     case 'minimum':
     case 'maximum': {
-      const s = e.parentSchema as { minimum?: number; maximum?: number };
-      return `${where} out of range: must be between ${fmt(s.minimum)} and ${fmt(s.maximum)}, got ${String(valueAt(body, e))}`;
+      const s = e.parentSchema as { minimum?: number; maximum?: number; type?: string };
+      const f = s.type === 'integer' ? String : fmt;
+      return `${where} out of range: must be between ${f(s.minimum)} and ${f(s.maximum)}, got ${String(valueAt(body, e))}`;
     }
     case 'pattern':
       return `${where} must match ${(e.params as { pattern: string }).pattern}`;

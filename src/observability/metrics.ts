@@ -54,6 +54,22 @@ export function createMetrics() {
       help: 'Revision of the policy set and data this process evaluates.',
       registers: [registry],
     }),
+    queueTransitions: new Counter({
+      name: 'arbiter_queue_transitions_total',
+      help: 'Human-review queue transitions out of pending, by new status.',
+      labelNames: ['status'] as const,
+      registers: [registry],
+    }),
+    tokensMinted: new Counter({
+      name: 'arbiter_tokens_minted_total',
+      help: 'Scoped tokens minted.',
+      registers: [registry],
+    }),
+    tokensRevoked: new Counter({
+      name: 'arbiter_tokens_revoked_total',
+      help: 'Scoped tokens revoked.',
+      registers: [registry],
+    }),
     auditEvents: new Counter({
       name: 'arbiter_audit_events_total',
       help: 'Audit events written by this process, by kind.',
@@ -66,7 +82,20 @@ export function createMetrics() {
     for (const outcome of ['allow', 'requires_approval', 'deny']) m.decisions.inc({ kind, outcome }, 0);
   }
   for (const result of ['success', 'failure']) m.compiles.inc({ result }, 0);
+  for (const status of ['approved', 'denied', 'expired']) m.queueTransitions.inc({ status }, 0);
   return m;
+}
+
+/** Registers a gauge whose value is read when /metrics is scraped (e.g. queue depth). */
+export function gaugeFrom(metrics: Metrics, name: string, help: string, read: () => Promise<number>): void {
+  new Gauge({
+    name,
+    help,
+    registers: [metrics.registry],
+    async collect() {
+      this.set(await read());
+    },
+  });
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;

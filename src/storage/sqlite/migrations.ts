@@ -88,4 +88,52 @@ export const migrations: readonly { version: number; name: string; sql: string }
       CREATE INDEX queue_pending ON queue_items (status, created_at, id);
     `,
   },
+  {
+    version: 2,
+    name: 'decisions, tokens, signing keys',
+    sql: `
+      -- One row per answered decision: what a token exchange and an idempotent replay need.
+      CREATE TABLE decisions (
+        request_id TEXT PRIMARY KEY,
+        kind       TEXT NOT NULL,
+        status     TEXT NOT NULL,
+        key_id     TEXT NOT NULL,
+        tenant_id  TEXT,
+        subject    TEXT NOT NULL,
+        action     TEXT NOT NULL,
+        resource   TEXT NOT NULL,
+        message    TEXT,
+        trace_id   TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT,
+        idem_key   TEXT,
+        body_hash  TEXT,
+        token_id   TEXT
+      ) STRICT;
+      CREATE UNIQUE INDEX decisions_idempotency ON decisions (key_id, idem_key) WHERE idem_key IS NOT NULL;
+
+      CREATE TABLE tokens (
+        id         TEXT PRIMARY KEY,
+        request_id TEXT,
+        subject    TEXT NOT NULL,
+        scopes     TEXT NOT NULL,
+        audience   TEXT NOT NULL,
+        tenant_id  TEXT,
+        issued_at  TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        revoked_at TEXT,
+        minted_by  TEXT NOT NULL,
+        trace_id   TEXT
+      ) STRICT;
+
+      CREATE TABLE signing_keys (
+        kid         TEXT PRIMARY KEY,
+        private_jwk TEXT NOT NULL,
+        public_jwk  TEXT NOT NULL,
+        created_at  TEXT NOT NULL
+      ) STRICT;
+
+      CREATE INDEX queue_pending_id ON queue_items (status, id);
+    `,
+  },
 ];

@@ -2,11 +2,13 @@ import type { Statement } from 'better-sqlite3';
 import { eventHash, GENESIS_HASH } from '../../audit/chain.js';
 import type { AuditStore } from '../../audit/store.js';
 import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
-import type { DecisionStore } from '../../decisions/store.js';
+import type { DecisionRecord, DecisionStore, RecordOutcome } from '../../decisions/store.js';
 import { newId } from '../../ids.js';
 import type { ApiKeyRecord, KeyStore, Scope } from '../../keys/types.js';
 import type { DataDocument, PolicyRecord, PolicySnapshot, PolicyStore } from '../../policy/types.js';
+import type { DecideOutcome, PendingFilter, QueueStore } from '../../queue/store.js';
 import type { QueueItem } from '../../queue/types.js';
+import type { SigningKeyRecord, TokenRecord, TokenStore } from '../../tokens/types.js';
 import type { Db } from './db.js';
 
 type Row = Record<string, unknown>;
@@ -112,8 +114,24 @@ export class SqliteAuditStore implements AuditStore {
   }
 }
 
+function queueFromRow(r: Row): QueueItem {
+  return {
+    ...(r as unknown as QueueItem),
+    resource: JSON.parse(r.resource as string) as unknown,
+    context: JSON.parse(r.context as string) as Record<string, unknown>,
+  };
+}
+
+function decisionFromRow(r: Row): DecisionRecord {
+  return { ...(r as unknown as DecisionRecord), resource: JSON.parse(r.resource as string) as unknown };
+}
+
 export class SqliteDecisionStore implements DecisionStore {
   private readonly insertQueue: Statement;
+  private readonly insertDecision: Statement;
+  private readonly byIdem: Statement;
+  private readonly clearIdem: Statement;
+  private readonly byId: Statement;
   constructor(
     private readonly db: Db,
     private readonly writer: AuditWriter,
@@ -123,11 +141,31 @@ export class SqliteDecisionStore implements DecisionStore {
       resource, confidence, context, message, trace_id, created_at, expires_at, decided_at, decided_by, note,
       requested_by) VALUES (@id, @status, @kind, @agent_id, @user_id, @tenant_id, @action, @resource, @confidence,
       @context, @message, @trace_id, @created_at, @expires_at, @decided_at, @decided_by, @note, @requested_by)`);
+    this.insertDecision =
+      db.prepare(`INSERT INTO decisions (request_id, kind, status, key_id, tenant_id, subject,
+      action, resource, message, trace_id, created_at, expires_at, idem_key, body_hash, token_id) VALUES
+      (@request_id, @kind, @status, @key_id, @tenant_id, @subject, @action, @resource, @message, @trace_id,
+      @created_at, @expires_at, @idem_key, @body_hash, @token_id)`);
+    this.byIdem = db.prepare('SELECT * FROM decisions WHERE key_id = ? AND idem_key = ?');
+    this.clearIdem = db.prepare('UPDATE decisions SET idem_key = NULL WHERE key_id = ? AND idem_key = ?');
+    this.byId = db.prepare('SELECT * FROM decisions WHERE request_id = ?');
   }
 
-  async record(event: NewAuditEvent, item: QueueItem | undefined): Promise<AuditEvent> {
+  async record(
+    decision: DecisionRecord,
+    event: NewAuditEvent,
+    item: QueueItem | undefined,
+    idemSince: string,
+  ): Promise<RecordOutcome> {
     return this.db
-      .transaction(() => {
+      .transaction((): RecordOutcome => {
+        if (decision.idem_key !== null) {
+          const prior = this.byIdem.get(decision.key_id, decision.idem_key) as Row | undefined;
+          if (prior && (prior.created_at as string) >= idemSince) return { replay: decisionFromRow(prior) };
+          // An expired key may be used again: the old decision keeps its row but loses the key.
+          if (prior) this.clearIdem.run(decision.key_id, decision.idem_key);
+        }
+        this.insertDecision.run({ ...decision, resource: JSON.stringify(decision.resource) });
         if (item) {
           this.insertQueue.run({
             ...item,
@@ -135,9 +173,207 @@ export class SqliteDecisionStore implements DecisionStore {
             context: JSON.stringify(item.context),
           });
         }
-        return this.writer.appendInTx([event])[0] as AuditEvent;
+        return { recorded: this.writer.appendInTx([event])[0] as AuditEvent };
       })
       .immediate();
+  }
+
+  async findByIdempotencyKey(
+    keyId: string,
+    idemKey: string,
+    since: string,
+  ): Promise<DecisionRecord | undefined> {
+    const r = this.byIdem.get(keyId, idemKey) as Row | undefined;
+    return r && (r.created_at as string) >= since ? decisionFromRow(r) : undefined;
+  }
+
+  async get(requestId: string): Promise<DecisionRecord | undefined> {
+    const r = this.byId.get(requestId) as Row | undefined;
+    return r && decisionFromRow(r);
+  }
+}
+
+export class SqliteQueueStore implements QueueStore {
+  private readonly byId: Statement;
+  constructor(
+    private readonly db: Db,
+    private readonly writer: AuditWriter,
+  ) {
+    this.byId = db.prepare('SELECT * FROM queue_items WHERE id = ?');
+  }
+
+  async get(id: string): Promise<QueueItem | undefined> {
+    const r = this.byId.get(id) as Row | undefined;
+    return r && queueFromRow(r);
+  }
+
+  async listPending(f: PendingFilter): Promise<QueueItem[]> {
+    const where = ["status = 'pending'", 'expires_at > @now'];
+    if (f.after !== undefined) where.push('id > @after');
+    if (f.agent_id !== undefined) where.push('agent_id = @agent_id');
+    if (f.tenant_id !== undefined) where.push('tenant_id = @tenant_id');
+    if (f.action !== undefined) where.push('action = @action');
+    const rows = this.db
+      .prepare(`SELECT * FROM queue_items WHERE ${where.join(' AND ')} ORDER BY id LIMIT @limit`)
+      .all({ ...f }) as Row[];
+    return rows.map(queueFromRow);
+  }
+
+  async decide(
+    id: string,
+    to: 'approved' | 'denied',
+    by: string,
+    note: string | null,
+    now: string,
+    event: (item: QueueItem) => NewAuditEvent,
+  ): Promise<DecideOutcome> {
+    return this.db
+      .transaction((): DecideOutcome => {
+        const changed = this.db
+          .prepare(
+            `UPDATE queue_items SET status = ?, decided_at = ?, decided_by = ?, note = ?
+             WHERE id = ? AND status = 'pending' AND expires_at > ?`,
+          )
+          .run(to, now, by, note, id, now).changes;
+        const r = this.byId.get(id) as Row | undefined;
+        const item = r && queueFromRow(r);
+        if (changed !== 1 || !item) return { won: false, item };
+        this.writer.appendInTx([event(item)]);
+        return { won: true, item };
+      })
+      .immediate();
+  }
+
+  async expireDue(
+    now: string,
+    event: (item: QueueItem) => NewAuditEvent,
+    ids?: string[],
+  ): Promise<QueueItem[]> {
+    return this.db
+      .transaction(() => {
+        const due = (
+          ids
+            ? ids.map((id) => this.byId.get(id) as Row | undefined).filter((r): r is Row => r !== undefined)
+            : (this.db
+                .prepare("SELECT * FROM queue_items WHERE status = 'pending' AND expires_at <= ?")
+                .all(now) as Row[])
+        )
+          .map(queueFromRow)
+          .filter((i) => i.status === 'pending' && i.expires_at <= now);
+        const upd = this.db.prepare(
+          "UPDATE queue_items SET status = 'expired', decided_at = expires_at WHERE id = ? AND status = 'pending'",
+        );
+        const out: QueueItem[] = [];
+        for (const item of due) {
+          if (upd.run(item.id).changes !== 1) continue;
+          const expired = { ...item, status: 'expired' as const, decided_at: item.expires_at };
+          this.writer.appendInTx([event(expired)]);
+          out.push(expired);
+        }
+        return out;
+      })
+      .immediate();
+  }
+
+  async countPending(now: string): Promise<number> {
+    return this.db
+      .prepare("SELECT count(*) FROM queue_items WHERE status = 'pending' AND expires_at > ?")
+      .pluck()
+      .get(now) as number;
+  }
+}
+
+function tokenFromRow(r: Row): TokenRecord {
+  return { ...(r as unknown as TokenRecord), scopes: JSON.parse(r.scopes as string) as string[] };
+}
+
+export class SqliteTokenStore implements TokenStore {
+  private readonly byId: Statement;
+  private readonly revokedStmt: Statement;
+  private readonly insertStmt: Statement;
+  constructor(
+    private readonly db: Db,
+    private readonly writer: AuditWriter,
+  ) {
+    this.byId = db.prepare('SELECT * FROM tokens WHERE id = ?');
+    this.revokedStmt = db.prepare('SELECT revoked_at FROM tokens WHERE id = ?');
+    this.insertStmt =
+      db.prepare(`INSERT INTO tokens (id, request_id, subject, scopes, audience, tenant_id, issued_at,
+      expires_at, revoked_at, minted_by, trace_id) VALUES (@id, @request_id, @subject, @scopes, @audience, @tenant_id,
+      @issued_at, @expires_at, @revoked_at, @minted_by, @trace_id)`);
+  }
+
+  async signingKey(create: () => Promise<SigningKeyRecord>): Promise<SigningKeyRecord> {
+    const existing = this.db.prepare('SELECT * FROM signing_keys ORDER BY created_at LIMIT 1').get() as
+      SigningKeyRecord | undefined;
+    if (existing) return existing;
+    const fresh = await create();
+    return this.db
+      .transaction(() => {
+        // Another process may have won the race: the first key stored is the key.
+        const won = this.db.prepare('SELECT * FROM signing_keys ORDER BY created_at LIMIT 1').get() as
+          SigningKeyRecord | undefined;
+        if (won) return won;
+        this.db
+          .prepare(
+            'INSERT INTO signing_keys (kid, private_jwk, public_jwk, created_at) VALUES (@kid, @private_jwk, @public_jwk, @created_at)',
+          )
+          .run(fresh);
+        return fresh;
+      })
+      .immediate();
+  }
+
+  async exchange(requestId: string, token: TokenRecord, event: NewAuditEvent): Promise<'ok' | 'already'> {
+    return this.db
+      .transaction(() => {
+        const changed = this.db
+          .prepare('UPDATE decisions SET token_id = ? WHERE request_id = ? AND token_id IS NULL')
+          .run(token.id, requestId).changes;
+        if (changed !== 1) return 'already' as const;
+        this.insertStmt.run({ ...token, scopes: JSON.stringify(token.scopes) });
+        this.writer.appendInTx([event]);
+        return 'ok' as const;
+      })
+      .immediate();
+  }
+
+  async insert(token: TokenRecord, event: NewAuditEvent): Promise<void> {
+    this.db
+      .transaction(() => {
+        this.insertStmt.run({ ...token, scopes: JSON.stringify(token.scopes) });
+        this.writer.appendInTx([event]);
+      })
+      .immediate();
+  }
+
+  async get(id: string): Promise<TokenRecord | undefined> {
+    const r = this.byId.get(id) as Row | undefined;
+    return r && tokenFromRow(r);
+  }
+
+  async revoke(
+    id: string,
+    at: string,
+    event: (t: TokenRecord) => NewAuditEvent,
+  ): Promise<TokenRecord | undefined> {
+    return this.db
+      .transaction(() => {
+        const r = this.byId.get(id) as Row | undefined;
+        if (!r) return undefined;
+        const t = tokenFromRow(r);
+        if (t.revoked_at !== null) return t;
+        this.db.prepare('UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL').run(at, id);
+        const revoked = { ...t, revoked_at: at };
+        this.writer.appendInTx([event(revoked)]);
+        return revoked;
+      })
+      .immediate();
+  }
+
+  revokedAt(id: string): string | null | undefined {
+    const r = this.revokedStmt.get(id) as { revoked_at: string | null } | undefined;
+    return r === undefined ? undefined : r.revoked_at;
   }
 }
 
@@ -341,6 +577,8 @@ export function sqliteStores(db: Db) {
   return {
     audit: new SqliteAuditStore(db, writer),
     decisions: new SqliteDecisionStore(db, writer),
+    queue: new SqliteQueueStore(db, writer),
+    tokens: new SqliteTokenStore(db, writer),
     keys: new SqliteKeyStore(db, writer),
     policies: new SqlitePolicyStore(db, writer),
     /** Cheap liveness probe for /healthz. */

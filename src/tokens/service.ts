@@ -1,0 +1,310 @@
+import {
+  calculateJwkThumbprint,
+  exportJWK,
+  generateKeyPair,
+  importJWK,
+  jwtVerify,
+  SignJWT,
+  type JWK,
+  type JWTPayload,
+} from 'jose';
+import type { DecisionStore } from '../decisions/store.js';
+import { AppError, badRequest, conflict, forbidden, notFound } from '../errors.js';
+import { compileSchema } from '../http/validation.js';
+import { newId } from '../ids.js';
+import { hasScope } from '../keys/service.js';
+import type { Principal } from '../keys/types.js';
+import type { QueueService } from '../queue/service.js';
+import type { TokenRecord, TokenStore } from './types.js';
+
+/** What jose hands back for an imported key (a WebCrypto CryptoKey on Node). */
+type SigningKey = Exclude<Awaited<ReturnType<typeof importJWK>>, Uint8Array>;
+
+const ALG = 'EdDSA';
+const TYP = 'at+jwt';
+
+export interface TokenConfig {
+  issuer: string;
+  defaultTtlSeconds: number;
+  maxTtlSeconds: number;
+}
+
+export interface TokenObserver {
+  minted(): void;
+  revoked(): void;
+}
+
+export interface MintedToken {
+  token_id: string;
+  token: string;
+  token_type: 'Bearer';
+  subject: string;
+  scopes: string[];
+  expires_at: string;
+}
+
+interface MintRequest {
+  request_id?: string;
+  subject?: string;
+  scopes?: string[];
+  ttl_seconds?: number;
+  audience?: string;
+}
+
+export const mintRequestSchema = (maxTtl: number) => ({
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    request_id: { type: 'string', minLength: 1, maxLength: 64 },
+    subject: { type: 'string', minLength: 1, maxLength: 256 },
+    scopes: {
+      type: 'array',
+      minItems: 1,
+      maxItems: 64,
+      items: { type: 'string', minLength: 1, maxLength: 1024, pattern: '^\\S+$' },
+    },
+    ttl_seconds: { type: 'integer', minimum: 1, maximum: maxTtl },
+    audience: { type: 'string', minLength: 1, maxLength: 256 },
+  },
+});
+
+export const introspectRequestSchema = {
+  type: 'object',
+  required: ['token'],
+  additionalProperties: false,
+  properties: { token: { type: 'string', maxLength: 16384 } },
+};
+
+/** The scope a token carries for an exchanged decision: exactly that action on that resource. */
+export function decisionScope(action: string, resource: unknown): string {
+  const r =
+    typeof resource === 'string'
+      ? resource
+      : `${(resource as { type: string }).type}/${(resource as { id: string }).id}`;
+  return `${action}:${r}`;
+}
+
+/**
+ * Short-lived Ed25519-signed JWTs (RFC 9068 access-token shape) minted from allowed or approved
+ * decisions, once each; offline verification through the JWKS, revocation through introspection.
+ */
+export class TokenService {
+  private privateKey: SigningKey | undefined;
+  private publicKey: SigningKey | undefined;
+  private publicJwk: JWK | undefined;
+  private kid = '';
+  private readonly validateMint: (b: unknown) => MintRequest;
+  private readonly validateIntrospect = compileSchema<{ token: string }>(introspectRequestSchema);
+
+  constructor(
+    private readonly store: TokenStore,
+    private readonly decisions: DecisionStore,
+    private readonly queue: QueueService,
+    private readonly cfg: TokenConfig,
+    private readonly observer: TokenObserver,
+  ) {
+    this.validateMint = compileSchema<MintRequest>(mintRequestSchema(cfg.maxTtlSeconds));
+  }
+
+  /** Loads the signing key, generating and persisting it on first start. */
+  async init(): Promise<void> {
+    const rec = await this.store.signingKey(async () => {
+      const { privateKey, publicKey } = await generateKeyPair(ALG, { crv: 'Ed25519', extractable: true });
+      const pub = await exportJWK(publicKey);
+      const kid = await calculateJwkThumbprint(pub);
+      return {
+        kid,
+        private_jwk: JSON.stringify({ ...(await exportJWK(privateKey)), kid, alg: ALG }),
+        public_jwk: JSON.stringify({ ...pub, kid, alg: ALG, use: 'sig' }),
+        created_at: new Date().toISOString(),
+      };
+    });
+    this.kid = rec.kid;
+    this.publicJwk = JSON.parse(rec.public_jwk) as JWK;
+    this.privateKey = (await importJWK(JSON.parse(rec.private_jwk) as JWK, ALG)) as SigningKey;
+    this.publicKey = (await importJWK(this.publicJwk, ALG)) as SigningKey;
+  }
+
+  /** The public verification keys: never the private part. */
+  jwks(): { keys: JWK[] } {
+    const { kty, crv, x, kid, alg, use } = this.publicJwk ?? {};
+    return { keys: [{ kty, crv, x, kid, alg, use } as JWK] };
+  }
+
+  async mint(body: unknown, principal: Principal, traceId: string): Promise<MintedToken> {
+    const req = this.validateMint(body);
+    const ttl = req.ttl_seconds ?? this.cfg.defaultTtlSeconds;
+    const audience = req.audience ?? this.cfg.issuer;
+    if (req.request_id !== undefined) {
+      if (req.subject !== undefined || req.scopes !== undefined) {
+        throw badRequest('give either request_id, or subject and scopes, not both');
+      }
+      return this.exchange(req.request_id, ttl, audience, principal);
+    }
+    if (req.subject === undefined || req.scopes === undefined) {
+      throw badRequest('missing required field: request_id (or subject and scopes for free-form minting)');
+    }
+    if (!hasScope(principal, 'admin'))
+      throw forbidden('free-form minting (subject and scopes) needs the admin scope');
+    const token = this.record(null, req.subject, req.scopes, audience, ttl, principal, traceId);
+    const jwt = await this.sign(token);
+    await this.store.insert(token, this.mintEvent(token, principal, { free_form: true }));
+    this.observer.minted();
+    return this.render(token, jwt);
+  }
+
+  private async exchange(
+    requestId: string,
+    ttl: number,
+    audience: string,
+    principal: Principal,
+  ): Promise<MintedToken> {
+    const d = await this.decisions.get(requestId);
+    if (!d || (principal.tenant !== null && d.tenant_id !== principal.tenant)) {
+      throw notFound(`no decision with request_id ${requestId}`);
+    }
+    if (d.key_id !== principal.keyId && !hasScope(principal, 'admin')) {
+      throw forbidden('only the API key that made the request can exchange it for a token');
+    }
+    if (d.status === 'deny') throw forbidden(`request ${requestId} was denied`);
+    if (d.status === 'requires_approval') {
+      const item = await this.queue.get(principal, requestId);
+      if (item.status === 'pending') throw conflict(`request ${requestId} is still pending approval`);
+      if (item.status !== 'approved')
+        throw forbidden(`request ${requestId} was ${item.status}, not approved`);
+    }
+    if (d.token_id !== null) throw conflict(`request ${requestId} was already exchanged for a token`);
+    const token = this.record(
+      requestId,
+      d.subject,
+      [decisionScope(d.action, d.resource)],
+      audience,
+      ttl,
+      principal,
+      d.trace_id,
+    );
+    token.tenant_id = d.tenant_id;
+    const jwt = await this.sign(token);
+    const r = await this.store.exchange(requestId, token, this.mintEvent(token, principal, {}));
+    if (r === 'already') throw conflict(`request ${requestId} was already exchanged for a token`);
+    this.observer.minted();
+    return this.render(token, jwt);
+  }
+
+  /** RFC 7662: `{"active": false}` for anything not a live token we issued. */
+  async introspect(body: unknown, principal: Principal): Promise<Record<string, unknown>> {
+    const { token } = this.validateIntrospect(body);
+    let payload: JWTPayload;
+    try {
+      ({ payload } = await jwtVerify(token, this.publicKey as SigningKey, {
+        algorithms: [ALG],
+        issuer: this.cfg.issuer,
+        typ: TYP,
+      }));
+    } catch {
+      return { active: false };
+    }
+    if (typeof payload.jti !== 'string' || this.store.revokedAt(payload.jti) !== null)
+      return { active: false };
+    if (principal.tenant !== null && payload.tenant_id !== principal.tenant) return { active: false };
+    return {
+      active: true,
+      token_type: 'Bearer',
+      scope: payload.scope,
+      sub: payload.sub,
+      aud: payload.aud,
+      iss: payload.iss,
+      exp: payload.exp,
+      iat: payload.iat,
+      jti: payload.jti,
+      request_id: payload.request_id ?? null,
+    };
+  }
+
+  async revoke(
+    tokenId: string,
+    principal: Principal,
+    traceId: string,
+  ): Promise<{ token_id: string; revoked: true; revoked_at: string }> {
+    const t = await this.store.get(tokenId);
+    if (!t || (principal.tenant !== null && t.tenant_id !== principal.tenant)) {
+      throw notFound(`token ${tokenId} not found`);
+    }
+    const r = await this.store.revoke(tokenId, new Date().toISOString(), (tok) => ({
+      kind: 'token.revoke',
+      trace_id: tok.trace_id ?? traceId,
+      request_id: tok.request_id,
+      actor: principal.name,
+      tenant_id: tok.tenant_id,
+      resource: tok.id,
+      outcome: 'revoked',
+      details: { token_id: tok.id, subject: tok.subject },
+    }));
+    if (!r || r.revoked_at === null) throw new AppError(500, 'revocation was not recorded');
+    if (t.revoked_at === null) this.observer.revoked();
+    return { token_id: r.id, revoked: true, revoked_at: r.revoked_at };
+  }
+
+  private record(
+    requestId: string | null,
+    subject: string,
+    scopes: string[],
+    audience: string,
+    ttl: number,
+    principal: Principal,
+    traceId: string,
+  ): TokenRecord {
+    const issued = Math.floor(Date.now() / 1000);
+    return {
+      id: newId(),
+      request_id: requestId,
+      subject,
+      scopes,
+      audience,
+      tenant_id: principal.tenant,
+      issued_at: new Date(issued * 1000).toISOString(),
+      expires_at: new Date((issued + ttl) * 1000).toISOString(),
+      revoked_at: null,
+      minted_by: principal.name,
+      trace_id: traceId,
+    };
+  }
+
+  private sign(t: TokenRecord): Promise<string> {
+    const claims: JWTPayload = { scope: t.scopes.join(' '), request_id: t.request_id };
+    if (t.tenant_id !== null) claims.tenant_id = t.tenant_id;
+    return new SignJWT(claims)
+      .setProtectedHeader({ alg: ALG, kid: this.kid, typ: TYP })
+      .setIssuer(this.cfg.issuer)
+      .setSubject(t.subject)
+      .setAudience(t.audience)
+      .setJti(t.id)
+      .setIssuedAt(Date.parse(t.issued_at) / 1000)
+      .setExpirationTime(Date.parse(t.expires_at) / 1000)
+      .sign(this.privateKey as SigningKey);
+  }
+
+  private mintEvent(t: TokenRecord, principal: Principal, details: Record<string, unknown>) {
+    return {
+      kind: 'token.mint',
+      trace_id: t.trace_id,
+      request_id: t.request_id,
+      actor: principal.name,
+      tenant_id: t.tenant_id,
+      resource: t.id,
+      outcome: 'minted',
+      details: { token_id: t.id, subject: t.subject, scopes: t.scopes, expires_at: t.expires_at, ...details },
+    };
+  }
+
+  private render(t: TokenRecord, jwt: string): MintedToken {
+    return {
+      token_id: t.id,
+      token: jwt,
+      token_type: 'Bearer',
+      subject: t.subject,
+      scopes: t.scopes,
+      expires_at: t.expires_at,
+    };
+  }
+}

@@ -1,0 +1,40 @@
+import type { NewAuditEvent } from '../audit/types.js';
+
+export interface TokenRecord {
+  /** = the JWT's jti */
+  id: string;
+  request_id: string | null;
+  subject: string;
+  scopes: string[];
+  audience: string;
+  tenant_id: string | null;
+  issued_at: string;
+  expires_at: string;
+  revoked_at: string | null;
+  /** Name of the API key that minted it. */
+  minted_by: string;
+  trace_id: string | null;
+}
+
+export interface SigningKeyRecord {
+  kid: string;
+  private_jwk: string;
+  public_jwk: string;
+  created_at: string;
+}
+
+export interface TokenStore {
+  /** The signing key, creating it from `create()` if none exists yet (first start wins). */
+  signingKey(create: () => Promise<SigningKeyRecord>): Promise<SigningKeyRecord>;
+  /**
+   * Exchanges a decision for a token once: marks the decision exchanged, stores the token and its
+   * audit event atomically. 'already' when the decision was exchanged before.
+   */
+  exchange(requestId: string, token: TokenRecord, event: NewAuditEvent): Promise<'ok' | 'already'>;
+  insert(token: TokenRecord, event: NewAuditEvent): Promise<void>;
+  get(id: string): Promise<TokenRecord | undefined>;
+  /** Revokes (idempotently: keeps the first revoked_at); undefined if unknown. */
+  revoke(id: string, at: string, event: (t: TokenRecord) => NewAuditEvent): Promise<TokenRecord | undefined>;
+  /** Indexed lookup used by introspection. */
+  revokedAt(id: string): string | null | undefined;
+}
