@@ -1,0 +1,430 @@
+import { expect } from 'chai';
+import { bigJsonBody, expectError } from './helpers/expect-error.js';
+import {
+  AGENT,
+  Arbiter,
+  call,
+  HUMAN,
+  readDb,
+  type RequestOptions,
+  type Response,
+} from './helpers/harness.js';
+
+const MiB = 1024 * 1024;
+const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+describe('common HTTP rules (SPEC §3) on both listeners', () => {
+  let a: Arbiter;
+  let metricsKey: string;
+  let authorizeOnlyKey: string;
+  before(async () => {
+    a = await Arbiter.start();
+    metricsKey = a.createKey('metrics-reader', ['metrics:read']);
+    authorizeOnlyKey = a.createKey('authorize-only', ['authorize']);
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  const base = (api: 'engine' | 'platform') => (api === 'engine' ? a.engine : a.platform);
+
+  for (const api of ['engine', 'platform'] as const) {
+    describe(`${api} listener`, () => {
+      it('answers 404 {"error"} for an unknown path', async () => {
+        const r = await call('GET', base(api) + '/v1/no-such-thing/0190c0de-0000-7000-8000-000000000000');
+        expectError(r, 404);
+        expect(r.headers.get('x-request-id')).to.match(UUID_V7);
+      });
+
+      it('answers 404 {"error"} for an unknown path without a key', async () => {
+        const r = await call('GET', base(api) + '/nothing-here', { key: null });
+        expectError(r, 404);
+        expect(r.headers.get('x-request-id')).to.match(UUID_V7);
+      });
+
+      it('answers 405 with Allow and {"error"} for a known path with the wrong method', async () => {
+        const r = await call('DELETE', base(api) + '/healthz');
+        expectError(r, 405);
+        expect((r.headers.get('allow') ?? '').split(/,\s*/)).to.include('GET');
+        expect(r.headers.get('x-request-id')).to.match(UUID_V7);
+      });
+
+      it('answers 405 with Allow: POST for GET on /api/v1/authorize', async () => {
+        const r = await call('GET', base(api) + '/api/v1/authorize');
+        expectError(r, 405);
+        expect((r.headers.get('allow') ?? '').split(/,\s*/)).to.include('POST');
+      });
+
+      it('serves /healthz publicly as {"status":"ok","revision":N}', async () => {
+        const r = await call('GET', base(api) + '/healthz', { key: null });
+        expect(r.status).to.equal(200);
+        expect(r.headers.get('content-type')).to.match(/^application\/json/);
+        expect(r.json).to.have.keys('status', 'revision');
+        expect(r.json.status).to.equal('ok');
+        expect(r.json.revision).to.be.a('number').and.at.least(1);
+        expect(r.headers.get('x-request-id')).to.match(UUID_V7);
+      });
+
+      it('answers 401 {"error"} with WWW-Authenticate for /metrics without a key', async () => {
+        const r = await call('GET', base(api) + '/metrics', { key: null });
+        expectError(r, 401);
+        expect(r.headers.get('www-authenticate')).to.match(/^Bearer/);
+        expect(r.headers.get('x-request-id')).to.match(UUID_V7);
+      });
+
+      it('answers 403 {"error"} naming metrics:read for /metrics with a key lacking it', async () => {
+        const r = await call('GET', base(api) + '/metrics', { key: authorizeOnlyKey });
+        expectError(r, 403, /metrics:read/);
+        expect(r.headers.get('x-request-id')).to.match(UUID_V7);
+      });
+
+      it('serves /metrics as Prometheus text to a key with metrics:read', async () => {
+        const r = await call('GET', base(api) + '/metrics', { key: metricsKey });
+        expect(r.status).to.equal(200);
+        expect(r.headers.get('content-type')).to.match(/^text\/plain/);
+        expect(r.text).to.match(/^# HELP arbiter_http_requests_total /m);
+        expect(r.headers.get('x-request-id')).to.match(UUID_V7);
+      });
+
+      it('carries X-Request-Id on a 400, a 401 and a 415, each one different', async () => {
+        const bad = await call('POST', base(api) + '/api/v1/authorize', {
+          raw: '{',
+          headers: { 'content-type': 'application/json' },
+        });
+        const unauth = await call('POST', base(api) + '/api/v1/authorize', {
+          key: 'arb_wrong',
+          body: AGENT.allow,
+        });
+        const media = await call('POST', base(api) + '/api/v1/authorize', {
+          raw: JSON.stringify(AGENT.allow),
+          headers: { 'content-type': 'text/plain' },
+        });
+        expectError(bad, 400);
+        expectError(unauth, 401);
+        expectError(media, 415);
+        const ids = [bad, unauth, media].map((r) => r.headers.get('x-request-id'));
+        for (const id of ids) expect(id).to.match(UUID_V7);
+        expect(new Set(ids).size).to.equal(3);
+      });
+
+      it('does not echo a client-supplied X-Request-Id', async () => {
+        const r = await call('GET', base(api) + '/healthz', { headers: { 'x-request-id': 'forged-id' } });
+        expect(r.headers.get('x-request-id')).to.match(UUID_V7);
+      });
+    });
+  }
+
+  it('does not serve engine-only routes on the platform listener (404)', async () => {
+    expectError(await call('POST', a.platform + '/v1/agent/authorize', { body: AGENT.allow }), 404);
+    expectError(await call('POST', a.platform + '/v1/authorize', { body: HUMAN.allow }), 404);
+  });
+
+  it('does not serve platform-only routes on the engine listener (404)', async () => {
+    expectError(await call('GET', a.engine + '/api/v1/policies'), 404);
+  });
+
+  it('answers 405 with Allow listing GET, PUT and DELETE for PATCH on a policy', async () => {
+    const r = await call('PATCH', a.platform + '/api/v1/policies/agent', { body: { rego: 'x' } });
+    expectError(r, 405);
+    expect((r.headers.get('allow') ?? '').split(/,\s*/)).to.include.members(['GET', 'PUT', 'DELETE']);
+  });
+
+  it('answers 405 with Allow: POST for GET on /v1/agent/authorize', async () => {
+    const r = await call('GET', a.engine + '/v1/agent/authorize');
+    expectError(r, 405);
+    expect((r.headers.get('allow') ?? '').split(/,\s*/)).to.include('POST');
+  });
+
+  it('labels request metrics by route template, never by raw path', async () => {
+    expect((await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow })).status).to.equal(
+      200,
+    );
+    await call('GET', a.platform + '/api/v1/policies/agent');
+    await call('GET', a.platform + '/api/v1/policies/raw-name-must-not-leak');
+    await call('GET', a.engine + '/v1/raw-unknown-path-must-not-leak');
+    const r = await call('GET', a.engine + '/metrics', { key: metricsKey });
+    const httpLines = r.text.split('\n').filter((l) => l.startsWith('arbiter_http_requests_total{'));
+    expect(
+      httpLines.filter((l) => l.includes('route="/v1/agent/authorize"') && l.includes('status="200"')),
+    ).to.have.length.at.least(1);
+    // The platform listener's requests show up too: one registry per process, labelled by template.
+    expect(httpLines.filter((l) => l.includes('route="/api/v1/policies/{name}"'))).to.have.length.at.least(1);
+    expect(r.text).to.not.include('raw-name-must-not-leak');
+    expect(r.text).to.not.include('raw-unknown-path-must-not-leak');
+    expect(r.text).to.not.include('route="/api/v1/policies/agent"');
+  });
+
+  it('counts decisions by kind and outcome', async () => {
+    expect((await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow })).status).to.equal(
+      200,
+    );
+    const r = await call('GET', a.platform + '/metrics', { key: metricsKey });
+    const m = /^arbiter_decisions_total\{kind="agent",outcome="allow"\} (\d+)$/m.exec(r.text);
+    expect(m, r.text.slice(0, 2000)).to.not.equal(null);
+    expect(Number(m?.[1])).to.be.at.least(1);
+  });
+
+  describe('authorize: bad input is a 400-class {"error"} that records nothing', () => {
+    const counts = () =>
+      readDb(a.dataDir, (db) => ({
+        audit: (db.prepare('SELECT count(*) n FROM audit_events').get() as { n: number }).n,
+        queue: (db.prepare('SELECT count(*) n FROM queue_items').get() as { n: number }).n,
+      }));
+
+    const refuse = (
+      title: string,
+      path: string,
+      opts: RequestOptions,
+      status: number,
+      message?: RegExp | string,
+      api: 'engine' | 'platform' = 'engine',
+    ) =>
+      it(title, async () => {
+        const before = counts();
+        const r: Response = await call('POST', base(api) + path, opts);
+        expectError(r, status, message);
+        expect(r.headers.get('x-request-id')).to.match(UUID_V7);
+        expect(counts()).to.deep.equal(before);
+      });
+
+    const json = (raw: string): RequestOptions => ({ raw, headers: { 'content-type': 'application/json' } });
+    const without = <T extends object>(o: T, k: string) =>
+      Object.fromEntries(Object.entries(o).filter(([key]) => key !== k));
+
+    for (const path of ['/v1/agent/authorize', '/api/v1/authorize']) {
+      describe(`POST ${path} (agents)`, () => {
+        refuse('answers 400 for malformed JSON', path, json('{"agent_id": "deploy-bot",'), 400, /JSON/);
+        refuse('answers 400 for a JSON array', path, json(JSON.stringify([AGENT.allow])), 400);
+        refuse('answers 400 for a JSON string', path, json('"deploy-bot"'), 400);
+        refuse('answers 400 for JSON null', path, json('null'), 400);
+        refuse('answers 400 for no body at all', path, {}, 400);
+        refuse(
+          'answers 415 for a text/plain body',
+          path,
+          { raw: JSON.stringify(AGENT.allow), headers: { 'content-type': 'text/plain' } },
+          415,
+        );
+        refuse('answers 413 for a 2 MiB body', path, json(bigJsonBody(2 * MiB, AGENT.allow)), 413);
+
+        for (const field of ['agent_id', 'action', 'resource', 'confidence']) {
+          refuse(
+            `answers 400 naming ${field} when it is missing`,
+            path,
+            { body: without(AGENT.allow, field) },
+            400,
+            new RegExp(field),
+          );
+        }
+        for (const field of ['agent_id', 'action', 'resource']) {
+          refuse(
+            `answers 400 naming ${field} when it is empty`,
+            path,
+            { body: { ...AGENT.allow, [field]: '' } },
+            400,
+            new RegExp(field),
+          );
+        }
+        refuse(
+          'answers 400 naming agent_id when it is over 256 characters',
+          path,
+          { body: { ...AGENT.allow, agent_id: 'a'.repeat(257) } },
+          400,
+          /agent_id/,
+        );
+        refuse(
+          'answers 400 naming action when it is over 256 characters',
+          path,
+          { body: { ...AGENT.allow, action: 'r'.repeat(257) } },
+          400,
+          /action/,
+        );
+        refuse(
+          'answers 400 naming resource when it is over 1024 characters',
+          path,
+          { body: { ...AGENT.allow, resource: 'r'.repeat(1025) } },
+          400,
+          /resource/,
+        );
+        refuse(
+          'answers 400 naming resource when it is an object',
+          path,
+          { body: { ...AGENT.allow, resource: { type: 'repo', id: 'arbiter' } } },
+          400,
+          /resource/,
+        );
+        refuse(
+          'answers 400 naming confidence when it is a string',
+          path,
+          { body: { ...AGENT.allow, confidence: '0.95' } },
+          400,
+          /confidence/,
+        );
+        refuse(
+          'answers 400 with the out-of-range message for confidence -0.01',
+          path,
+          { body: { ...AGENT.allow, confidence: -0.01 } },
+          400,
+          'confidence out of range: must be between 0.0 and 1.0, got -0.01',
+        );
+        refuse(
+          'answers 400 with the out-of-range message for confidence 1.0000001',
+          path,
+          { body: { ...AGENT.allow, confidence: 1.0000001 } },
+          400,
+          'confidence out of range: must be between 0.0 and 1.0, got 1.0000001',
+        );
+        refuse(
+          'answers 400 naming confidence and its range for confidence 1e999',
+          path,
+          json('{"agent_id":"deploy-bot","action":"read","resource":"repo/arbiter","confidence":1e999}'),
+          400,
+          /^confidence out of range: must be between 0\.0 and 1\.0/,
+        );
+        refuse(
+          'answers 400 naming context when it is a string',
+          path,
+          { body: { ...AGENT.allow, context: 'prod' } },
+          400,
+          /context/,
+        );
+        refuse(
+          'answers 400 naming context when it is an array',
+          path,
+          { body: { ...AGENT.allow, context: ['prod'] } },
+          400,
+          /context/,
+        );
+        refuse(
+          'answers 400 naming an unknown top-level field',
+          path,
+          { body: { ...AGENT.allow, confidance: 0.9 } },
+          400,
+          /confidance/,
+        );
+      });
+    }
+
+    refuse(
+      'answers 400 for malformed JSON on the platform listener too',
+      '/api/v1/authorize',
+      json('{'),
+      400,
+      /JSON/,
+      'platform',
+    );
+
+    describe('POST /v1/authorize (humans)', () => {
+      for (const field of ['tenant_id', 'user_id', 'action', 'resource']) {
+        refuse(
+          `answers 400 naming ${field} when it is missing`,
+          '/v1/authorize',
+          { body: without(HUMAN.allow, field) },
+          400,
+          new RegExp(field),
+        );
+      }
+      refuse(
+        'answers 400 naming resource.id when it is missing',
+        '/v1/authorize',
+        { body: { ...HUMAN.allow, resource: { type: 'project' } } },
+        400,
+        /resource\.id/,
+      );
+      refuse(
+        'answers 400 naming resource.type when it is not a string',
+        '/v1/authorize',
+        { body: { ...HUMAN.allow, resource: { type: 42, id: 'p1' } } },
+        400,
+        /resource\.type/,
+      );
+      refuse(
+        'answers 400 naming resource when it is a string',
+        '/v1/authorize',
+        { body: { ...HUMAN.allow, resource: 'project/p1' } },
+        400,
+        /resource/,
+      );
+      refuse(
+        'answers 400 for an empty user_id',
+        '/v1/authorize',
+        { body: { ...HUMAN.allow, user_id: '' } },
+        400,
+        /user_id/,
+      );
+      refuse('answers 400 for malformed JSON', '/v1/authorize', json('{"tenant_id":'), 400, /JSON/);
+      refuse('answers 400 for a JSON array', '/v1/authorize', json('[]'), 400);
+      refuse(
+        'answers 400 naming an unknown top-level field',
+        '/v1/authorize',
+        { body: { ...HUMAN.allow, role: 'admin' } },
+        400,
+        /role/,
+      );
+    });
+  });
+
+  describe('authorize: boundary values are accepted', () => {
+    it('accepts confidence exactly 0 (and decides: deny below the threshold)', async () => {
+      const r = await call('POST', a.engine + '/v1/agent/authorize', {
+        body: { ...AGENT.allow, confidence: 0 },
+      });
+      expect(r.status).to.equal(403);
+      expect(r.json.status).to.equal('deny');
+      expect(r.json).to.not.have.property('error');
+    });
+
+    it('accepts confidence exactly 1 (and decides: allow)', async () => {
+      const r = await call('POST', a.engine + '/v1/agent/authorize', {
+        body: { ...AGENT.allow, confidence: 1 },
+      });
+      expect(r.status).to.equal(200);
+      expect(r.json.status).to.equal('allow');
+    });
+
+    it('accepts an agent_id of exactly 256 characters (a decision, not a 400)', async () => {
+      const r = await call('POST', a.engine + '/v1/agent/authorize', {
+        body: { ...AGENT.allow, agent_id: 'a'.repeat(256) },
+      });
+      expect(r.status).to.equal(403);
+      expect(r.json.status).to.equal('deny');
+    });
+
+    it('accepts an empty context object', async () => {
+      const r = await call('POST', a.engine + '/v1/agent/authorize', {
+        body: { ...AGENT.allow, context: {} },
+      });
+      expect(r.status).to.equal(200);
+    });
+
+    it('accepts application/json with a charset parameter', async () => {
+      const r = await call('POST', a.engine + '/v1/agent/authorize', {
+        raw: JSON.stringify(AGENT.allow),
+        headers: { 'content-type': 'application/json; charset=utf-8' },
+      });
+      expect(r.status).to.equal(200);
+    });
+  });
+});
+
+describe('ARBITER_METRICS_PUBLIC=true', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start({ ARBITER_METRICS_PUBLIC: 'true' });
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  for (const api of ['engine', 'platform'] as const) {
+    it(`serves /metrics without a key on the ${api} listener`, async () => {
+      const r = await call('GET', (api === 'engine' ? a.engine : a.platform) + '/metrics', { key: null });
+      expect(r.status).to.equal(200);
+      expect(r.text).to.include('arbiter_http_requests_total');
+      expect(r.headers.get('x-request-id')).to.match(UUID_V7);
+    });
+  }
+
+  it('still requires a key on other routes', async () => {
+    expectError(await call('POST', a.engine + '/v1/agent/authorize', { key: null, body: AGENT.allow }), 401);
+  });
+});
