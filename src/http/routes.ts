@@ -30,6 +30,14 @@ function param(ctx: Ctx, name: string): string {
   return Array.isArray(v) ? v.join('/') : (v ?? '');
 }
 
+/**
+ * The data path exactly as sent (not percent-decoded): `a%2Fb` must not become the two segments
+ * `a/b`, and any escape is refused by the path rule.
+ */
+function dataPath(ctx: Ctx): string {
+  return ctx.path.slice('/api/v1/data/'.length);
+}
+
 function query(ctx: Ctx, name: string): string | undefined {
   const v = ctx.query[name];
   if (Array.isArray(v)) throw badRequest(`query parameter ${name} must be given once`);
@@ -318,7 +326,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       body: 'none',
       summary: 'Get one data document',
       handler: async (ctx) => {
-        const doc = await d.policies.getData(param(ctx, 'path'));
+        const doc = await d.policies.getData(dataPath(ctx));
         ctx.body = { path: doc.path, value: doc.value, updated_at: doc.updated_at };
       },
     },
@@ -331,7 +339,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       body: 'json',
       summary: 'Create or replace a data document (any JSON value), live before the response',
       handler: async (ctx) => {
-        const r = await d.policies.putData(param(ctx, 'path'), ctx.request.body, change(ctx));
+        const r = await d.policies.putData(dataPath(ctx), ctx.request.body, change(ctx));
         ctx.status = r.created ? 201 : 200;
         ctx.body = { path: r.path, revision: r.revision, updated_at: r.updated_at };
       },
@@ -345,7 +353,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       body: 'none',
       summary: 'Delete a data document',
       handler: async (ctx) => {
-        await d.policies.deleteData(param(ctx, 'path'), change(ctx));
+        await d.policies.deleteData(dataPath(ctx), change(ctx));
         ctx.status = 204;
       },
     },

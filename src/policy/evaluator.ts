@@ -26,6 +26,7 @@ export class Evaluator {
   private constructor(
     readonly revision: number,
     readonly module: WebAssembly.Module,
+    readonly data: Record<string, unknown>,
     private readonly policy: LoadedPolicy,
     private readonly clock: EvalClock,
     private readonly budgetMs: number,
@@ -41,7 +42,7 @@ export class Evaluator {
     const clock: EvalClock = { nowNs: 0 };
     const policy = await loadPolicy(module, { ...MEMORY }, hostBuiltins(clock));
     policy.setData(data);
-    return new Evaluator(revision, module, policy, clock, budgetMs);
+    return new Evaluator(revision, module, data, policy, clock, budgetMs);
   }
 
   /** A new evaluator over the same compiled module with other data (no compilation). */

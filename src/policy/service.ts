@@ -119,6 +119,7 @@ export class PolicyService {
       const ifVersion = expectedVersion(existing, opts.ifMatch);
       const modules = [...snap.policies.filter((p) => p.name !== name), { name, rego }];
       const module = await this.compileToModule(modules);
+      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1);
       const desc = description ?? existing?.description ?? '';
       if (opts.dryRun) {
         const version = (existing?.version ?? 0) + 1;
@@ -138,7 +139,7 @@ export class PolicyService {
           this.event('policy.put', name, revision, ctx, { sha256: sha256(rego), created: !existing }),
       );
       if (r === 'conflict') throw preconditionFailed(name);
-      await this.swap(module, dataTree(snap.data), r.revision);
+      await this.install(next, r.revision);
       return { policy: metaOf(r.policy), created: r.created, revision: r.revision, dryRun: false };
     });
   }
@@ -159,12 +160,13 @@ export class PolicyService {
         }
         throw e;
       }
+      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1);
       const r = await this.store.deletePolicy(name, ifVersion, (revision) =>
         this.event('policy.delete', name, revision, ctx, {}),
       );
       if (r === 'absent') throw notFound(`policy ${name} not found`);
       if (r === 'conflict') throw preconditionFailed(name);
-      await this.swap(module, dataTree(snap.data), r.revision);
+      await this.install(next, r.revision);
       return r;
     });
   }
@@ -198,11 +200,11 @@ export class PolicyService {
         ...snap.data.filter((d) => d.path !== dataPath),
         { path: dataPath, value, updated_at: '' },
       ];
-      const evaluator = this.requireLive();
+      const prepared = await this.requireLive().withData(dataTree(next), snap.revision + 1);
       const r = await this.store.putData(dataPath, value, (revision) =>
         this.event('data.put', dataPath, revision, ctx, {}),
       );
-      this.install(await evaluator.withData(dataTree(next), r.revision));
+      await this.install(prepared, r.revision);
       return { path: dataPath, created: r.created, revision: r.revision, updated_at: r.doc.updated_at };
     });
   }
@@ -211,14 +213,16 @@ export class PolicyService {
     checkDataPath(dataPath);
     return this.serialized(async () => {
       const snap = await this.store.snapshot();
-      const evaluator = this.requireLive();
+      if (!snap.data.some((d) => d.path === dataPath)) throw notFound(`data document ${dataPath} not found`);
+      const prepared = await this.requireLive().withData(
+        dataTree(snap.data.filter((d) => d.path !== dataPath)),
+        snap.revision + 1,
+      );
       const r = await this.store.deleteData(dataPath, (revision) =>
         this.event('data.delete', dataPath, revision, ctx, {}),
       );
       if (r === 'absent') throw notFound(`data document ${dataPath} not found`);
-      this.install(
-        await evaluator.withData(dataTree(snap.data.filter((d) => d.path !== dataPath)), r.revision),
-      );
+      await this.install(prepared, r.revision);
       return r;
     });
   }
@@ -238,12 +242,26 @@ export class PolicyService {
     data: Record<string, unknown>,
     revision: number,
   ): Promise<void> {
-    this.install(await Evaluator.create(module, data, revision, this.evalBudgetMs));
+    await this.install(await this.prepare(module, data, revision), revision);
   }
 
-  private install(e: Evaluator): void {
-    this.live = e;
-    this.observer.revision(e.revision);
+  /**
+   * Builds the next evaluator before anything is stored, so that a set which cannot be
+   * instantiated is refused with the live set and the store untouched.
+   */
+  private prepare(
+    module: WebAssembly.Module,
+    data: Record<string, unknown>,
+    revision: number,
+  ): Promise<Evaluator> {
+    return Evaluator.create(module, data, revision, this.evalBudgetMs);
+  }
+
+  /** Swaps in `e`; if the store assigned another revision than expected, relabels it first. */
+  private async install(e: Evaluator, revision: number): Promise<void> {
+    const next = e.revision === revision ? e : await e.withData(e.data, revision);
+    this.live = next;
+    this.observer.revision(next.revision);
   }
 
   private async compileToModule(modules: Module[]): Promise<WebAssembly.Module> {
