@@ -13,7 +13,10 @@ describe('the authorize path', () => {
     dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-opa-spy-'));
     invocations = path.join(dir, 'invocations.log');
     const spy = path.join(dir, 'opa');
-    writeFileSync(spy, `#!/bin/sh\necho "$1" >> '${invocations}'\nexec '${path.join(REPO, '.opa-bin', 'opa')}' "$@"\n`);
+    writeFileSync(
+      spy,
+      `#!/bin/sh\necho "$1" >> '${invocations}'\nexec '${path.join(REPO, '.opa-bin', 'opa')}' "$@"\n`,
+    );
     chmodSync(spy, 0o755);
     a = await Arbiter.start({ ARBITER_OPA_BIN: spy });
   });
@@ -40,7 +43,9 @@ describe('the authorize path', () => {
   it('runs the compiler again only when a policy changes', async () => {
     const before = runs().length;
     const put = await call('PUT', a.platform + '/api/v1/policies/extra', {
-      body: { rego: 'package authz.agent\n\ndeny contains "no reading secrets" if input.resource == "repo/secrets"\n' },
+      body: {
+        rego: 'package authz.agent\n\ndeny contains "no reading secrets" if input.resource == "repo/secrets"\n',
+      },
     });
     expect(put.status).to.equal(201);
     const after = runs();

@@ -1,0 +1,133 @@
+import { expect } from 'chai';
+import { expectError } from './helpers/expect-error.js';
+import { ADMIN_KEY, AGENT, Arbiter, call, HUMAN, readDb } from './helpers/harness.js';
+
+describe('Idempotency-Key on authorize', () => {
+  let a: Arbiter;
+  let agentKey: string;
+  before(async () => {
+    a = await Arbiter.start();
+    agentKey = a.createKey('deploy-bot-key', ['authorize'], { agent: 'deploy-bot' });
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  const count = (sql: string, ...params: unknown[]) =>
+    (readDb(a.dataDir, (db) => db.prepare(sql).get(...params)) as { n: number }).n;
+  const counts = () => ({
+    decisions: count("SELECT count(*) n FROM audit_events WHERE kind = 'decision'"),
+    queue: count('SELECT count(*) n FROM queue_items'),
+    audit: count('SELECT count(*) n FROM audit_events'),
+  });
+
+  const authorize = (body: unknown, idem: string, key: string = agentKey, path = '/v1/agent/authorize') =>
+    call('POST', a.engine + path, { body, key, headers: { 'idempotency-key': idem } });
+
+  it('replays the first response for the same key and body, writing nothing new', async () => {
+    const first = await authorize(AGENT.approval, 'deploy-2024-06-01-a');
+    expect(first.status).to.equal(202);
+    expect(first.headers.get('idempotent-replayed')).to.equal(null);
+    const before = counts();
+
+    for (let i = 0; i < 2; i++) {
+      const again = await authorize(AGENT.approval, 'deploy-2024-06-01-a');
+      expect(again.status).to.equal(202);
+      expect(again.headers.get('idempotent-replayed')).to.equal('true');
+      expect(again.json.request_id).to.equal(first.json.request_id);
+      expect(again.json.status).to.equal('requires_approval');
+      expect(again.json.trace_id).to.equal(first.json.trace_id);
+      expect(again.json.expires_at).to.equal(first.json.expires_at);
+    }
+    expect(counts()).to.deep.equal(before);
+    expect(
+      count('SELECT count(*) n FROM queue_items WHERE id = ?', first.json.request_id),
+      'one queue item',
+    ).to.equal(1);
+    expect(
+      count(
+        "SELECT count(*) n FROM audit_events WHERE kind = 'decision' AND request_id = ?",
+        first.json.request_id,
+      ),
+    ).to.equal(1);
+  });
+
+  it('replays allow and deny decisions with their status codes', async () => {
+    const allow = await authorize(AGENT.allow, 'idem-allow');
+    const allowAgain = await authorize(AGENT.allow, 'idem-allow');
+    expect([allow.status, allowAgain.status]).to.deep.equal([200, 200]);
+    expect(allowAgain.json).to.deep.equal(allow.json);
+    expect(allowAgain.headers.get('idempotent-replayed')).to.equal('true');
+
+    const deny = await authorize(AGENT.deny, 'idem-deny');
+    const denyAgain = await authorize(AGENT.deny, 'idem-deny');
+    expect([deny.status, denyAgain.status]).to.deep.equal([403, 403]);
+    expect(denyAgain.json).to.deep.equal(deny.json);
+    expect(denyAgain.headers.get('idempotent-replayed')).to.equal('true');
+  });
+
+  it('replays human decisions too', async () => {
+    const first = await authorize(HUMAN.approval, 'idem-human', ADMIN_KEY, '/v1/authorize');
+    expect(first.status).to.equal(202);
+    const before = counts();
+    const again = await authorize(HUMAN.approval, 'idem-human', ADMIN_KEY, '/v1/authorize');
+    expect(again.status).to.equal(202);
+    expect(again.json.request_id).to.equal(first.json.request_id);
+    expect(again.headers.get('idempotent-replayed')).to.equal('true');
+    expect(counts()).to.deep.equal(before);
+  });
+
+  it('answers 422 for the same key with a different body, and writes nothing', async () => {
+    const first = await authorize(AGENT.approval, 'idem-conflict');
+    expect(first.status).to.equal(202);
+    const before = counts();
+    const r = await authorize({ ...AGENT.approval, resource: 'prod/web' }, 'idem-conflict');
+    expectError(r, 422);
+    expect(r.headers.get('idempotent-replayed')).to.equal(null);
+    const r2 = await authorize({ ...AGENT.approval, confidence: 0.96 }, 'idem-conflict');
+    expectError(r2, 422);
+    expect(counts()).to.deep.equal(before);
+    // The original is still replayable.
+    const again = await authorize(AGENT.approval, 'idem-conflict');
+    expect(again.json.request_id).to.equal(first.json.request_id);
+  });
+
+  it('treats the same Idempotency-Key from a different API key as a new request', async () => {
+    const mine = await authorize(AGENT.approval, 'shared-idem-key');
+    expect(mine.status).to.equal(202);
+    const before = counts();
+    const theirs = await authorize(AGENT.approval, 'shared-idem-key', ADMIN_KEY);
+    expect(theirs.status).to.equal(202);
+    expect(theirs.headers.get('idempotent-replayed')).to.equal(null);
+    expect(theirs.json.request_id).to.not.equal(mine.json.request_id);
+    expect(counts().decisions).to.equal(before.decisions + 1);
+    expect(counts().queue).to.equal(before.queue + 1);
+    // And a different body from the other key is not a conflict with the first key's body.
+    const other = a.createKey('other-caller', ['authorize']);
+    const third = await authorize(AGENT.allow, 'shared-idem-key', other);
+    expect(third.status).to.equal(200);
+    expect(third.headers.get('idempotent-replayed')).to.equal(null);
+  });
+
+  it('rejects an Idempotency-Key of 256 characters or with a space with 400', async () => {
+    const before = counts();
+    expectError(await authorize(AGENT.allow, 'k'.repeat(256)), 400, /Idempotency-Key/i);
+    expectError(await authorize(AGENT.allow, 'has space'), 400, /Idempotency-Key/i);
+    expect(counts()).to.deep.equal(before);
+    const max = await authorize(AGENT.allow, 'k'.repeat(255));
+    expect(max.status).to.equal(200);
+  });
+
+  it('still replays after a restart', async () => {
+    const first = await authorize(AGENT.approval, 'idem-restart');
+    expect(first.status).to.equal(202);
+    await a.restart();
+    const before = counts();
+    const again = await authorize(AGENT.approval, 'idem-restart');
+    expect(again.status).to.equal(202);
+    expect(again.headers.get('idempotent-replayed')).to.equal('true');
+    expect(again.json.request_id).to.equal(first.json.request_id);
+    expect(counts()).to.deep.equal(before);
+    expectError(await authorize(AGENT.allow, 'idem-restart'), 422);
+  });
+});

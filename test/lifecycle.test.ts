@@ -1,0 +1,398 @@
+import Database from 'better-sqlite3';
+import { expect } from 'chai';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { ADMIN_KEY, AGENT, Arbiter, call, HUMAN, readDb } from './helpers/harness.js';
+import { baseEnv, runSync, ServeProcess, sleep } from './helpers/process.js';
+
+const text = (body: string) => ({ body, headers: { 'content-type': 'text/plain' } });
+
+/** Holds SQLite's write lock on the instance's database from this process until released. */
+function lockDatabase(dataDir: string): { release(): void } {
+  const db = new Database(path.join(dataDir, 'arbiter.db'), { fileMustExist: true });
+  db.pragma('busy_timeout = 10000');
+  db.exec('BEGIN EXCLUSIVE');
+  return {
+    release() {
+      db.exec('ROLLBACK');
+      db.close();
+    },
+  };
+}
+
+describe('process lifecycle', () => {
+  describe('configuration is validated at start-up', () => {
+    const tmp = mkdtempSync(path.join(os.tmpdir(), 'arbiter-config-'));
+    after(() => rmSync(tmp, { recursive: true, force: true }));
+
+    const cases: [string, string, RegExp][] = [
+      ['ARBITER_ENGINE_PORT', 'abc', /ARBITER_ENGINE_PORT/],
+      ['ARBITER_ENGINE_PORT', '70000', /ARBITER_ENGINE_PORT/],
+      ['ARBITER_PLATFORM_PORT', '-1', /ARBITER_PLATFORM_PORT/],
+      ['ARBITER_LOG_LEVEL', 'loud', /ARBITER_LOG_LEVEL/],
+      ['ARBITER_QUEUE_TTL_SECONDS', '0', /ARBITER_QUEUE_TTL_SECONDS/],
+      ['ARBITER_METRICS_PUBLIC', 'maybe', /ARBITER_METRICS_PUBLIC/],
+      ['ARBITER_ADMIN_KEY', 'short', /ARBITER_ADMIN_KEY/],
+    ];
+    for (const [name, value, pattern] of cases) {
+      it(`refuses to start with ${name}=${value} and names the setting`, () => {
+        const r = runSync(['serve'], baseEnv({ [name]: value }));
+        expect(r.signal, 'arbiter did not exit on its own').to.equal(null);
+        expect(r.code).to.not.equal(0);
+        expect(r.stderr).to.match(pattern);
+        expect(r.stdout).to.not.match(/API listening/);
+      });
+    }
+
+    it('does not echo a rejected admin key back in the error', () => {
+      const r = runSync(['serve'], baseEnv({ ARBITER_ADMIN_KEY: 'sekrit' }));
+      expect(r.code).to.not.equal(0);
+      expect(r.stderr).to.not.include('sekrit');
+    });
+
+    it('refuses a YAML config file with an unknown setting and names it', () => {
+      const file = path.join(tmp, 'unknown.yaml');
+      writeFileSync(file, 'engine_port: 0\nenigne_port: 0\n');
+      const r = runSync(['serve'], baseEnv({ ARBITER_CONFIG: file }));
+      expect(r.signal).to.equal(null);
+      expect(r.code).to.not.equal(0);
+      expect(r.stderr).to.include('enigne_port');
+    });
+
+    it('refuses a YAML config file that is not valid YAML', () => {
+      const file = path.join(tmp, 'broken.yaml');
+      writeFileSync(file, 'engine_port: [0\nlog_level: : info\n');
+      const r = runSync(['serve'], baseEnv({ ARBITER_CONFIG: file }));
+      expect(r.signal).to.equal(null);
+      expect(r.code).to.not.equal(0);
+      expect(r.stderr).to.match(/ARBITER_CONFIG/);
+    });
+
+    it('refuses a bad value in the YAML file and names the setting', () => {
+      const file = path.join(tmp, 'bad-value.yaml');
+      writeFileSync(file, 'queue_ttl_seconds: -5\n');
+      const r = runSync(['serve'], baseEnv({ ARBITER_CONFIG: file }));
+      expect(r.code).to.not.equal(0);
+      expect(r.stderr).to.match(/queue_ttl_seconds/i);
+    });
+
+    it('refuses an unknown --role with exit code 2', () => {
+      const r = runSync(['serve', '--role', 'bogus'], baseEnv());
+      expect(r.signal).to.equal(null);
+      expect(r.code).to.equal(2);
+      expect(r.stderr).to.match(/role/);
+    });
+
+    it('reads settings from a YAML file, with the environment winning over it', async () => {
+      const env = baseEnv({
+        ARBITER_ENGINE_PORT: undefined,
+        ARBITER_PLATFORM_PORT: undefined,
+        ARBITER_ADMIN_KEY: ADMIN_KEY,
+      });
+      const file = path.join(tmp, 'valid.yaml');
+      writeFileSync(
+        file,
+        [
+          'engine_port: 0',
+          'platform_port: 0',
+          'admin_key: yaml-admin-key-0123456789',
+          'queue_ttl_seconds: 120',
+          'log_level: info',
+          '',
+        ].join('\n'),
+      );
+      env.ARBITER_CONFIG = file;
+      const p = new ServeProcess([], env);
+      try {
+        const engine = (await p.waitFor((r) => r.api === 'engine' && typeof r.url === 'string'))
+          .url as string;
+        const platform = (await p.waitFor((r) => r.api === 'platform' && typeof r.url === 'string'))
+          .url as string;
+        // Ports 0 from the file: not the 8080/8081 defaults.
+        expect(engine).to.not.match(/:8080$/);
+        expect(platform).to.not.match(/:8081$/);
+        // queue_ttl_seconds from the file.
+        const r = await call('POST', engine + '/v1/agent/authorize', { body: AGENT.approval });
+        expect(r.status).to.equal(202);
+        const ttl = (Date.parse(r.json.expires_at) - Date.now()) / 1000;
+        expect(ttl).to.be.within(60, 121);
+        // The environment's admin key wins over the file's.
+        const yamlKey = await call('GET', platform + '/api/v1/policies', {
+          key: 'yaml-admin-key-0123456789',
+        });
+        expect(yamlKey.status).to.equal(401);
+        const envKey = await call('GET', platform + '/api/v1/policies', { key: ADMIN_KEY });
+        expect(envKey.status).to.equal(200);
+      } finally {
+        expect(await p.stop()).to.equal(0);
+        rmSync(env.ARBITER_DATA_DIR as string, { recursive: true, force: true });
+      }
+    });
+  });
+
+  describe('serve --role engine', () => {
+    it('serves only the Engine API', async () => {
+      const env = baseEnv();
+      const p = new ServeProcess(['--role', 'engine'], env);
+      try {
+        const engine = (await p.waitFor((r) => r.api === 'engine' && typeof r.url === 'string'))
+          .url as string;
+        const h = await call('GET', engine + '/healthz', { key: null });
+        expect(h.status).to.equal(200);
+        const d = await call('POST', engine + '/v1/agent/authorize', { body: AGENT.allow });
+        expect(d.status).to.equal(200);
+        const policies = await call('GET', engine + '/api/v1/policies');
+        expect(policies.status).to.equal(404);
+        expect(policies.json).to.have.all.keys('error');
+        expect(p.records.filter((r) => r.api === 'platform')).to.deep.equal([]);
+        expect(p.lines.join('\n')).to.not.match(/platform API listening/);
+      } finally {
+        expect(await p.stop()).to.equal(0);
+        rmSync(env.ARBITER_DATA_DIR as string, { recursive: true, force: true });
+      }
+    });
+  });
+
+  describe('state survives a restart', () => {
+    let a: Arbiter;
+    before(async () => {
+      a = await Arbiter.start();
+    });
+    after(async () => {
+      await a.close();
+    });
+
+    it('keeps queue items, audit events, policy changes and the revision, and does not re-seed', async () => {
+      const approval = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.approval });
+      expect(approval.status).to.equal(202);
+      const freeze = await call(
+        'PUT',
+        a.platform + '/api/v1/policies/persist-freeze',
+        text('package authz.agent\n\ndeny contains "reads are frozen" if input.action == "read"\n'),
+      );
+      expect(freeze.status, freeze.text).to.equal(201);
+      // A seeded example policy, deleted: it must not come back.
+      const del = await call('DELETE', a.platform + '/api/v1/policies/human');
+      expect(del.status, del.text).to.equal(204);
+
+      const frozen = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
+      expect(frozen.status).to.equal(403);
+      expect(frozen.json.message).to.match(/reads are frozen/);
+      const human = await call('POST', a.engine + '/v1/authorize', { body: HUMAN.allow });
+      expect(human.status).to.equal(403);
+
+      const revision = (await call('GET', a.engine + '/healthz', { key: null })).json.revision as number;
+      const listBefore = (await call('GET', a.platform + '/api/v1/policies')).json as {
+        policies: { name: string; sha256: string }[];
+      };
+      const auditBefore = readDb(a.dataDir, (db) =>
+        db.prepare('SELECT id, hash FROM audit_events ORDER BY seq').all(),
+      ) as { id: string; hash: string }[];
+
+      await a.restart();
+
+      const item = readDb(a.dataDir, (db) =>
+        db.prepare('SELECT status FROM queue_items WHERE id = ?').get(approval.json.request_id),
+      );
+      expect(item).to.deep.equal({ status: 'pending' });
+      const auditAfter = readDb(a.dataDir, (db) =>
+        db.prepare('SELECT id, hash FROM audit_events ORDER BY seq').all(),
+      ) as { id: string; hash: string }[];
+      expect(auditAfter.slice(0, auditBefore.length)).to.deep.equal(auditBefore);
+
+      const h = await call('GET', a.engine + '/healthz', { key: null });
+      expect(h.json).to.deep.equal({ status: 'ok', revision });
+      const listAfter = (await call('GET', a.platform + '/api/v1/policies')).json as {
+        policies: { name: string; sha256: string }[];
+        revision: number;
+      };
+      expect(listAfter.revision).to.equal(revision);
+      expect(listAfter.policies.map((x) => [x.name, x.sha256])).to.deep.equal(
+        listBefore.policies.map((x) => [x.name, x.sha256]),
+      );
+      expect(listAfter.policies.map((x) => x.name))
+        .to.include('persist-freeze')
+        .and.not.include('human');
+
+      const stillFrozen = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
+      expect(stillFrozen.status).to.equal(403);
+      expect(stillFrozen.json.message).to.match(/reads are frozen/);
+      const stillNoHuman = await call('POST', a.engine + '/v1/authorize', { body: HUMAN.allow });
+      expect(stillNoHuman.status).to.equal(403);
+      const seeds = readDb(a.dataDir, (db) =>
+        db.prepare("SELECT count(*) n FROM audit_events WHERE kind = 'policy.seed'").get(),
+      ) as { n: number };
+      expect(seeds.n).to.equal(1);
+      const loaded = a.logs
+        .map((l) => {
+          try {
+            return JSON.parse(l) as { msg?: string; seeded?: boolean };
+          } catch {
+            return {};
+          }
+        })
+        .filter((l) => l.msg === 'policy set loaded')
+        .map((l) => l.seeded);
+      expect(loaded).to.deep.equal([true, false]);
+    });
+  });
+
+  describe('crash safety', () => {
+    it('keeps the audit event of every answered decision after SIGKILL', async () => {
+      const a = await Arbiter.start();
+      let b: Arbiter | undefined;
+      try {
+        const bodies = [AGENT.allow, AGENT.approval, AGENT.deny, AGENT.lowConfidence, AGENT.unknownAgent];
+        const answers = await Promise.all(
+          Array.from({ length: 50 }, (_, i) =>
+            call('POST', a.engine + '/v1/agent/authorize', { body: bodies[i % bodies.length] }),
+          ),
+        );
+        for (const r of answers) expect([200, 202, 403]).to.include(r.status);
+        await a.kill();
+
+        b = await Arbiter.start({}, a.dataDir);
+        const ids = answers.map((r) => r.json.request_id as string);
+        const stored = readDb(b.dataDir, (db) =>
+          db
+            .prepare(
+              `SELECT request_id, outcome FROM audit_events WHERE kind = 'decision' AND request_id IN (${ids.map(() => '?').join(',')})`,
+            )
+            .all(...ids),
+        ) as { request_id: string; outcome: string }[];
+        const byId = new Map(stored.map((s) => [s.request_id, s.outcome]));
+        for (const r of answers)
+          expect(byId.get(r.json.request_id), r.json.request_id).to.equal(r.json.status);
+        const queued = answers.filter((r) => r.status === 202).map((r) => r.json.request_id as string);
+        const items = readDb(b.dataDir, (db) =>
+          db
+            .prepare(`SELECT id FROM queue_items WHERE id IN (${queued.map(() => '?').join(',')})`)
+            .all(...queued),
+        );
+        expect(items).to.have.length(queued.length);
+        const h = await call('GET', b.engine + '/healthz', { key: null });
+        expect(h.status).to.equal(200);
+      } finally {
+        if (b) await b.close();
+        await a.close();
+      }
+    });
+  });
+
+  describe('fail closed', () => {
+    let a: Arbiter;
+    before(async () => {
+      a = await Arbiter.start();
+    });
+    after(async () => {
+      await a.close();
+    });
+
+    it('answers 503 and never allow when the audit cannot be written, then recovers', async () => {
+      const lock = lockDatabase(a.dataDir);
+      let r;
+      try {
+        // The service waits out its busy timeout (5 s), then must refuse to answer the decision.
+        r = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
+      } finally {
+        lock.release();
+      }
+      expect(r.status).to.equal(503);
+      expect(r.json).to.have.all.keys('error');
+      expect(r.json.error).to.be.a('string').and.not.equal('');
+      const requestId = r.headers.get('x-request-id');
+      expect(requestId).to.be.a('string');
+      const rows = readDb(a.dataDir, (db) =>
+        db.prepare('SELECT count(*) n FROM audit_events WHERE request_id = ?').get(requestId),
+      ) as { n: number };
+      expect(rows.n).to.equal(0);
+
+      const ok = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
+      expect(ok.status).to.equal(200);
+      expect(ok.json.status).to.equal('allow');
+    });
+
+    it('denies with "evaluation failed" and records the error when a policy fails at run time', async () => {
+      const put = await call(
+        'PUT',
+        a.platform + '/api/v1/policies/eval-fault',
+        text(
+          'package authz.agent\n\ndeny contains "bad time" if time.parse_rfc3339_ns(input.context.t) > 0\n',
+        ),
+      );
+      expect(put.status, put.text).to.equal(201);
+      try {
+        // Without context.t the rule is undefined and the example policies decide.
+        const fine = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
+        expect(fine.status).to.equal(200);
+
+        const r = await call('POST', a.engine + '/v1/agent/authorize', {
+          body: { ...AGENT.allow, context: { t: 'not a time' } },
+        });
+        expect(r.status).to.equal(403);
+        expect(r.json.status).to.equal('deny');
+        expect(r.json.message).to.match(/evaluation failed/);
+        const ev = readDb(a.dataDir, (db) =>
+          db.prepare('SELECT outcome, details FROM audit_events WHERE request_id = ?').get(r.json.request_id),
+        ) as { outcome: string; details: string };
+        expect(ev.outcome).to.equal('deny');
+        const details = JSON.parse(ev.details) as { error?: unknown };
+        expect(details.error).to.be.a('string').and.not.equal('');
+      } finally {
+        const del = await call('DELETE', a.platform + '/api/v1/policies/eval-fault');
+        expect(del.status).to.equal(204);
+      }
+      const after = await call('POST', a.engine + '/v1/agent/authorize', {
+        body: { ...AGENT.allow, context: { t: 'not a time' } },
+      });
+      expect(after.status).to.equal(200);
+    });
+
+    it('reports {"status":"ok","revision":N} on /healthz of both APIs', async () => {
+      const list = await call('GET', a.platform + '/api/v1/policies');
+      for (const base of [a.engine, a.platform]) {
+        const h = await call('GET', base + '/healthz', { key: null });
+        expect(h.status).to.equal(200);
+        expect(h.json).to.deep.equal({ status: 'ok', revision: list.json.revision });
+        expect(h.json.revision).to.be.a('number').and.at.least(1);
+      }
+    });
+  });
+
+  describe('graceful shutdown', () => {
+    it('finishes the in-flight request on SIGTERM, exits 0 and logs the shutdown', async () => {
+      const a = await Arbiter.start();
+      try {
+        // Holding the write lock keeps the authorize request in flight (its audit write waits).
+        const lock = lockDatabase(a.dataDir);
+        let released = false;
+        try {
+          const inFlight = call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
+          await sleep(1000);
+          const stopped = a.stop();
+          await sleep(500);
+          lock.release();
+          released = true;
+          const r = await inFlight;
+          expect(r.status).to.equal(200);
+          expect(r.json.status).to.equal('allow');
+          expect(await stopped).to.equal(0);
+        } finally {
+          if (!released) lock.release();
+        }
+        for (let i = 0; i < 20 && !a.logs.some((l) => /shutting down/i.test(l)); i++) await sleep(100);
+        expect(a.logs.join('\n')).to.match(/shutting down/i);
+        // The decision answered during shutdown was recorded.
+        const n = readDb(a.dataDir, (db) =>
+          db.prepare("SELECT count(*) n FROM audit_events WHERE kind = 'decision'").get(),
+        ) as {
+          n: number;
+        };
+        expect(n.n).to.equal(1);
+      } finally {
+        await a.close();
+      }
+    });
+  });
+});
