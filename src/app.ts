@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { makeMasker } from './audit/mask.js';
+import { AuditService } from './audit/service.js';
 import type { Config, Role } from './config.js';
 import { DecisionService } from './decisions/service.js';
 import type { Api } from './http/context.js';
@@ -20,6 +21,24 @@ import { sqliteStores, type Stores } from './storage/sqlite/stores.js';
 /** How often expired queue items are recorded as expired (reads never wait for it). */
 const SWEEP_INTERVAL_MS = 5_000;
 
+/** Our own event kinds are a fixed set; ingested kinds are free text, so they share one label. */
+const OWN_KINDS = new Set([
+  'decision',
+  'queue.approve',
+  'queue.deny',
+  'queue.expire',
+  'token.mint',
+  'token.revoke',
+  'policy.put',
+  'policy.delete',
+  'policy.seed',
+  'data.put',
+  'data.delete',
+  'key.create',
+  'key.revoke',
+]);
+const metricKind = (kind: string) => (OWN_KINDS.has(kind) ? kind : 'ingested');
+
 export interface Listener {
   api: Api;
   url: string;
@@ -32,14 +51,16 @@ export interface Running {
 }
 
 /** Opens storage and wires stores → services; used by `serve` and the `keys` commands alike. */
-export function openStores(config: Config): Stores {
-  return sqliteStores(openDatabase(config.dataDir, config.dbSync));
+export function openStores(config: Config, onAuditAppend?: (kinds: string[]) => void): Stores {
+  return sqliteStores(openDatabase(config.dataDir, config.dbSync), onAuditAppend);
 }
 
 /** The one place that wires storage → services → the two HTTP apps, and starts listening. */
 export async function startArbiter(config: Config, role: Role, log: Logger): Promise<Running> {
   const metrics = createMetrics();
-  const stores = openStores(config);
+  const stores = openStores(config, (kinds) => {
+    for (const kind of kinds) metrics.auditEvents.inc({ kind: metricKind(kind) });
+  });
   const compiler = new RegoCompiler(config.opaBin);
   try {
     await compiler.init();
@@ -101,7 +122,8 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       if (revision === null) return { ok: false, revision, error: 'no policy set is loaded' };
       return { ok: true, revision };
     };
-    const routes = routeTable({ config, decisions, queue, tokens, policies, metrics, health });
+    const audit = new AuditService(stores.audit, makeMasker(config.auditMaskFields));
+    const routes = routeTable({ config, audit, decisions, queue, tokens, policies, metrics, health });
     const apis: Api[] = role === 'all' ? ['engine', 'platform'] : [role];
     const servers: { api: Api; server: Server }[] = [];
     const listeners: Listener[] = [];

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
 import { openStores, startArbiter } from './app.js';
+import { AuditService } from './audit/service.js';
 import { ConfigError, loadConfig, type Role } from './config.js';
 import { AppError } from './errors.js';
 import { KeyService } from './keys/service.js';
@@ -11,6 +12,7 @@ const USAGE = `usage:
   arbiter keys create --name NAME --scopes s1,s2 [--tenant T] [--agent A]
   arbiter keys list
   arbiter keys revoke NAME
+  arbiter audit verify
 
 Configuration comes from ARBITER_* environment variables and an optional YAML file named by
 ARBITER_CONFIG (see README.md).`;
@@ -104,8 +106,24 @@ async function keys(args: string[]): Promise<void> {
   }
 }
 
+/** Walks the audit hash chain of the configured database; exit 1 when it is broken. */
+async function audit(args: string[]): Promise<void> {
+  const [sub, ...rest] = args;
+  if (sub !== 'verify') throw new UsageError(`unknown audit command ${sub ?? '(none)'}`);
+  parseArgs({ args: rest, options: {}, strict: true });
+  const stores = openStores(loadConfig());
+  try {
+    const r = await new AuditService(stores.audit, (d) => d).verify();
+    console.log(JSON.stringify(r));
+    if (!r.ok) process.exitCode = 1;
+  } finally {
+    stores.close();
+  }
+}
+
 async function main(argv: string[]): Promise<void> {
   const [cmd, ...rest] = argv;
+  if (cmd === 'audit') return audit(rest);
   if (cmd === 'serve') return serve(rest);
   if (cmd === 'keys') return keys(rest);
   if (cmd === undefined || cmd === 'help' || cmd === '--help' || cmd === '-h') {

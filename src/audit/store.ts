@@ -1,9 +1,32 @@
 import type { AuditEvent, NewAuditEvent } from './types.js';
 
+export interface AuditFilter {
+  kind?: string;
+  agent_id?: string;
+  user_id?: string;
+  tenant_id?: string;
+  action?: string;
+  outcome?: string;
+  request_id?: string;
+  trace_id?: string;
+  /** RFC 3339, inclusive */
+  since?: string;
+  /** RFC 3339, exclusive */
+  until?: string;
+  /** Cursor: only events appended before this sequence number. */
+  beforeSeq?: number;
+  limit: number;
+}
+
 /** Append-only audit storage. `append` is atomic: all events land, chained, or none do. */
 export interface AuditStore {
   append(events: NewAuditEvent[]): Promise<AuditEvent[]>;
-  /** Every event in chain order (for verification and tests). */
-  iterate(): Iterable<AuditEvent>;
-  count(): Promise<number>;
+  /** Newest first, with each event's sequence number (for cursors). */
+  query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent }[]>;
+  /** One trace, oldest first. */
+  trace(traceId: string): Promise<AuditEvent[]>;
+  /** Every event in chain order, streamed (for verification). */
+  iterate(): Iterable<AuditEvent & { seq: number }>;
+  /** The head hash and event count recorded with the last append. */
+  head(): Promise<{ hash: string; count: number }>;
 }

@@ -1,3 +1,4 @@
+import type { AuditQuery, AuditService } from '../audit/service.js';
 import type { Config } from '../config.js';
 import type { DecisionResult, DecisionService } from '../decisions/service.js';
 import { AppError, badRequest } from '../errors.js';
@@ -9,6 +10,7 @@ import { actorOf, principalOf, type Ctx, type RouteDef } from './context.js';
 
 export interface RouteDeps {
   config: Config;
+  audit: AuditService;
   decisions: DecisionService;
   queue: QueueService;
   tokens: TokenService;
@@ -18,6 +20,20 @@ export interface RouteDeps {
 }
 
 const BOTH = ['engine', 'platform'] as const;
+const AUDIT_QUERY_PARAMS = [
+  'kind',
+  'agent_id',
+  'user_id',
+  'tenant_id',
+  'action',
+  'outcome',
+  'request_id',
+  'trace_id',
+  'since',
+  'until',
+  'limit',
+  'cursor',
+] as const;
 const ENGINE = ['engine'] as const;
 const PLATFORM = ['platform'] as const;
 
@@ -236,6 +252,61 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       summary: 'Revoke a token (idempotent)',
       handler: async (ctx) => {
         ctx.body = await d.tokens.revoke(param(ctx, 'tokenID'), principalOf(ctx), ctx.state.traceId);
+      },
+    },
+    {
+      method: 'GET',
+      path: '/api/v1/audit',
+      template: '/api/v1/audit',
+      apis: PLATFORM,
+      scope: 'audit:read',
+      body: 'none',
+      summary: 'Query audit events, newest first',
+      handler: async (ctx) => {
+        const q: AuditQuery = {};
+        for (const k of AUDIT_QUERY_PARAMS) q[k] = query(ctx, k);
+        for (const k of Object.keys(ctx.query)) {
+          if (!(AUDIT_QUERY_PARAMS as readonly string[]).includes(k))
+            throw badRequest(`unknown query parameter ${k}`);
+        }
+        ctx.body = await d.audit.query(principalOf(ctx), q);
+      },
+    },
+    {
+      method: 'GET',
+      path: '/api/v1/audit/trace/:traceID',
+      template: '/api/v1/audit/trace/{traceID}',
+      apis: PLATFORM,
+      scope: 'audit:read',
+      body: 'none',
+      summary: 'Every audit event of one trace, oldest first',
+      handler: async (ctx) => {
+        ctx.body = await d.audit.trace(principalOf(ctx), param(ctx, 'traceID'));
+      },
+    },
+    {
+      method: 'POST',
+      path: '/api/v1/audit/ingest',
+      template: '/api/v1/audit/ingest',
+      apis: PLATFORM,
+      scope: 'audit:write',
+      body: 'object',
+      summary: 'Append one event or {"events": [...]} (≤ 1000), all or nothing',
+      handler: async (ctx) => {
+        ctx.status = 202;
+        ctx.body = await d.audit.ingest(principalOf(ctx), ctx.request.body);
+      },
+    },
+    {
+      method: 'GET',
+      path: '/api/v1/audit/verify',
+      template: '/api/v1/audit/verify',
+      apis: PLATFORM,
+      scope: 'audit:read',
+      body: 'none',
+      summary: 'Verify the audit hash chain; reports the first event that fails',
+      handler: async (ctx) => {
+        ctx.body = await d.audit.verify();
       },
     },
     {

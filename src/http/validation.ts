@@ -6,6 +6,18 @@ import { badRequest } from '../errors.js';
  * Failures become one 400 message that names the field.
  */
 const ajv = new Ajv({ allErrors: false, strict: true, allowUnionTypes: true, verbose: true });
+ajv.addFormat('date-time', { type: 'string', validate: isRfc3339 });
+
+const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
+
+/** An RFC 3339 date-time with a time zone, that is also a real instant (no Feb 30). */
+export function isRfc3339(s: string): boolean {
+  if (!RFC3339.test(s)) return false;
+  const t = Date.parse(s);
+  if (Number.isNaN(t)) return false;
+  const [y, m, d] = s.slice(0, 10).split('-').map(Number) as [number, number, number];
+  return d <= new Date(Date.UTC(y, m, 0)).getUTCDate();
+}
 
 export type JsonSchema = Record<string, unknown>;
 
@@ -60,6 +72,12 @@ function describe(e: ErrorObject | undefined, body: unknown): string {
       const f = s.type === 'integer' ? String : fmt;
       return `${where} out of range: must be between ${f(s.minimum)} and ${f(s.maximum)}, got ${String(valueAt(body, e))}`;
     }
+    case 'minItems':
+      return `${where} must have at least ${(e.params as { limit: number }).limit} item(s)`;
+    case 'maxItems':
+      return `${where} must have at most ${(e.params as { limit: number }).limit} items`;
+    case 'format':
+      return `${where} must be an RFC 3339 date-time`;
     case 'pattern':
       return `${where} must match ${(e.params as { pattern: string }).pattern}`;
     case 'enum':

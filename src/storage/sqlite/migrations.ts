@@ -136,4 +136,23 @@ export const migrations: readonly { version: number; name: string; sql: string }
       CREATE INDEX queue_pending_id ON queue_items (status, id);
     `,
   },
+  {
+    version: 3,
+    name: 'audit query indexes and chain head',
+    sql: `
+      -- One index per filter, each ending in seq: a filtered page is an index range scan in
+      -- seq order, fast at millions of rows. (kind, trace_id, request_id exist since version 1.)
+      CREATE INDEX audit_agent ON audit_events (agent_id, seq);
+      CREATE INDEX audit_user ON audit_events (user_id, seq);
+      CREATE INDEX audit_tenant ON audit_events (tenant_id, seq);
+      CREATE INDEX audit_action ON audit_events (action, seq);
+      CREATE INDEX audit_outcome ON audit_events (outcome, seq);
+      CREATE INDEX audit_time ON audit_events (time, seq);
+      -- The chain head and length, updated with every append: truncating the tail of the chain
+      -- is detected too, not only edits and deletions inside it.
+      INSERT INTO meta (key, value) SELECT 'audit_head',
+        COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '${'0'.repeat(64)}');
+      INSERT INTO meta (key, value) SELECT 'audit_count', CAST(count(*) AS TEXT) FROM audit_events;
+    `,
+  },
 ];

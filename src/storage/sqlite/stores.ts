@@ -1,6 +1,6 @@
 import type { Statement } from 'better-sqlite3';
 import { eventHash, GENESIS_HASH } from '../../audit/chain.js';
-import type { AuditStore } from '../../audit/store.js';
+import type { AuditFilter, AuditStore } from '../../audit/store.js';
 import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
 import type { DecisionRecord, DecisionStore, RecordOutcome } from '../../decisions/store.js';
 import { newId } from '../../ids.js';
@@ -42,8 +42,14 @@ const AUDIT_COLUMNS = [
 class AuditWriter {
   private readonly head: Statement;
   private readonly insert: Statement;
-  constructor(db: Db) {
+  private readonly setHead: Statement;
+  constructor(
+    db: Db,
+    private readonly onAppend: (kinds: string[]) => void,
+  ) {
     this.head = db.prepare('SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1').pluck();
+    this.setHead = db.prepare(`UPDATE meta SET value = CASE key WHEN 'audit_head' THEN @head
+      ELSE CAST(CAST(value AS INTEGER) + @n AS TEXT) END WHERE key IN ('audit_head', 'audit_count')`);
     this.insert = db.prepare(
       `INSERT INTO audit_events (${AUDIT_COLUMNS.join(', ')}) VALUES (${AUDIT_COLUMNS.map((c) => '@' + c).join(', ')})`,
     );
@@ -82,35 +88,92 @@ class AuditWriter {
       out.push(event);
       prev = event.hash;
     }
+    this.setHead.run({ head: prev, n: out.length });
+    // Reported after the caller's transaction commits would be more exact; a rollback after this
+    // point only happens on a storage failure, which already fails the request.
+    this.onAppend(out.map((e) => e.kind));
     return out;
   }
 }
 
 export function auditFromRow(r: Row): AuditEvent {
+  const { seq: _seq, ...rest } = r;
   return {
-    ...(r as unknown as AuditEvent),
+    ...(rest as unknown as AuditEvent),
     resource: r.resource === null ? null : JSON.parse(r.resource as string),
     details: JSON.parse(r.details as string) as Record<string, unknown>,
   };
 }
 
+const AUDIT_FILTER_COLUMNS = [
+  'kind',
+  'agent_id',
+  'user_id',
+  'tenant_id',
+  'action',
+  'outcome',
+  'request_id',
+  'trace_id',
+] as const;
+
 export class SqliteAuditStore implements AuditStore {
+  private readonly cols = `seq, ${AUDIT_COLUMNS.join(', ')}`;
+  private readonly byTrace: Statement;
   constructor(
     private readonly db: Db,
     private readonly writer: AuditWriter,
-  ) {}
+  ) {
+    this.byTrace = db.prepare(`SELECT ${this.cols} FROM audit_events WHERE trace_id = ? ORDER BY seq`);
+  }
 
   async append(events: NewAuditEvent[]): Promise<AuditEvent[]> {
     return this.db.transaction(() => this.writer.appendInTx(events)).immediate();
   }
 
-  *iterate(): Iterable<AuditEvent> {
-    const stmt = this.db.prepare(`SELECT ${AUDIT_COLUMNS.join(', ')} FROM audit_events ORDER BY seq`);
-    for (const r of stmt.iterate()) yield auditFromRow(r as Row);
+  async query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent }[]> {
+    const where: string[] = [];
+    const params: Record<string, unknown> = { limit: f.limit };
+    for (const c of AUDIT_FILTER_COLUMNS) {
+      if (f[c] !== undefined) {
+        where.push(`${c} = @${c}`);
+        params[c] = f[c];
+      }
+    }
+    if (f.since !== undefined) {
+      where.push('time >= @since');
+      params.since = f.since;
+    }
+    if (f.until !== undefined) {
+      where.push('time < @until');
+      params.until = f.until;
+    }
+    if (f.beforeSeq !== undefined) {
+      where.push('seq < @beforeSeq');
+      params.beforeSeq = f.beforeSeq;
+    }
+    const sql = `SELECT ${this.cols} FROM audit_events ${where.length ? 'WHERE ' + where.join(' AND ') : ''}
+      ORDER BY seq DESC LIMIT @limit`;
+    return (this.db.prepare(sql).all(params) as Row[]).map((r) => ({
+      seq: r.seq as number,
+      event: auditFromRow(r),
+    }));
   }
 
-  async count(): Promise<number> {
-    return this.db.prepare('SELECT count(*) FROM audit_events').pluck().get() as number;
+  async trace(traceId: string): Promise<AuditEvent[]> {
+    return (this.byTrace.all(traceId) as Row[]).map(auditFromRow);
+  }
+
+  *iterate(): Iterable<AuditEvent & { seq: number }> {
+    const stmt = this.db.prepare(`SELECT ${this.cols} FROM audit_events ORDER BY seq`);
+    for (const r of stmt.iterate()) yield { ...auditFromRow(r as Row), seq: (r as Row).seq as number };
+  }
+
+  async head(): Promise<{ hash: string; count: number }> {
+    const rows = this.db
+      .prepare("SELECT key, value FROM meta WHERE key IN ('audit_head', 'audit_count')")
+      .all() as { key: string; value: string }[];
+    const get = (k: string) => rows.find((r) => r.key === k)?.value;
+    return { hash: get('audit_head') ?? GENESIS_HASH, count: Number(get('audit_count') ?? '0') };
   }
 }
 
@@ -572,8 +635,8 @@ export class SqlitePolicyStore implements PolicyStore {
 }
 
 /** All SQLite-backed stores over one connection. */
-export function sqliteStores(db: Db) {
-  const writer = new AuditWriter(db);
+export function sqliteStores(db: Db, onAuditAppend: (kinds: string[]) => void = () => undefined) {
+  const writer = new AuditWriter(db, onAuditAppend);
   return {
     audit: new SqliteAuditStore(db, writer),
     decisions: new SqliteDecisionStore(db, writer),

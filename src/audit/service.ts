@@ -1,0 +1,225 @@
+import { badRequest, forbidden, notFound } from '../errors.js';
+import { decodeCursor, encodeCursor, parseLimit } from '../http/pagination.js';
+import { compileSchema, isRfc3339 } from '../http/validation.js';
+import type { Principal } from '../keys/types.js';
+import { eventHash, GENESIS_HASH } from './chain.js';
+import type { AuditFilter, AuditStore } from './store.js';
+import type { AuditEvent, NewAuditEvent } from './types.js';
+
+/** Every outcome an event may carry; filters and ingest accept exactly these. */
+export const OUTCOMES = [
+  'allow',
+  'requires_approval',
+  'deny',
+  'approved',
+  'denied',
+  'expired',
+  'minted',
+  'revoked',
+  'success',
+  'failure',
+  'error',
+] as const;
+
+export const MAX_INGEST_BATCH = 1000;
+
+const str = (max: number) => ({ type: ['string', 'null'], maxLength: max });
+
+/** One event as an engine elsewhere forwards it. Unknown fields are kept under `details`. */
+export const ingestEventSchema = {
+  type: 'object',
+  required: ['kind'],
+  properties: {
+    kind: { type: 'string', minLength: 1, maxLength: 128 },
+    time: { type: 'string', format: 'date-time' },
+    trace_id: str(128),
+    request_id: str(128),
+    actor: str(256),
+    agent_id: str(256),
+    user_id: str(256),
+    tenant_id: str(256),
+    action: str(256),
+    resource: {},
+    outcome: { type: ['string', 'null'], enum: [...OUTCOMES, null] },
+    message: str(4096),
+    confidence: { type: ['number', 'null'], minimum: 0, maximum: 1 },
+    policy_revision: { type: ['integer', 'null'], minimum: 0 },
+    latency_us: { type: ['integer', 'null'], minimum: 0 },
+    details: { type: 'object' },
+  },
+};
+
+export const ingestBatchSchema = {
+  type: 'object',
+  required: ['events'],
+  additionalProperties: false,
+  properties: {
+    events: { type: 'array', minItems: 1, maxItems: MAX_INGEST_BATCH, items: ingestEventSchema },
+  },
+};
+
+const validateEvent = compileSchema<Record<string, unknown>>(ingestEventSchema);
+const validateBatch = compileSchema<{ events: Record<string, unknown>[] }>(ingestBatchSchema);
+
+const KNOWN = new Set(Object.keys(ingestEventSchema.properties));
+/** Chain fields are Arbiter's to compute: a caller's values are dropped, never trusted. */
+const CHAIN_FIELDS = new Set(['hash', 'prev_hash', 'seq']);
+
+export type AuditQuery = Partial<
+  Record<keyof Omit<AuditFilter, 'beforeSeq' | 'limit'> | 'limit' | 'cursor', string>
+>;
+
+export type VerifyResult =
+  | { ok: true; checked: number; head: string }
+  | { ok: false; checked: number; first_bad: string | null; reason: string };
+
+export class AuditService {
+  constructor(
+    private readonly store: AuditStore,
+    private readonly mask: (doc: Record<string, unknown>) => Record<string, unknown>,
+  ) {}
+
+  /** Newest first; the cursor is a sequence number, so new events never shift later pages. */
+  async query(
+    principal: Principal,
+    q: AuditQuery,
+  ): Promise<{ events: AuditEvent[]; next_cursor: string | null }> {
+    const limit = parseLimit(q.limit);
+    const f: AuditFilter = { limit: limit + 1 };
+    for (const k of [
+      'kind',
+      'agent_id',
+      'user_id',
+      'tenant_id',
+      'action',
+      'request_id',
+      'trace_id',
+    ] as const) {
+      const v = q[k];
+      if (v === undefined) continue;
+      if (v === '' || v.length > 256) throw badRequest(`query parameter ${k} must be 1 to 256 characters`);
+      f[k] = v;
+    }
+    if (q.outcome !== undefined) {
+      if (!(OUTCOMES as readonly string[]).includes(q.outcome)) {
+        throw badRequest(`query parameter outcome must be one of ${OUTCOMES.join(', ')}`);
+      }
+      f.outcome = q.outcome;
+    }
+    for (const k of ['since', 'until'] as const) {
+      const v = q[k];
+      if (v === undefined) continue;
+      if (!isRfc3339(v)) throw badRequest(`query parameter ${k} must be an RFC 3339 date-time`);
+      f[k] = new Date(v).toISOString();
+    }
+    if (q.cursor !== undefined) {
+      const pos = decodeCursor(q.cursor, 'audit');
+      if (!/^[1-9]\d{0,15}$/.test(pos))
+        throw badRequest('query parameter cursor is not a valid cursor for this list');
+      f.beforeSeq = Number(pos);
+    }
+    if (principal.tenant !== null) {
+      if (f.tenant_id !== undefined && f.tenant_id !== principal.tenant) {
+        throw forbidden(`API key is bound to tenant ${principal.tenant}`);
+      }
+      f.tenant_id = principal.tenant;
+    }
+    const rows = await this.store.query(f);
+    const page = rows.slice(0, limit);
+    const last = page[page.length - 1];
+    return {
+      events: page.map((r) => r.event),
+      next_cursor: rows.length > limit && last ? encodeCursor('audit', String(last.seq)) : null,
+    };
+  }
+
+  async trace(principal: Principal, traceId: string): Promise<{ trace_id: string; events: AuditEvent[] }> {
+    if (traceId === '' || traceId.length > 128) throw badRequest('trace id must be 1 to 128 characters');
+    let events = await this.store.trace(traceId);
+    if (principal.tenant !== null) events = events.filter((e) => e.tenant_id === principal.tenant);
+    if (events.length === 0) throw notFound(`no audit events for trace ${traceId}`);
+    return { trace_id: traceId, events };
+  }
+
+  /** One event or `{"events": [...]}` (≤ 1000), validated as a whole, stored all or nothing. */
+  async ingest(principal: Principal, body: unknown): Promise<{ accepted: number; ids: string[] }> {
+    const isBatch = typeof body === 'object' && body !== null && 'events' in body;
+    const raw = isBatch ? validateBatch(body).events : [validateEvent(body)];
+    const events = raw.map((e) => this.toEvent(principal, e));
+    const stored = await this.store.append(events);
+    return { accepted: stored.length, ids: stored.map((e) => e.id) };
+  }
+
+  private toEvent(principal: Principal, e: Record<string, unknown>): NewAuditEvent {
+    if (principal.tenant !== null && e.tenant_id != null && e.tenant_id !== principal.tenant) {
+      throw forbidden(`API key is bound to tenant ${principal.tenant}`);
+    }
+    const extra: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(e)) {
+      if (!KNOWN.has(k) && !CHAIN_FIELDS.has(k)) extra[k === 'id' ? 'source_id' : k] = v;
+    }
+    const details = this.mask({
+      ...((e.details as Record<string, unknown>) ?? {}),
+      ...extra,
+      ingested_by: principal.name,
+    });
+    return {
+      kind: e.kind as string,
+      time: e.time === undefined ? undefined : new Date(e.time as string).toISOString(),
+      trace_id: (e.trace_id as string | null) ?? null,
+      request_id: (e.request_id as string | null) ?? null,
+      actor: (e.actor as string | null) ?? principal.name,
+      agent_id: (e.agent_id as string | null) ?? null,
+      user_id: (e.user_id as string | null) ?? null,
+      tenant_id: principal.tenant ?? (e.tenant_id as string | null) ?? null,
+      action: (e.action as string | null) ?? null,
+      resource: e.resource ?? null,
+      outcome: (e.outcome as string | null) ?? null,
+      message: (e.message as string | null) ?? null,
+      confidence: (e.confidence as number | null) ?? null,
+      policy_revision: (e.policy_revision as number | null) ?? null,
+      latency_us: (e.latency_us as number | null) ?? null,
+      details,
+    };
+  }
+
+  /**
+   * Walks the chain from the start: each event must link to the one before it and hash to its
+   * stored hash, and the chain must end at the recorded head. Reports the first event that fails.
+   */
+  async verify(): Promise<VerifyResult> {
+    let prev = GENESIS_HASH;
+    let checked = 0;
+    for (const e of this.store.iterate()) {
+      const { seq: _seq, hash, ...content } = e;
+      if (content.prev_hash !== prev) {
+        return {
+          ok: false,
+          checked,
+          first_bad: e.id,
+          reason: 'prev_hash does not match the event before it: an event was deleted, inserted or reordered',
+        };
+      }
+      if (eventHash(content) !== hash) {
+        return {
+          ok: false,
+          checked,
+          first_bad: e.id,
+          reason: 'event content does not match its hash: it was modified',
+        };
+      }
+      prev = hash;
+      checked++;
+    }
+    const head = await this.store.head();
+    if (head.hash !== prev || head.count !== checked) {
+      return {
+        ok: false,
+        checked,
+        first_bad: null,
+        reason: `the chain ends at event ${checked} but ${head.count} were recorded: events were removed from its end`,
+      };
+    }
+    return { ok: true, checked, head: prev };
+  }
+}
