@@ -2,7 +2,9 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { makeMasker } from './audit/mask.js';
 import { AuditService } from './audit/service.js';
-import type { Config, Role } from './config.js';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { repoRoot, type Config, type Role } from './config.js';
 import { DecisionService } from './decisions/service.js';
 import type { Api } from './http/context.js';
 import { routeTable } from './http/routes.js';
@@ -38,6 +40,9 @@ const OWN_KINDS = new Set([
   'key.revoke',
 ]);
 const metricKind = (kind: string) => (OWN_KINDS.has(kind) ? kind : 'ingested');
+
+const VERSION = (JSON.parse(readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { version: string })
+  .version;
 
 export interface Listener {
   api: Api;
@@ -123,7 +128,17 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       return { ok: true, revision };
     };
     const audit = new AuditService(stores.audit, makeMasker(config.auditMaskFields));
-    const routes = routeTable({ config, audit, decisions, queue, tokens, policies, metrics, health });
+    const routes = routeTable({
+      config,
+      version: VERSION,
+      audit,
+      decisions,
+      queue,
+      tokens,
+      policies,
+      metrics,
+      health,
+    });
     const apis: Api[] = role === 'all' ? ['engine', 'platform'] : [role];
     const servers: { api: Api; server: Server }[] = [];
     const listeners: Listener[] = [];

@@ -50,3 +50,16 @@ export interface HumanRequest {
   resource: { type: string; id: string };
   context?: Record<string, unknown>;
 }
+
+/** 200 allow / 202 requires_approval / 403 deny body. */
+export const decisionResponseSchema: JsonSchema = {
+  type: 'object',
+  required: ['status', 'request_id', 'trace_id'],
+  properties: {
+    status: { type: 'string', enum: ['allow', 'requires_approval', 'deny'] },
+    request_id: { type: 'string', description: 'UUIDv7; also the queue item id for requires_approval' },
+    trace_id: { type: 'string', description: 'W3C trace id (from traceparent when given)' },
+    message: { type: 'string', description: 'present with requires_approval and deny' },
+    expires_at: { type: 'string', format: 'date-time', description: 'present with requires_approval' },
+  },
+};

@@ -1,5 +1,6 @@
 import type { ParameterizedContext } from 'koa';
 import type { Principal, Scope } from '../keys/types.js';
+import type { JsonSchema } from './validation.js';
 
 export type Api = 'engine' | 'platform';
 
@@ -22,6 +23,11 @@ export interface RouteDef {
   scope: Scope | null;
   body: BodyKind;
   summary: string;
+  /** Status and meaning of the successful answer (errors are derived from the route). */
+  ok: { status: number; description: string; schema?: JsonSchema };
+  /** The JSON Schema the body is validated with (the same object the service uses). */
+  requestSchema?: JsonSchema;
+  query?: { name: string; description: string; schema: JsonSchema }[];
   handler: (ctx: Ctx) => Promise<void> | void;
 }
 

@@ -21,12 +21,32 @@ export const requestContext: Middleware<State> = async (ctx, next) => {
   await next();
 };
 
-/** Counts and times every request under its route template (bounded labels). */
-export function metricsMiddleware(api: Api, metrics: Metrics): Middleware<State> {
+/**
+ * Counts and times every request under its route template (bounded labels), and logs it at
+ * debug level with its request and trace ids (never headers or bodies: no keys, no tokens).
+ */
+export function metricsMiddleware(api: Api, metrics: Metrics, log: Logger): Middleware<State> {
+  const logRequests = log.isLevelEnabled('debug');
   return async (ctx, next) => {
     try {
       await next();
     } finally {
+      const seconds = Number(process.hrtime.bigint() - ctx.state.started) / 1e9;
+      if (logRequests) {
+        log.debug(
+          {
+            api,
+            requestId: ctx.state.requestId,
+            traceId: ctx.state.traceId,
+            method: ctx.method,
+            route: ctx.state.route?.template ?? 'unmatched',
+            status: ctx.status,
+            ms: Math.round(seconds * 1e6) / 1e3,
+            principal: ctx.state.principal?.name,
+          },
+          'request',
+        );
+      }
       const labels = {
         api,
         route: ctx.state.route?.template ?? 'unmatched',
@@ -34,7 +54,7 @@ export function metricsMiddleware(api: Api, metrics: Metrics): Middleware<State>
         status: String(ctx.status),
       };
       metrics.httpRequests.inc(labels);
-      metrics.httpDuration.observe(labels, Number(process.hrtime.bigint() - ctx.state.started) / 1e9);
+      metrics.httpDuration.observe(labels, seconds);
     }
   };
 }

@@ -1,15 +1,25 @@
-import type { AuditQuery, AuditService } from '../audit/service.js';
+import {
+  ingestBatchSchema,
+  ingestEventSchema,
+  OUTCOMES,
+  type AuditQuery,
+  type AuditService,
+} from '../audit/service.js';
 import type { Config } from '../config.js';
+import { agentRequestSchema, decisionResponseSchema, humanRequestSchema } from '../decisions/schemas.js';
 import type { DecisionResult, DecisionService } from '../decisions/service.js';
-import { AppError, badRequest } from '../errors.js';
+import { badRequest } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
-import { parseWait, type QueueService } from '../queue/service.js';
-import type { TokenService } from '../tokens/service.js';
+import { decideRequestSchema, parseWait, type QueueService } from '../queue/service.js';
+import { introspectRequestSchema, mintRequestSchema, type TokenService } from '../tokens/service.js';
+import { openApiDocument } from './openapi.js';
+import { compileSchema } from './validation.js';
 import { etagOf, metaOf, type ChangeContext, type PolicyService } from '../policy/service.js';
 import { actorOf, principalOf, type Ctx, type RouteDef } from './context.js';
 
 export interface RouteDeps {
   config: Config;
+  version: string;
   audit: AuditService;
   decisions: DecisionService;
   queue: QueueService;
@@ -20,6 +30,14 @@ export interface RouteDeps {
 }
 
 const BOTH = ['engine', 'platform'] as const;
+const PAGE_QUERY = [
+  {
+    name: 'limit',
+    description: 'page size, 1…1000 (default 100)',
+    schema: { type: 'integer', minimum: 1, maximum: 1000 },
+  },
+  { name: 'cursor', description: 'next_cursor of the previous page', schema: { type: 'string' } },
+];
 const AUDIT_QUERY_PARAMS = [
   'kind',
   'agent_id',
@@ -73,6 +91,7 @@ function boolQuery(ctx: Ctx, name: string): boolean {
  * HTTP ↔ service calls; the rules live in the services.
  */
 export function routeTable(d: RouteDeps): RouteDef[] {
+  const mintSchema = mintRequestSchema(d.config.tokenMaxTtlSeconds);
   const respond = (ctx: Ctx, r: DecisionResult) => {
     ctx.status = r.httpStatus;
     if (r.replayed) ctx.set('Idempotent-Replayed', 'true');
@@ -85,11 +104,29 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       await d.decisions.authorizeAgent(ctx.request.body, principalOf(ctx), ctx.state, idemKey(ctx)),
     );
   };
-  return [
+  const routes: RouteDef[] = [
+    {
+      method: 'GET',
+      path: '/openapi.json',
+      template: '/openapi.json',
+      ok: { status: 200, description: 'This OpenAPI 3.1 document (public)' },
+      apis: BOTH,
+      scope: null,
+      body: 'none',
+      summary: 'The OpenAPI description of both APIs',
+      handler: (ctx) => {
+        ctx.body = document ??= openApiDocument(routes, d.config, d.version);
+      },
+    },
     {
       method: 'GET',
       path: '/healthz',
       template: '/healthz',
+      ok: {
+        status: 200,
+        description:
+          'Healthy: {"status":"ok","revision":N}; 503 when storage is unusable or no policy set is loaded',
+      },
       apis: BOTH,
       scope: null,
       body: 'none',
@@ -106,6 +143,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/metrics',
       template: '/metrics',
+      ok: { status: 200, description: 'Prometheus text exposition format' },
       apis: BOTH,
       scope: d.config.metricsPublic ? null : 'metrics:read',
       body: 'none',
@@ -119,6 +157,12 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'POST',
       path: '/v1/agent/authorize',
       template: '/v1/agent/authorize',
+      ok: {
+        status: 200,
+        description: 'allow (200), requires_approval (202) or deny (403)',
+        schema: decisionResponseSchema,
+      },
+      requestSchema: agentRequestSchema,
       apis: ENGINE,
       scope: 'authorize',
       body: 'object',
@@ -129,6 +173,12 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'POST',
       path: '/api/v1/authorize',
       template: '/api/v1/authorize',
+      ok: {
+        status: 200,
+        description: 'allow (200), requires_approval (202) or deny (403)',
+        schema: decisionResponseSchema,
+      },
+      requestSchema: agentRequestSchema,
       apis: BOTH,
       scope: 'authorize',
       body: 'object',
@@ -139,6 +189,12 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'POST',
       path: '/v1/authorize',
       template: '/v1/authorize',
+      ok: {
+        status: 200,
+        description: 'allow (200), requires_approval (202) or deny (403)',
+        schema: decisionResponseSchema,
+      },
+      requestSchema: humanRequestSchema,
       apis: ENGINE,
       scope: 'authorize',
       body: 'object',
@@ -154,6 +210,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/.well-known/jwks.json',
       template: '/.well-known/jwks.json',
+      ok: { status: 200, description: 'JWK Set with the Ed25519 public key' },
       apis: BOTH,
       scope: null,
       body: 'none',
@@ -167,6 +224,13 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/v1/queue/pending',
       template: '/v1/queue/pending',
+      ok: { status: 200, description: '{"items": [queue item], "next_cursor": string|null}' },
+      query: [
+        ...PAGE_QUERY,
+        { name: 'agent_id', description: 'only this agent', schema: { type: 'string' } },
+        { name: 'tenant_id', description: 'only this tenant', schema: { type: 'string' } },
+        { name: 'action', description: 'only this action', schema: { type: 'string' } },
+      ],
       apis: ENGINE,
       scope: 'queue:read',
       body: 'none',
@@ -185,6 +249,14 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/v1/queue/:id',
       template: '/v1/queue/{id}',
+      ok: { status: 200, description: 'The queue item' },
+      query: [
+        {
+          name: 'wait',
+          description: 'hold up to N seconds (≤ 60) until the item leaves pending',
+          schema: { type: 'number', minimum: 0, maximum: 60 },
+        },
+      ],
       apis: ENGINE,
       scope: 'queue:read',
       body: 'none',
@@ -197,6 +269,8 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'POST',
       path: '/v1/queue/:id/approve',
       template: '/v1/queue/{id}/approve',
+      ok: { status: 200, description: 'The approved item; 409 when not pending' },
+      requestSchema: decideRequestSchema,
       apis: ENGINE,
       scope: 'queue:review',
       body: 'optional-object',
@@ -209,6 +283,8 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'POST',
       path: '/v1/queue/:id/deny',
       template: '/v1/queue/{id}/deny',
+      ok: { status: 200, description: 'The denied item; 409 when not pending' },
+      requestSchema: decideRequestSchema,
       apis: ENGINE,
       scope: 'queue:review',
       body: 'optional-object',
@@ -221,6 +297,12 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'POST',
       path: '/v1/tokens/mint',
       template: '/v1/tokens/mint',
+      ok: {
+        status: 201,
+        description:
+          '{token_id, token, token_type, subject, scopes, expires_at}; 409 pending or already exchanged',
+      },
+      requestSchema: mintSchema,
       apis: ENGINE,
       scope: 'tokens:mint',
       body: 'object',
@@ -234,6 +316,8 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'POST',
       path: '/v1/tokens/introspect',
       template: '/v1/tokens/introspect',
+      ok: { status: 200, description: 'RFC 7662: {"active": true, …} or {"active": false}' },
+      requestSchema: introspectRequestSchema,
       apis: ENGINE,
       scope: 'tokens:read',
       body: 'object',
@@ -246,6 +330,10 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'DELETE',
       path: '/v1/tokens/:tokenID',
       template: '/v1/tokens/{tokenID}',
+      ok: {
+        status: 200,
+        description: '{token_id, revoked: true, revoked_at}; repeating it answers the same',
+      },
       apis: ENGINE,
       scope: 'tokens:revoke',
       body: 'none',
@@ -258,6 +346,21 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/api/v1/audit',
       template: '/api/v1/audit',
+      ok: { status: 200, description: '{"events": [event], "next_cursor": string|null}, newest first' },
+      query: [
+        ...PAGE_QUERY,
+        ...AUDIT_QUERY_PARAMS.filter((n) => n !== 'limit' && n !== 'cursor').map((name) => ({
+          name,
+          description:
+            name === 'since' || name === 'until' ? 'RFC 3339 date-time' : `only events with this ${name}`,
+          schema:
+            name === 'outcome'
+              ? { type: 'string', enum: [...OUTCOMES] }
+              : name === 'since' || name === 'until'
+                ? { type: 'string', format: 'date-time' }
+                : { type: 'string' },
+        })),
+      ],
       apis: PLATFORM,
       scope: 'audit:read',
       body: 'none',
@@ -276,6 +379,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/api/v1/audit/trace/:traceID',
       template: '/api/v1/audit/trace/{traceID}',
+      ok: { status: 200, description: '{"trace_id", "events": [event]}, oldest first; 404 when none' },
       apis: PLATFORM,
       scope: 'audit:read',
       body: 'none',
@@ -288,6 +392,8 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'POST',
       path: '/api/v1/audit/ingest',
       template: '/api/v1/audit/ingest',
+      ok: { status: 202, description: '{"accepted": n, "ids": [...]}' },
+      requestSchema: { oneOf: [ingestEventSchema, ingestBatchSchema] },
       apis: PLATFORM,
       scope: 'audit:write',
       body: 'object',
@@ -301,6 +407,10 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/api/v1/audit/verify',
       template: '/api/v1/audit/verify',
+      ok: {
+        status: 200,
+        description: '{"ok": true, "checked", "head"} or {"ok": false, "checked", "first_bad", "reason"}',
+      },
       apis: PLATFORM,
       scope: 'audit:read',
       body: 'none',
@@ -313,6 +423,10 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/api/v1/policies',
       template: '/api/v1/policies',
+      ok: {
+        status: 200,
+        description: '{"policies": [{name, description, sha256, version, updated_at}], "revision"}',
+      },
       apis: PLATFORM,
       scope: 'policies:read',
       body: 'none',
@@ -325,6 +439,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/api/v1/policies/:name',
       template: '/api/v1/policies/{name}',
+      ok: { status: 200, description: 'Policy metadata plus rego, with ETag' },
       apis: PLATFORM,
       scope: 'policies:read',
       body: 'none',
@@ -339,6 +454,15 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'PUT',
       path: '/api/v1/policies/:name',
       template: '/api/v1/policies/{name}',
+      ok: {
+        status: 200,
+        description:
+          '200 updated or 201 created: policy metadata and revision; 400 names policy, row and column',
+      },
+      requestSchema: policyRequestSchema,
+      query: [
+        { name: 'dry_run', description: 'compile and report without storing', schema: { type: 'boolean' } },
+      ],
       apis: PLATFORM,
       scope: 'policies:write',
       body: 'policy',
@@ -367,6 +491,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'DELETE',
       path: '/api/v1/policies/:name',
       template: '/api/v1/policies/{name}',
+      ok: { status: 204, description: 'Deleted' },
       apis: PLATFORM,
       scope: 'policies:write',
       body: 'none',
@@ -380,6 +505,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/api/v1/data',
       template: '/api/v1/data',
+      ok: { status: 200, description: '{"documents": [{path, updated_at}], "revision"}' },
       apis: PLATFORM,
       scope: 'policies:read',
       body: 'none',
@@ -392,6 +518,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/api/v1/data/*path',
       template: '/api/v1/data/{path}',
+      ok: { status: 200, description: '{path, value, updated_at}' },
       apis: PLATFORM,
       scope: 'policies:read',
       body: 'none',
@@ -405,6 +532,8 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'PUT',
       path: '/api/v1/data/*path',
       template: '/api/v1/data/{path}',
+      ok: { status: 200, description: '200 replaced or 201 created: {path, revision, updated_at}' },
+      requestSchema: {},
       apis: PLATFORM,
       scope: 'policies:write',
       body: 'json',
@@ -419,6 +548,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'DELETE',
       path: '/api/v1/data/*path',
       template: '/api/v1/data/{path}',
+      ok: { status: 204, description: 'Deleted' },
       apis: PLATFORM,
       scope: 'policies:write',
       body: 'none',
@@ -429,22 +559,25 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       },
     },
   ];
+  let document: Record<string, unknown> | undefined;
+  return routes;
 }
+
+/** Body of PUT /api/v1/policies/{name} as JSON (text/plain Rego is the other form). */
+export const policyRequestSchema = {
+  type: 'object',
+  required: ['rego'],
+  additionalProperties: false,
+  properties: {
+    rego: { type: 'string', description: 'one Rego module, OPA v1 syntax' },
+    description: { type: 'string', maxLength: 1024 },
+  },
+};
+const validatePolicyBody = compileSchema<{ rego: string; description?: string }>(policyRequestSchema);
 
 /** A policy PUT body: `{"rego", "description"?}` as JSON, or the Rego itself as text/plain. */
 function policyBody(body: unknown): { rego: string; description: string | undefined } {
   if (typeof body === 'string') return { rego: body, description: undefined };
-  const b = body as Record<string, unknown>;
-  for (const k of Object.keys(b)) {
-    if (k !== 'rego' && k !== 'description') throw badRequest(`unknown field: ${k}`);
-  }
-  if (b.rego === undefined) throw badRequest('missing required field: rego');
-  if (typeof b.rego !== 'string') throw badRequest('rego must be a string');
-  if (b.description !== undefined && typeof b.description !== 'string') {
-    throw badRequest('description must be a string');
-  }
-  if (typeof b.description === 'string' && b.description.length > 1024) {
-    throw new AppError(400, 'description must be at most 1024 characters');
-  }
-  return { rego: b.rego, description: b.description as string | undefined };
+  const b = validatePolicyBody(body);
+  return { rego: b.rego, description: b.description };
 }

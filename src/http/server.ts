@@ -44,7 +44,7 @@ export function buildApp(api: Api, routes: RouteDef[], deps: AppDeps): Koa<State
     return [...methods];
   };
   app.use(requestContext);
-  app.use(metricsMiddleware(api, deps.metrics));
+  app.use(metricsMiddleware(api, deps.metrics, deps.log));
   app.use(errorMiddleware(deps.log, deps.maxBodyBytes));
   app.use(router.routes());
   app.use(fallthrough((path) => allowedFor(path)));

@@ -7,6 +7,11 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 export function createMetrics() {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
+  // prom-client names these gauges *_total, which Prometheus reserves for counters (promtool
+  // rejects them); the same information is in nodejs_active_* without the suffix below.
+  for (const name of ['handles', 'requests', 'resources']) {
+    registry.removeSingleMetric(`nodejs_active_${name}_total`);
+  }
   const latencyBuckets = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
   ];

@@ -56,9 +56,11 @@ export class PolicyService {
     return this.serialized(async () => {
       let snap = await this.store.snapshot();
       let seeded = false;
+      let seededModule: WebAssembly.Module | undefined;
       if (!snap.seeded && snap.policies.length === 0 && snap.data.length === 0) {
         const initial = await readPolicyDir(policyDir);
-        await this.compile(initial.modules); // refuse to seed a set that does not compile
+        // Refuse to seed a set that does not compile; keep the result to load it.
+        seededModule = await this.compileToModule(initial.modules);
         seeded = await this.store.seed(
           initial.modules.map((m) => ({
             name: m.name,
@@ -79,6 +81,10 @@ export class PolicyService {
           }),
         );
         snap = await this.store.snapshot();
+      }
+      if (seeded && seededModule) {
+        await this.swap(seededModule, dataTree(snap.data), snap.revision);
+        return { seeded, revision: snap.revision };
       }
       await this.load(snap);
       return { seeded, revision: snap.revision };

@@ -1,0 +1,152 @@
+import type { Config } from '../config.js';
+import type { RouteDef } from './context.js';
+import type { JsonSchema } from './validation.js';
+
+const ERROR_SCHEMA = {
+  type: 'object',
+  required: ['error'],
+  additionalProperties: false,
+  properties: { error: { type: 'string', description: 'human-readable text' } },
+};
+
+const err = (description: string) => ({
+  description,
+  content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+});
+
+/** Our JSON Schemas use `format: date-time` only; they are valid OpenAPI 3.1 schemas as they are. */
+const asSchema = (s: JsonSchema): JsonSchema => s;
+
+/**
+ * The OpenAPI 3.1 description of both APIs, generated from the route table: the same paths,
+ * scopes and request schemas that route and validate requests, so the document cannot drift.
+ * Error responses are derived from what each route can refuse.
+ */
+export function openApiDocument(
+  routes: RouteDef[],
+  config: Config,
+  version: string,
+): Record<string, unknown> {
+  const paths: Record<string, Record<string, unknown>> = {};
+  const host = config.host.includes(':') ? `[${config.host}]` : config.host;
+  for (const r of routes) {
+    const params = [...r.template.matchAll(/\{(\w+)\}/g)].map((m) => ({
+      name: m[1],
+      in: 'path',
+      required: true,
+      schema: { type: 'string' },
+    }));
+    const responses: Record<string, unknown> = {
+      [String(r.ok.status)]: {
+        description: r.ok.description,
+        ...(r.ok.status === 204
+          ? {}
+          : {
+              content:
+                r.template === '/metrics'
+                  ? { 'text/plain': { schema: { type: 'string' } } }
+                  : {
+                      'application/json': {
+                        schema: r.ok.schema ? asSchema(r.ok.schema) : { type: 'object' },
+                      },
+                    },
+            }),
+      },
+    };
+    if (r.ok.schema && r.template.endsWith('authorize')) {
+      responses['202'] = {
+        description: 'requires_approval',
+        content: { 'application/json': { schema: r.ok.schema } },
+      };
+      responses['403'] = {
+        description: 'deny (a decision body), or an error body when the key lacks the scope or binding',
+        content: {
+          'application/json': { schema: { oneOf: [r.ok.schema, { $ref: '#/components/schemas/Error' }] } },
+        },
+      };
+      responses['422'] = err('Idempotency-Key reused with another body');
+      responses['503'] = err('the decision could not be recorded; never allow');
+    }
+    if (r.scope !== null) {
+      responses['401'] = err(
+        'missing, malformed, unknown or revoked API key (with WWW-Authenticate: Bearer)',
+      );
+      responses['403'] ??= err(
+        `API key lacks scope ${r.scope}, or the key's tenant/agent binding forbids it`,
+      );
+    }
+    if (r.body !== 'none' || r.query || params.length > 0)
+      responses['400'] ??= err('invalid request; the message names the field');
+    if (params.length > 0) responses['404'] ??= err('no such resource');
+    if (r.body !== 'none') {
+      responses['413'] = err(`body larger than ${config.maxBodyBytes} bytes`);
+      responses['415'] = err('unsupported Content-Type');
+    }
+    responses['405'] = err('known path, other method (Allow lists the methods)');
+    responses['500'] = err('internal failure');
+    const op: Record<string, unknown> = {
+      operationId: `${r.method.toLowerCase()}${r.template.replace(/[^A-Za-z0-9]+(\w)?/g, (_m, c: string = '') => c.toUpperCase())}`,
+      summary: r.summary,
+      tags: [...r.apis],
+      'x-arbiter-apis': [...r.apis],
+      'x-arbiter-scope': r.scope,
+      security: r.scope === null ? [] : [{ apiKey: [] }],
+      parameters: [
+        ...params,
+        ...(r.query ?? []).map((q) => ({
+          name: q.name,
+          in: 'query',
+          description: q.description,
+          schema: q.schema,
+        })),
+        ...(r.template.endsWith('authorize')
+          ? [
+              {
+                name: 'Idempotency-Key',
+                in: 'header',
+                required: false,
+                schema: { type: 'string', maxLength: 255 },
+              },
+            ]
+          : []),
+        ...(r.method === 'PUT' || r.method === 'DELETE'
+          ? r.template.startsWith('/api/v1/policies/')
+            ? [{ name: 'If-Match', in: 'header', required: false, schema: { type: 'string' } }]
+            : []
+          : []),
+      ],
+      responses,
+    };
+    if (r.requestSchema) {
+      const content: Record<string, unknown> = { 'application/json': { schema: asSchema(r.requestSchema) } };
+      if (r.body === 'policy')
+        content['text/plain'] = { schema: { type: 'string', description: 'Rego source' } };
+      op.requestBody = { required: r.body !== 'optional-object', content };
+    }
+    (paths[r.template] ??= {})[r.method.toLowerCase()] = op;
+  }
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'Arbiter',
+      version,
+      description:
+        'Policy-as-code authorization for AI agents and humans. The Engine API answers decisions, ' +
+        'runs the review queue and mints tokens; the Platform API manages policies, data and the audit trail. ' +
+        'x-arbiter-apis says which listener serves each operation; x-arbiter-scope the API key scope it needs.',
+    },
+    servers: [
+      { url: `http://${host}:${config.enginePort}`, description: 'Engine API' },
+      { url: `http://${host}:${config.platformPort}`, description: 'Platform API' },
+    ],
+    tags: [
+      { name: 'engine', description: 'served by the Engine API' },
+      { name: 'platform', description: 'served by the Platform API' },
+    ],
+    paths,
+    components: {
+      schemas: { Error: ERROR_SCHEMA },
+      securitySchemes: { apiKey: { type: 'http', scheme: 'bearer', description: 'Arbiter API key (arb_…)' } },
+    },
+  };
+}

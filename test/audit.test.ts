@@ -1,0 +1,901 @@
+import Database from 'better-sqlite3';
+import { expect } from 'chai';
+import path from 'node:path';
+import { expectError } from './helpers/expect-error.js';
+import { AGENT, Arbiter, call, HUMAN, readDb, type Response } from './helpers/harness.js';
+
+/** Every field SPEC §8 gives an audit event. */
+const EVENT_FIELDS = [
+  'id',
+  'time',
+  'kind',
+  'trace_id',
+  'request_id',
+  'actor',
+  'agent_id',
+  'user_id',
+  'tenant_id',
+  'action',
+  'resource',
+  'outcome',
+  'message',
+  'confidence',
+  'policy_revision',
+  'latency_us',
+  'details',
+  'hash',
+  'prev_hash',
+];
+
+const HEX64 = /^[0-9a-f]{64}$/;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+const b64url = (s: string) => Buffer.from(s, 'utf8').toString('base64url');
+
+interface RawRow {
+  seq: number;
+  id: string;
+  kind: string;
+  hash: string;
+  prev_hash: string;
+  message: string | null;
+  details: string;
+}
+
+function countAudit(a: Arbiter): number {
+  return readDb(a.dataDir, (db) => db.prepare('SELECT count(*) AS n FROM audit_events').pluck().get()) as number;
+}
+
+function auditRows(a: Arbiter): RawRow[] {
+  return readDb(a.dataDir, (db) => db.prepare('SELECT * FROM audit_events ORDER BY seq').all()) as RawRow[];
+}
+
+/** The storage sequence number of each event id (the order the chain was written in). */
+function seqsOf(a: Arbiter, ids: string[]): number[] {
+  return readDb(a.dataDir, (db) => {
+    const stmt = db.prepare('SELECT seq FROM audit_events WHERE id = ?').pluck();
+    return ids.map((id) => stmt.get(id) as number);
+  });
+}
+
+/** Opens the instance's SQLite file read-write, behind the (stopped) service's back. */
+function writeDb(a: Arbiter, fn: (db: Database.Database) => void): void {
+  const db = new Database(path.join(a.dataDir, 'arbiter.db'), { fileMustExist: true });
+  try {
+    fn(db);
+  } finally {
+    db.close();
+  }
+}
+
+function expectNewestFirst(a: Arbiter, events: { id: string }[]): void {
+  const seqs = seqsOf(
+    a,
+    events.map((e) => e.id),
+  );
+  for (let i = 1; i < seqs.length; i++) {
+    expect(seqs[i], `event ${i} is older than event ${i - 1}`).to.be.lessThan(seqs[i - 1] as number);
+  }
+}
+
+function expectSpecFields(e: Record<string, unknown>): void {
+  expect(e).to.include.all.keys(...EVENT_FIELDS);
+  expect(e.id).to.match(UUID);
+  expect(Number.isNaN(Date.parse(e.time as string))).to.equal(false);
+  expect(e.hash).to.match(HEX64);
+  expect(e.prev_hash).to.match(HEX64);
+  expect(e.details).to.be.an('object');
+}
+
+function decisionPath(body: Record<string, unknown>): string {
+  return 'user_id' in body ? '/v1/authorize' : '/v1/agent/authorize';
+}
+
+async function decide(a: Arbiter, body: Record<string, unknown>, opts: { key?: string; trace?: string } = {}) {
+  const headers: Record<string, string> = {};
+  if (opts.trace) headers.traceparent = `00-${opts.trace}-00f067aa0ba902b7-01`;
+  const r = await call('POST', a.engine + decisionPath(body), { body, key: opts.key, headers });
+  expect([200, 202, 403], r.text).to.include(r.status);
+  expect(r.json.request_id, r.text).to.be.a('string');
+  return r;
+}
+
+async function audit(a: Arbiter, query: string, key?: string | null): Promise<Response> {
+  return call('GET', `${a.platform}/api/v1/audit${query ? '?' + query : ''}`, { key });
+}
+
+/** The events matching `query` (a single page of up to 1000), asserting a 200. */
+async function auditEvents(a: Arbiter, query: string, key?: string) {
+  const r = await audit(a, query ? `${query}&limit=1000` : 'limit=1000', key);
+  expect(r.status, r.text).to.equal(200);
+  expect(r.json).to.have.keys('events', 'next_cursor');
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- events are arbitrary JSON
+  return r.json.events as any[];
+}
+
+const ingest = (a: Arbiter, body: unknown, key?: string) =>
+  call('POST', `${a.platform}/api/v1/audit/ingest`, { body, key });
+
+/** The last line of a CLI's stdout, as JSON. */
+function cliJson(out: string) {
+  const lines = out.trim().split('\n');
+  return JSON.parse(lines[lines.length - 1] as string);
+}
+
+describe('audit trail', () => {
+  let a: Arbiter;
+  let agentKey: string;
+  let reviewer: string;
+  let acmeKey: string;
+
+  before(async () => {
+    a = await Arbiter.start();
+    agentKey = a.createKey('deploy-bot-key', ['authorize', 'tokens:mint', 'queue:read'], {
+      agent: 'deploy-bot',
+    });
+    reviewer = a.createKey('sre-reviewer', ['queue:read', 'queue:review']);
+    acmeKey = a.createKey('acme-app', ['authorize'], { tenant: 'acme' });
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  describe('events for everything', () => {
+    /** The one event of `kind` whose `field` equals `value`, read back over the API. */
+    async function oneEvent(kind: string, field: string, value: unknown) {
+      const events = (await auditEvents(a, `kind=${encodeURIComponent(kind)}`)).filter(
+        (e) => e[field] === value,
+      );
+      expect(events, `${kind} events with ${field}=${String(value)}`).to.have.length(1);
+      const e = events[0];
+      expectSpecFields(e);
+      expect(e.kind).to.equal(kind);
+      return e;
+    }
+
+    it('records an agent decision with every SPEC field, its outcome, revision and latency', async () => {
+      const r = await decide(a, { ...AGENT.allow, context: { ticket: 'T-1' } }, { key: agentKey });
+      const e = await oneEvent('decision', 'request_id', r.json.request_id);
+      expect(e).to.include({
+        trace_id: r.json.trace_id,
+        actor: 'deploy-bot-key',
+        agent_id: 'deploy-bot',
+        user_id: null,
+        action: 'read',
+        resource: 'repo/arbiter',
+        outcome: 'allow',
+        confidence: 0.95,
+      });
+      expect(e.policy_revision).to.be.a('number');
+      expect(e.latency_us).to.be.a('number').and.at.least(0);
+      expect(e.details.context).to.deep.equal({ ticket: 'T-1' });
+    });
+
+    it('records a human decision with user, tenant and structured resource', async () => {
+      const r = await decide(a, HUMAN.deny, { key: acmeKey });
+      expect(r.status).to.equal(403);
+      const e = await oneEvent('decision', 'request_id', r.json.request_id);
+      expect(e).to.include({ user_id: 'bob', tenant_id: 'acme', agent_id: null, outcome: 'deny' });
+      expect(e.resource).to.deep.equal({ type: 'project', id: 'p1' });
+      expect(e.message).to.be.a('string').and.not.equal('');
+    });
+
+    it('records approve and deny queue transitions with the reviewer as actor', async () => {
+      const one = await decide(a, AGENT.approval, { key: agentKey });
+      const two = await decide(a, AGENT.approval, { key: agentKey });
+      expect(one.status).to.equal(202);
+      expect(two.status).to.equal(202);
+      const ok = await call('POST', `${a.engine}/v1/queue/${one.json.request_id}/approve`, {
+        key: reviewer,
+        body: { note: 'window open' },
+      });
+      expect(ok.status, ok.text).to.equal(200);
+      const no = await call('POST', `${a.engine}/v1/queue/${two.json.request_id}/deny`, {
+        key: reviewer,
+        body: { note: 'not today' },
+      });
+      expect(no.status, no.text).to.equal(200);
+
+      const approved = await oneEvent('queue.approve', 'request_id', one.json.request_id);
+      expect(approved).to.include({
+        actor: 'sre-reviewer',
+        outcome: 'approved',
+        trace_id: one.json.trace_id,
+        message: 'window open',
+      });
+      const denied = await oneEvent('queue.deny', 'request_id', two.json.request_id);
+      expect(denied).to.include({
+        actor: 'sre-reviewer',
+        outcome: 'denied',
+        trace_id: two.json.trace_id,
+        message: 'not today',
+      });
+    });
+
+    it('records token mint and token revoke', async () => {
+      const d = await decide(a, AGENT.allow, { key: agentKey });
+      const minted = await call('POST', `${a.engine}/v1/tokens/mint`, {
+        key: agentKey,
+        body: { request_id: d.json.request_id },
+      });
+      expect(minted.status, minted.text).to.equal(201);
+      const tokenId = minted.json.token_id as string;
+      const revoked = await call('DELETE', `${a.engine}/v1/tokens/${tokenId}`);
+      expect(revoked.status, revoked.text).to.equal(200);
+
+      const mint = await oneEvent('token.mint', 'resource', tokenId);
+      expect(mint).to.include({ outcome: 'minted', request_id: d.json.request_id, trace_id: d.json.trace_id });
+      const revoke = await oneEvent('token.revoke', 'resource', tokenId);
+      expect(revoke).to.include({ outcome: 'revoked', actor: 'admin', trace_id: d.json.trace_id });
+    });
+
+    it('records policy PUT and DELETE with the request id and new revision', async () => {
+      const url = `${a.platform}/api/v1/policies/audit-probe`;
+      const put = await call('PUT', url, { body: { rego: 'package lib.audit_probe\n\nx := 1\n' } });
+      expect(put.status, put.text).to.equal(201);
+      const putEvent = await oneEvent('policy.put', 'request_id', put.headers.get('x-request-id'));
+      expect(putEvent).to.include({ resource: 'audit-probe', outcome: 'success', actor: 'admin' });
+      expect(putEvent.policy_revision).to.equal(put.json.revision);
+
+      const del = await call('DELETE', url);
+      expect(del.status, del.text).to.equal(204);
+      const delEvent = await oneEvent('policy.delete', 'request_id', del.headers.get('x-request-id'));
+      expect(delEvent).to.include({ resource: 'audit-probe', outcome: 'success' });
+      expect(delEvent.policy_revision).to.be.greaterThan(putEvent.policy_revision);
+    });
+
+    it('records data PUT and DELETE', async () => {
+      const url = `${a.platform}/api/v1/data/audit_probe`;
+      const put = await call('PUT', url, { body: { on: true } });
+      expect(put.status, put.text).to.equal(201);
+      const putEvent = await oneEvent('data.put', 'request_id', put.headers.get('x-request-id'));
+      expect(putEvent.outcome).to.equal('success');
+      expect(JSON.stringify(putEvent.resource)).to.match(/audit_probe/);
+
+      const del = await call('DELETE', url);
+      expect(del.status, del.text).to.be.oneOf([200, 204]);
+      const delEvent = await oneEvent('data.delete', 'request_id', del.headers.get('x-request-id'));
+      expect(delEvent.outcome).to.equal('success');
+      expect(JSON.stringify(delEvent.resource)).to.match(/audit_probe/);
+    });
+
+    it('records key creation and revocation done with the CLI', async () => {
+      a.createKey('audited-key', ['audit:read'], { tenant: 'acme' });
+      const created = await oneEvent('key.create', 'resource', 'audited-key');
+      expect(created).to.include({ outcome: 'success', tenant_id: 'acme' });
+      expect(created.details.scopes).to.deep.equal(['audit:read']);
+
+      const r = a.cli(['keys', 'revoke', 'audited-key']);
+      expect(r.code, r.stderr).to.equal(0);
+      const revoked = await oneEvent('key.revoke', 'resource', 'audited-key');
+      expect(revoked.outcome).to.equal('success');
+    });
+
+    it('records the policies seeded at first start', async () => {
+      const seeded = await auditEvents(a, 'kind=policy.seed');
+      expect(seeded.length).to.be.greaterThan(0);
+      for (const e of seeded) expectSpecFields(e);
+    });
+  });
+
+  describe('GET /api/v1/audit/trace/{traceID}', () => {
+    it('reads a traced flow back as one ordered story: decision, approve, mint, revoke', async () => {
+      const trace = '0af7651916cd43dd8448eb211c80319c';
+      const asked = await decide(a, AGENT.approval, { key: agentKey, trace });
+      expect(asked.status).to.equal(202);
+      expect(asked.json.trace_id).to.equal(trace);
+      const requestId = asked.json.request_id as string;
+      const ok = await call('POST', `${a.engine}/v1/queue/${requestId}/approve`, { key: reviewer });
+      expect(ok.status, ok.text).to.equal(200);
+      const minted = await call('POST', `${a.engine}/v1/tokens/mint`, {
+        key: agentKey,
+        body: { request_id: requestId },
+      });
+      expect(minted.status, minted.text).to.equal(201);
+      const revoked = await call('DELETE', `${a.engine}/v1/tokens/${minted.json.token_id}`);
+      expect(revoked.status, revoked.text).to.equal(200);
+
+      const r = await call('GET', `${a.platform}/api/v1/audit/trace/${trace}`);
+      expect(r.status, r.text).to.equal(200);
+      expect(r.json.trace_id).to.equal(trace);
+      const kinds = r.json.events.map((e: { kind: string }) => e.kind);
+      expect(kinds).to.deep.equal(['decision', 'queue.approve', 'token.mint', 'token.revoke']);
+      for (const e of r.json.events) {
+        expectSpecFields(e);
+        expect(e.trace_id).to.equal(trace);
+        expect(e.request_id).to.equal(requestId);
+      }
+      // Oldest first: chain order and time order.
+      const seqs = seqsOf(
+        a,
+        r.json.events.map((e: { id: string }) => e.id),
+      );
+      expect([...seqs].sort((x, y) => x - y)).to.deep.equal(seqs);
+      const times = r.json.events.map((e: { time: string }) => Date.parse(e.time));
+      expect([...times].sort((x, y) => x - y)).to.deep.equal(times);
+    });
+
+    it('answers 404 {"error"} for a trace with no events', async () => {
+      expectError(
+        await call('GET', `${a.platform}/api/v1/audit/trace/ffffffffffffffffffffffffffffffff`),
+        404,
+        /ffffffffffffffffffffffffffffffff/,
+      );
+    });
+  });
+
+  it('has every answered decision in the audit, found by its request_id', async () => {
+    const bodies: Record<string, unknown>[] = [
+      AGENT.allow,
+      AGENT.approval,
+      AGENT.deny,
+      AGENT.lowConfidence,
+      AGENT.unknownAgent,
+      HUMAN.allow,
+      HUMAN.approval,
+      HUMAN.deny,
+    ];
+    const answered: { request_id: string; trace_id: string; status: string }[] = [];
+    for (let i = 0; i < 30; i++) {
+      const body = bodies[i % bodies.length] as Record<string, unknown>;
+      const url = 'user_id' in body ? a.engine + '/v1/authorize' : (i % 2 ? a.platform : a.engine) + '/api/v1/authorize';
+      const r = await call('POST', url, { body });
+      expect([200, 202, 403], r.text).to.include(r.status);
+      answered.push(r.json);
+    }
+    expect(new Set(answered.map((d) => d.status))).to.have.all.keys('allow', 'requires_approval', 'deny');
+    for (const d of answered) {
+      const events = await auditEvents(a, `request_id=${d.request_id}`);
+      expect(events, d.request_id).to.have.length(1);
+      expect(events[0]).to.include({ kind: 'decision', outcome: d.status, trace_id: d.trace_id });
+    }
+  });
+
+  describe('filters', () => {
+    let filtReader: string;
+    const agentReq = (agent: string, action: string) => ({
+      agent_id: agent,
+      action,
+      resource: 'repo/arbiter',
+      confidence: 0.99,
+    });
+    const humanReq = (user: string, action: string) => ({
+      tenant_id: 'filtco',
+      user_id: user,
+      action,
+      resource: { type: 'project', id: 'p1' },
+    });
+    const ids: Record<string, string[]> = { agent: [], user1: [], user2: [] };
+    let allowed: { request_id: string; trace_id: string };
+    const trace = '5c2ae0a0d8c14f7a9a8a3c2b1e0f9d8c';
+
+    before(async () => {
+      const filtKey = a.createKey('filtco-app', ['authorize'], { tenant: 'filtco' });
+      filtReader = a.createKey('filtco-auditor', ['audit:read'], { tenant: 'filtco' });
+      for (const action of ['read', 'read', 'list']) {
+        ids.agent!.push((await decide(a, agentReq('filt-agent-1', action))).json.request_id);
+      }
+      ids.user1!.push((await decide(a, humanReq('filt-user-1', 'read'), { key: filtKey })).json.request_id);
+      ids.user1!.push((await decide(a, humanReq('filt-user-1', 'read'), { key: filtKey })).json.request_id);
+      ids.user2!.push((await decide(a, humanReq('filt-user-2', 'list'), { key: filtKey })).json.request_id);
+      allowed = (await decide(a, AGENT.allow, { trace })).json;
+    });
+
+    const reqIds = (events: { request_id: string }[]) => events.map((e) => e.request_id);
+
+    it('filters by kind, newest first', async () => {
+      const events = await auditEvents(a, 'kind=decision');
+      expect(events.length).to.be.greaterThan(30);
+      for (const e of events) expect(e.kind).to.equal('decision');
+      expect(reqIds(events)).to.include.members([...ids.agent!, ...ids.user1!, allowed.request_id]);
+      expectNewestFirst(a, events);
+    });
+
+    it('filters by agent_id, newest first', async () => {
+      const events = await auditEvents(a, 'agent_id=filt-agent-1');
+      expect(reqIds(events)).to.deep.equal([...ids.agent!].reverse());
+      for (const e of events) expect(e.agent_id).to.equal('filt-agent-1');
+      expectNewestFirst(a, events);
+    });
+
+    it('filters by user_id', async () => {
+      const events = await auditEvents(a, 'user_id=filt-user-1');
+      expect(reqIds(events)).to.deep.equal([...ids.user1!].reverse());
+    });
+
+    it('filters by tenant_id, set from the tenant-bound key on human requests', async () => {
+      const events = await auditEvents(a, 'tenant_id=filtco&kind=decision');
+      expect(reqIds(events)).to.deep.equal([...ids.user1!, ...ids.user2!].reverse());
+      for (const e of events) expect(e.tenant_id).to.equal('filtco');
+    });
+
+    it('filters by action', async () => {
+      const events = await auditEvents(a, 'action=list');
+      for (const e of events) expect(e.action).to.equal('list');
+      expect(reqIds(events)).to.include.members([ids.agent![2], ids.user2![0]]);
+      expect(reqIds(events)).to.not.include(ids.agent![0]);
+      expectNewestFirst(a, events);
+    });
+
+    it('filters by outcome', async () => {
+      const denied = await auditEvents(a, 'outcome=deny');
+      for (const e of denied) expect(e.outcome).to.equal('deny');
+      expect(reqIds(denied)).to.include.members(ids.agent!);
+      const allow = await auditEvents(a, 'outcome=allow');
+      for (const e of allow) expect(e.outcome).to.equal('allow');
+      expect(reqIds(allow)).to.include(allowed.request_id);
+      expect(await auditEvents(a, 'outcome=allow&agent_id=filt-agent-1')).to.deep.equal([]);
+    });
+
+    it('filters by request_id', async () => {
+      const events = await auditEvents(a, `request_id=${ids.agent![1]}`);
+      expect(reqIds(events)).to.deep.equal([ids.agent![1]]);
+    });
+
+    it('filters by trace_id', async () => {
+      const events = await auditEvents(a, `trace_id=${trace}`);
+      expect(reqIds(events)).to.deep.equal([allowed.request_id]);
+      expect(events[0].trace_id).to.equal(trace);
+    });
+
+    it('combines filters (all must match)', async () => {
+      const events = await auditEvents(
+        a,
+        'kind=decision&tenant_id=filtco&user_id=filt-user-1&action=read&outcome=deny',
+      );
+      expect(reqIds(events)).to.deep.equal([...ids.user1!].reverse());
+      expect(await auditEvents(a, 'agent_id=filt-agent-1&action=list&kind=decision')).to.have.length(1);
+      expect(await auditEvents(a, 'agent_id=filt-agent-1&user_id=filt-user-1')).to.deep.equal([]);
+    });
+
+    it('filters by since (inclusive) and until (exclusive) around a known event time, any offset', async () => {
+      const all = await auditEvents(a, 'agent_id=filt-agent-1');
+      const known = all.find((e) => e.request_id === ids.agent![1]);
+      const t = Date.parse(known.time);
+      const z = new Date(t).toISOString();
+      // The same instant written with a +02:00 offset.
+      const plus2 = (ms: number) => new Date(ms + 2 * 3600_000).toISOString().replace('Z', '+02:00');
+
+      const since = await auditEvents(a, `agent_id=filt-agent-1&since=${encodeURIComponent(plus2(t))}`);
+      expect(reqIds(since)).to.deep.equal(reqIds(all.filter((e) => Date.parse(e.time) >= t)));
+      expect(reqIds(since)).to.include(ids.agent![1]);
+
+      const until = await auditEvents(a, `agent_id=filt-agent-1&until=${z}`);
+      expect(reqIds(until)).to.deep.equal(reqIds(all.filter((e) => Date.parse(e.time) < t)));
+      expect(reqIds(until)).to.not.include(ids.agent![1]);
+
+      const window = await auditEvents(
+        a,
+        `agent_id=filt-agent-1&since=${z}&until=${encodeURIComponent(plus2(t + 1))}`,
+      );
+      expect(reqIds(window)).to.include(ids.agent![1]);
+      for (const e of window) expect(Date.parse(e.time)).to.equal(t);
+
+      const future = new Date(Date.now() + 3600_000).toISOString();
+      expect(await auditEvents(a, `agent_id=filt-agent-1&since=${future}`)).to.deep.equal([]);
+    });
+
+    it('confines a tenant-bound key to its tenant', async () => {
+      const events = await auditEvents(a, 'kind=decision', filtReader);
+      expect(reqIds(events)).to.deep.equal([...ids.user1!, ...ids.user2!].reverse());
+      expectError(await audit(a, 'tenant_id=acme', filtReader), 403);
+    });
+  });
+
+  describe('pagination', () => {
+    it('walks every page newest first, neither skipping nor repeating while new events arrive', async () => {
+      const existing = readDb(a.dataDir, (db) =>
+        db.prepare("SELECT id FROM audit_events WHERE kind = 'decision'").pluck().all(),
+      ) as string[];
+      expect(existing.length).to.be.greaterThan(10);
+
+      const collected: string[] = [];
+      const arrivedDuringWalk: string[] = [];
+      let cursor: string | null = null;
+      let pages = 0;
+      for (;;) {
+        const r: Response = await audit(
+          a,
+          `kind=decision&limit=3${cursor === null ? '' : `&cursor=${encodeURIComponent(cursor)}`}`,
+        );
+        expect(r.status, r.text).to.equal(200);
+        expect(r.json.events.length).to.be.at.most(3);
+        collected.push(...r.json.events.map((e: { id: string }) => e.id));
+        pages++;
+        cursor = r.json.next_cursor;
+        if (cursor === null) break;
+        expect(r.json.events).to.have.length(3);
+        expect(cursor).to.be.a('string').and.match(/^[A-Za-z0-9_-]+$/);
+        // A new decision arrives between pages.
+        const d = await decide(a, pages % 2 ? AGENT.allow : AGENT.deny);
+        arrivedDuringWalk.push(d.json.request_id);
+        expect(pages, 'too many pages').to.be.lessThan(1000);
+      }
+      expect(pages).to.be.greaterThan(3);
+      expect(new Set(collected).size, 'an id repeated').to.equal(collected.length);
+      expect(collected).to.have.members(existing);
+      const seqs = seqsOf(a, collected);
+      for (let i = 1; i < seqs.length; i++) expect(seqs[i]).to.be.lessThan(seqs[i - 1] as number);
+      const arrivedIds = readDb(a.dataDir, (db) => {
+        const stmt = db.prepare('SELECT id FROM audit_events WHERE request_id = ?').pluck();
+        return arrivedDuringWalk.map((rid) => stmt.get(rid) as string);
+      });
+      for (const id of arrivedIds) expect(collected).to.not.include(id);
+    });
+
+    it('returns next_cursor null when everything fits on one page', async () => {
+      const r = await audit(a, 'kind=decision&agent_id=filt-agent-1&limit=3');
+      expect(r.status).to.equal(200);
+      expect(r.json.events).to.have.length(3);
+      expect(r.json.next_cursor).to.equal(null);
+    });
+  });
+
+  describe('bad query parameters', () => {
+    let queueCursor: string;
+
+    before(async () => {
+      await decide(a, AGENT.approval);
+      await decide(a, AGENT.approval);
+      const r = await call('GET', `${a.engine}/v1/queue/pending?limit=1`);
+      expect(r.status, r.text).to.equal(200);
+      expect(r.json.next_cursor).to.be.a('string');
+      queueCursor = r.json.next_cursor;
+    });
+
+    const cases: [string, string, RegExp][] = [
+      ['since that is not RFC 3339', 'since=yesterday', /since/],
+      ['until that is not a real date', 'until=2026-13-45T00:00:00Z', /until/],
+      ['since without a time zone', 'since=2026-01-01T00:00:00', /since/],
+      ['an unknown outcome', 'outcome=maybe', /outcome/],
+      ['limit 0', 'limit=0', /limit/],
+      ['limit -1', 'limit=-1', /limit/],
+      ['limit 10001', 'limit=10001', /limit/],
+      ['limit abc', 'limit=abc', /limit/],
+      ['a cursor that is not base64url', 'cursor=garbage!', /cursor/],
+      ['a cursor of audit:abc', `cursor=${b64url('audit:abc')}`, /cursor/],
+      ['a cursor of audit:0', `cursor=${b64url('audit:0')}`, /cursor/],
+      ['an unknown query parameter', 'colour=blue', /colour/],
+      ['a repeated parameter', 'kind=decision&kind=token.mint', /kind/],
+      ['an empty kind', 'kind=', /kind/],
+    ];
+    for (const [what, query, field] of cases) {
+      it(`answers 400 naming the parameter for ${what}`, async () => {
+        expectError(await audit(a, query), 400, field);
+      });
+    }
+
+    it('answers 400 for a cursor forged from another list (the review queue)', async () => {
+      expectError(await audit(a, `cursor=${encodeURIComponent(queueCursor)}`), 400, /cursor/);
+    });
+
+    it('needs audit:read to query, read a trace or verify', async () => {
+      const writer = a.createKey('audit-writer-only', ['audit:write']);
+      expectError(await audit(a, '', writer), 403);
+      expectError(await call('GET', `${a.platform}/api/v1/audit/verify`, { key: writer }), 403);
+      expectError(
+        await call('GET', `${a.platform}/api/v1/audit/trace/0af7651916cd43dd8448eb211c80319c`, { key: writer }),
+        403,
+      );
+      expectError(await audit(a, '', null), 401);
+    });
+  });
+
+  describe('POST /api/v1/audit/ingest', () => {
+    let writer: string;
+    let reader: string;
+    before(() => {
+      writer = a.createKey('edge-engine', ['audit:write']);
+      reader = a.createKey('auditor', ['audit:read']);
+    });
+
+    function stored(id: string) {
+      return readDb(a.dataDir, (db) => db.prepare('SELECT * FROM audit_events WHERE id = ?').get(id)) as
+        | (RawRow & Record<string, unknown>)
+        | undefined;
+    }
+
+    /** Posts `body`, expects a 400 naming `field`, and checks that nothing was stored. */
+    async function rejected(body: unknown, field: RegExp) {
+      const before = countAudit(a);
+      expectError(await ingest(a, body, writer), 400, field);
+      expect(countAudit(a), 'rows stored by a rejected ingest').to.equal(before);
+    }
+
+    it('accepts one event with 202 {accepted: 1, ids: [id]}', async () => {
+      const r = await ingest(
+        a,
+        {
+          kind: 'edge.decision',
+          agent_id: 'edge-bot',
+          action: 'read',
+          resource: 'repo/x',
+          outcome: 'allow',
+          confidence: 0.9,
+          time: '2026-01-02T03:04:05+02:00',
+        },
+        writer,
+      );
+      expect(r.status, r.text).to.equal(202);
+      expect(r.json).to.have.keys('accepted', 'ids');
+      expect(r.json.accepted).to.equal(1);
+      expect(r.json.ids).to.have.length(1);
+      expect(r.json.ids[0]).to.match(UUID);
+      const events = await auditEvents(a, 'kind=edge.decision');
+      expect(events).to.have.length(1);
+      expectSpecFields(events[0]);
+      expect(events[0]).to.include({
+        id: r.json.ids[0],
+        agent_id: 'edge-bot',
+        outcome: 'allow',
+        resource: 'repo/x',
+        actor: 'edge-engine',
+        time: '2026-01-02T01:04:05.000Z',
+      });
+    });
+
+    it('accepts a batch of 3 and stores them in order', async () => {
+      const r = await ingest(
+        a,
+        { events: [{ kind: 'batch.one' }, { kind: 'batch.two' }, { kind: 'batch.three' }] },
+        writer,
+      );
+      expect(r.status, r.text).to.equal(202);
+      expect(r.json.accepted).to.equal(3);
+      expect(r.json.ids).to.have.length(3);
+      expect(r.json.ids.map((id: string) => stored(id)?.kind)).to.deep.equal(['batch.one', 'batch.two', 'batch.three']);
+      const seqs = seqsOf(a, r.json.ids);
+      expect(seqs[1]).to.equal((seqs[0] as number) + 1);
+      expect(seqs[2]).to.equal((seqs[1] as number) + 1);
+    });
+
+    it('keeps unknown fields under details', async () => {
+      const r = await ingest(
+        a,
+        { kind: 'edge.extra', engine: 'edge-7', region: 'eu-west-1', details: { note: 'kept' } },
+        writer,
+      );
+      expect(r.status, r.text).to.equal(202);
+      const [e] = await auditEvents(a, 'kind=edge.extra');
+      expect(e.details).to.include({ engine: 'edge-7', region: 'eu-west-1', note: 'kept' });
+      expect(e).to.not.have.property('engine');
+      expect(e).to.not.have.property('region');
+    });
+
+    it('ignores a caller-supplied hash and prev_hash, and the chain still verifies', async () => {
+      const fake = 'f'.repeat(64);
+      const r = await ingest(a, { kind: 'edge.forged', hash: fake, prev_hash: fake }, writer);
+      expect(r.status, r.text).to.equal(202);
+      const row = stored(r.json.ids[0]);
+      expect(row?.hash).to.match(HEX64).and.not.equal(fake);
+      expect(row?.prev_hash).to.not.equal(fake);
+      expect(JSON.parse(row?.details as string)).to.not.have.any.keys('hash', 'prev_hash');
+      const v = await call('GET', `${a.platform}/api/v1/audit/verify`, { key: reader });
+      expect(v.status).to.equal(200);
+      expect(v.json.ok, v.text).to.equal(true);
+    });
+
+    it('keeps a caller id as details.source_id and assigns a fresh id', async () => {
+      const r = await ingest(a, { kind: 'edge.with-id', id: 'upstream-42' }, writer);
+      expect(r.status, r.text).to.equal(202);
+      expect(r.json.ids[0]).to.not.equal('upstream-42').and.match(UUID);
+      const row = stored(r.json.ids[0]);
+      expect(JSON.parse(row?.details as string).source_id).to.equal('upstream-42');
+      expect(stored('upstream-42')).to.equal(undefined);
+    });
+
+    it('accepts a batch of 1000 events', async () => {
+      const before = countAudit(a);
+      const events = Array.from({ length: 1000 }, (_, i) => ({ kind: 'bulk.event', message: `n${i}` }));
+      const r = await ingest(a, { events }, writer);
+      expect(r.status, r.text).to.equal(202);
+      expect(r.json.accepted).to.equal(1000);
+      expect(new Set(r.json.ids).size).to.equal(1000);
+      expect(countAudit(a)).to.equal(before + 1000);
+    });
+
+    it('rejects a batch of 1001 events, storing none', async () => {
+      const events = Array.from({ length: 1001 }, () => ({ kind: 'bulk.too-many' }));
+      await rejected({ events }, /events/);
+    });
+
+    it('rejects an empty batch', async () => {
+      await rejected({ events: [] }, /events/);
+    });
+
+    it('rejects an event without kind, naming it', async () => {
+      await rejected({ events: [{ kind: 'ok.one' }, { message: 'no kind' }] }, /events\.1\.kind/);
+      await rejected({ message: 'no kind' }, /kind/);
+    });
+
+    it('rejects a non-string kind', async () => {
+      await rejected({ events: [{ kind: 42 }] }, /events\.0\.kind/);
+      await rejected({ kind: 42 }, /kind/);
+    });
+
+    it('rejects a time that is not RFC 3339', async () => {
+      await rejected({ events: [{ kind: 'ok.one', time: 'last tuesday' }] }, /events\.0\.time/);
+      await rejected({ kind: 'ok.one', time: '2026-02-30T00:00:00Z' }, /time/);
+    });
+
+    it('rejects a confidence outside 0..1', async () => {
+      await rejected({ events: [{ kind: 'ok.one', confidence: 2 }] }, /events\.0\.confidence/);
+    });
+
+    it('rejects an unknown outcome', async () => {
+      await rejected({ events: [{ kind: 'ok.one', outcome: 'maybe' }] }, /events\.0\.outcome/);
+    });
+
+    it('stores nothing when only the 5th event of a batch is bad (all or nothing)', async () => {
+      const events: unknown[] = [1, 2, 3, 4].map((i) => ({ kind: `atomic.${i}` }));
+      events.push({ kind: 'atomic.5', time: 'not a time' });
+      await rejected({ events }, /events\.4\.time/);
+      expect(await auditEvents(a, 'kind=atomic.1')).to.deep.equal([]);
+    });
+
+    it('rejects a body that is not an object, and unknown batch fields', async () => {
+      await rejected([{ kind: 'in.array' }], /body|object/);
+      await rejected({ events: [{ kind: 'ok.one' }], extra: 1 }, /extra/);
+    });
+
+    it('needs audit:write (403 with an audit:read key)', async () => {
+      const before = countAudit(a);
+      expectError(await ingest(a, { kind: 'no.scope' }, reader), 403);
+      expect(countAudit(a)).to.equal(before);
+    });
+  });
+});
+
+describe('audit masking', () => {
+  let m: Arbiter;
+  before(async () => {
+    m = await Arbiter.start({ ARBITER_AUDIT_MASK_FIELDS: 'context.ssn,context.api_token' });
+  });
+  after(async () => {
+    await m.close();
+  });
+
+  it('replaces configured context fields before storage in the audit and the queue', async () => {
+    const r = await decide(m, {
+      ...AGENT.approval,
+      context: { ssn: '123-45-6789', api_token: 'sk-live-xyz', reason: 'ok' },
+    });
+    expect(r.status).to.equal(202);
+    const id = r.json.request_id as string;
+
+    const rows = readDb(m.dataDir, (db) => ({
+      audit: db.prepare('SELECT * FROM audit_events').all(),
+      queue: db.prepare('SELECT * FROM queue_items').all(),
+      decisions: db.prepare('SELECT * FROM decisions').all(),
+    }));
+    expect(rows.queue).to.have.length(1);
+    for (const [table, list] of Object.entries(rows)) {
+      const text = JSON.stringify(list);
+      expect(text, table).to.not.include('123-45-6789');
+      expect(text, table).to.not.include('sk-live-xyz');
+    }
+    const queued = JSON.parse((rows.queue[0] as { context: string }).context);
+    expect(queued).to.deep.equal({ ssn: '[masked]', api_token: '[masked]', reason: 'ok' });
+
+    const [event] = await auditEvents(m, `request_id=${id}`);
+    expect(event.details.context).to.deep.equal({ ssn: '[masked]', api_token: '[masked]', reason: 'ok' });
+    const item = await call('GET', `${m.engine}/v1/queue/${id}`);
+    expect(item.status).to.equal(200);
+    expect(item.json.context).to.deep.equal({ ssn: '[masked]', api_token: '[masked]', reason: 'ok' });
+  });
+
+  it('masks ingested events under details.context', async () => {
+    const r = await ingest(m, {
+      kind: 'edge.decision',
+      context: { ssn: '987-65-4321', api_token: 'sk-live-abc', reason: 'kept' },
+    });
+    expect(r.status, r.text).to.equal(202);
+    const [event] = await auditEvents(m, 'kind=edge.decision');
+    expect(event.details.context).to.deep.equal({ ssn: '[masked]', api_token: '[masked]', reason: 'kept' });
+    const text = JSON.stringify(readDb(m.dataDir, (db) => db.prepare('SELECT * FROM audit_events').all()));
+    expect(text).to.not.include('987-65-4321');
+    expect(text).to.not.include('sk-live-abc');
+  });
+});
+
+describe('audit tamper evidence', () => {
+  const started: Arbiter[] = [];
+  afterEach(async () => {
+    while (started.length) await started.pop()!.close();
+  });
+
+  /** A fresh instance with a few decisions on its chain, stopped so its file can be edited. */
+  async function stoppedWithEvents(): Promise<Arbiter> {
+    const t = await Arbiter.start();
+    started.push(t);
+    for (const body of [AGENT.allow, AGENT.deny, AGENT.approval, HUMAN.allow, HUMAN.deny, AGENT.allow]) {
+      await decide(t, body);
+    }
+    expect(await t.stop()).to.equal(0);
+    expect(auditRows(t).length).to.be.greaterThan(6);
+    return t;
+  }
+
+  it('verifies an untouched database: {ok: true, checked: N, head} over HTTP and the CLI (exit 0)', async () => {
+    const t = await Arbiter.start();
+    started.push(t);
+    for (const body of [AGENT.allow, AGENT.deny, HUMAN.approval]) await decide(t, body);
+    const v = await call('GET', `${t.platform}/api/v1/audit/verify`);
+    expect(v.status, v.text).to.equal(200);
+    const rows = auditRows(t);
+    expect(v.json).to.deep.equal({ ok: true, checked: rows.length, head: rows[rows.length - 1]!.hash });
+    expect(v.json.head).to.match(HEX64);
+
+    await t.stop();
+    const r = t.cli(['audit', 'verify']);
+    expect(r.code, r.stderr).to.equal(0);
+    expect(cliJson(r.stdout)).to.deep.equal(v.json);
+  });
+
+  it('points at a middle event whose message was changed (CLI exit 1, and HTTP after restart)', async () => {
+    const t = await stoppedWithEvents();
+    const rows = auditRows(t);
+    const mid = Math.floor(rows.length / 2);
+    const victim = rows[mid]!;
+    writeDb(t, (db) => {
+      db.prepare('UPDATE audit_events SET message = ? WHERE id = ?').run('nothing to see here', victim.id);
+    });
+
+    const cli = t.cli(['audit', 'verify']);
+    expect(cli.code, cli.stdout + cli.stderr).to.equal(1);
+    const out = cliJson(cli.stdout);
+    expect(out).to.include({ ok: false, first_bad: victim.id, checked: mid });
+    expect(out.reason).to.match(/modified/);
+
+    await t.restart();
+    const v = await call('GET', `${t.platform}/api/v1/audit/verify`);
+    expect(v.status, v.text).to.equal(200);
+    expect(v.json).to.include({ ok: false, first_bad: victim.id, checked: mid });
+    expect(v.json.reason).to.match(/modified/);
+  });
+
+  it('points at a changed details field after restart too', async () => {
+    const t = await stoppedWithEvents();
+    const rows = auditRows(t);
+    const victim = rows[rows.length - 3]!;
+    writeDb(t, (db) => {
+      db.prepare("UPDATE audit_events SET outcome = 'allow' WHERE id = ?").run(victim.id);
+    });
+    await t.restart();
+    const v = await call('GET', `${t.platform}/api/v1/audit/verify`);
+    expect(v.json).to.include({ ok: false, first_bad: victim.id });
+  });
+
+  it('points at the event after a deleted middle row (CLI exit 1)', async () => {
+    const t = await stoppedWithEvents();
+    const rows = auditRows(t);
+    const mid = Math.floor(rows.length / 2);
+    writeDb(t, (db) => {
+      db.prepare('DELETE FROM audit_events WHERE id = ?').run(rows[mid]!.id);
+    });
+    const cli = t.cli(['audit', 'verify']);
+    expect(cli.code, cli.stdout + cli.stderr).to.equal(1);
+    const out = cliJson(cli.stdout);
+    expect(out).to.include({ ok: false, first_bad: rows[mid + 1]!.id, checked: mid });
+    expect(out.reason).to.match(/deleted/);
+  });
+
+  it('detects a deleted last row: the chain was cut at its end (CLI exit 1, and HTTP after restart)', async () => {
+    const t = await stoppedWithEvents();
+    const rows = auditRows(t);
+    writeDb(t, (db) => {
+      db.prepare('DELETE FROM audit_events WHERE id = ?').run(rows[rows.length - 1]!.id);
+    });
+    const cli = t.cli(['audit', 'verify']);
+    expect(cli.code, cli.stdout + cli.stderr).to.equal(1);
+    const out = cliJson(cli.stdout);
+    expect(out.ok).to.equal(false);
+    expect(out.checked).to.equal(rows.length - 1);
+    expect(out.reason).to.match(/removed from its end/);
+
+    await t.restart();
+    const v = await call('GET', `${t.platform}/api/v1/audit/verify`);
+    expect(v.json.ok, v.text).to.equal(false);
+    expect(v.json.reason).to.match(/removed from its end/);
+  });
+});
