@@ -189,7 +189,11 @@ function decisionFromRow(r: Row): DecisionRecord {
   return { ...(r as unknown as DecisionRecord), resource: JSON.parse(r.resource as string) as unknown };
 }
 
+type RecordArgs = [DecisionRecord, NewAuditEvent, QueueItem | undefined, string];
+
 export class SqliteDecisionStore implements DecisionStore {
+  private pending: { args: RecordArgs; resolve: (r: RecordOutcome) => void; reject: (e: unknown) => void }[] =
+    [];
   private readonly insertQueue: Statement;
   private readonly insertDecision: Statement;
   private readonly byIdem: Statement;
@@ -214,31 +218,57 @@ export class SqliteDecisionStore implements DecisionStore {
     this.byId = db.prepare('SELECT * FROM decisions WHERE request_id = ?');
   }
 
-  async record(
+  /**
+   * Group commit: decisions recorded in the same event-loop turn share one IMMEDIATE transaction
+   * (one fsync). Each caller's promise settles only after that commit, so "written before the
+   * response" holds; under load one fsync serves every request that arrived meanwhile.
+   */
+  record(
     decision: DecisionRecord,
     event: NewAuditEvent,
     item: QueueItem | undefined,
     idemSince: string,
   ): Promise<RecordOutcome> {
-    return this.db
-      .transaction((): RecordOutcome => {
-        if (decision.idem_key !== null) {
-          const prior = this.byIdem.get(decision.key_id, decision.idem_key) as Row | undefined;
-          if (prior && (prior.created_at as string) >= idemSince) return { replay: decisionFromRow(prior) };
-          // An expired key may be used again: the old decision keeps its row but loses the key.
-          if (prior) this.clearIdem.run(decision.key_id, decision.idem_key);
-        }
-        this.insertDecision.run({ ...decision, resource: JSON.stringify(decision.resource) });
-        if (item) {
-          this.insertQueue.run({
-            ...item,
-            resource: JSON.stringify(item.resource),
-            context: JSON.stringify(item.context),
-          });
-        }
-        return { recorded: this.writer.appendInTx([event])[0] as AuditEvent };
-      })
-      .immediate();
+    return new Promise((resolve, reject) => {
+      this.pending.push({ args: [decision, event, item, idemSince], resolve, reject });
+      if (this.pending.length === 1) setImmediate(() => this.flush());
+    });
+  }
+
+  private flush(): void {
+    const batch = this.pending;
+    this.pending = [];
+    let results: RecordOutcome[];
+    try {
+      results = this.db.transaction(() => batch.map((b) => this.recordInTx(...b.args))).immediate();
+    } catch (e) {
+      for (const b of batch) b.reject(e);
+      return;
+    }
+    batch.forEach((b, i) => b.resolve(results[i] as RecordOutcome));
+  }
+
+  private recordInTx(
+    decision: DecisionRecord,
+    event: NewAuditEvent,
+    item: QueueItem | undefined,
+    idemSince: string,
+  ): RecordOutcome {
+    if (decision.idem_key !== null) {
+      const prior = this.byIdem.get(decision.key_id, decision.idem_key) as Row | undefined;
+      if (prior && (prior.created_at as string) >= idemSince) return { replay: decisionFromRow(prior) };
+      // An expired key may be used again: the old decision keeps its row but loses the key.
+      if (prior) this.clearIdem.run(decision.key_id, decision.idem_key);
+    }
+    this.insertDecision.run({ ...decision, resource: JSON.stringify(decision.resource) });
+    if (item) {
+      this.insertQueue.run({
+        ...item,
+        resource: JSON.stringify(item.resource),
+        context: JSON.stringify(item.context),
+      });
+    }
+    return { recorded: this.writer.appendInTx([event])[0] as AuditEvent };
   }
 
   async findByIdempotencyKey(
