@@ -43,7 +43,9 @@ interface RawRow {
 }
 
 function countAudit(a: Arbiter): number {
-  return readDb(a.dataDir, (db) => db.prepare('SELECT count(*) AS n FROM audit_events').pluck().get()) as number;
+  return readDb(a.dataDir, (db) =>
+    db.prepare('SELECT count(*) AS n FROM audit_events').pluck().get(),
+  ) as number;
 }
 
 function auditRows(a: Arbiter): RawRow[] {
@@ -91,7 +93,11 @@ function decisionPath(body: Record<string, unknown>): string {
   return 'user_id' in body ? '/v1/authorize' : '/v1/agent/authorize';
 }
 
-async function decide(a: Arbiter, body: Record<string, unknown>, opts: { key?: string; trace?: string } = {}) {
+async function decide(
+  a: Arbiter,
+  body: Record<string, unknown>,
+  opts: { key?: string; trace?: string } = {},
+) {
   const headers: Record<string, string> = {};
   if (opts.trace) headers.traceparent = `00-${opts.trace}-00f067aa0ba902b7-01`;
   const r = await call('POST', a.engine + decisionPath(body), { body, key: opts.key, headers });
@@ -224,7 +230,11 @@ describe('audit trail', () => {
       expect(revoked.status, revoked.text).to.equal(200);
 
       const mint = await oneEvent('token.mint', 'resource', tokenId);
-      expect(mint).to.include({ outcome: 'minted', request_id: d.json.request_id, trace_id: d.json.trace_id });
+      expect(mint).to.include({
+        outcome: 'minted',
+        request_id: d.json.request_id,
+        trace_id: d.json.trace_id,
+      });
       const revoke = await oneEvent('token.revoke', 'resource', tokenId);
       expect(revoke).to.include({ outcome: 'revoked', actor: 'admin', trace_id: d.json.trace_id });
     });
@@ -338,7 +348,10 @@ describe('audit trail', () => {
     const answered: { request_id: string; trace_id: string; status: string }[] = [];
     for (let i = 0; i < 30; i++) {
       const body = bodies[i % bodies.length] as Record<string, unknown>;
-      const url = 'user_id' in body ? a.engine + '/v1/authorize' : (i % 2 ? a.platform : a.engine) + '/api/v1/authorize';
+      const url =
+        'user_id' in body
+          ? a.engine + '/v1/authorize'
+          : (i % 2 ? a.platform : a.engine) + '/api/v1/authorize';
       const r = await call('POST', url, { body });
       expect([200, 202, 403], r.text).to.include(r.status);
       answered.push(r.json);
@@ -505,7 +518,9 @@ describe('audit trail', () => {
         cursor = r.json.next_cursor;
         if (cursor === null) break;
         expect(r.json.events).to.have.length(3);
-        expect(cursor).to.be.a('string').and.match(/^[A-Za-z0-9_-]+$/);
+        expect(cursor)
+          .to.be.a('string')
+          .and.match(/^[A-Za-z0-9_-]+$/);
         // A new decision arrives between pages.
         const d = await decide(a, pages % 2 ? AGENT.allow : AGENT.deny);
         arrivedDuringWalk.push(d.json.request_id);
@@ -574,7 +589,9 @@ describe('audit trail', () => {
       expectError(await audit(a, '', writer), 403);
       expectError(await call('GET', `${a.platform}/api/v1/audit/verify`, { key: writer }), 403);
       expectError(
-        await call('GET', `${a.platform}/api/v1/audit/trace/0af7651916cd43dd8448eb211c80319c`, { key: writer }),
+        await call('GET', `${a.platform}/api/v1/audit/trace/0af7651916cd43dd8448eb211c80319c`, {
+          key: writer,
+        }),
         403,
       );
       expectError(await audit(a, '', null), 401);
@@ -591,8 +608,7 @@ describe('audit trail', () => {
 
     function stored(id: string) {
       return readDb(a.dataDir, (db) => db.prepare('SELECT * FROM audit_events WHERE id = ?').get(id)) as
-        | (RawRow & Record<string, unknown>)
-        | undefined;
+        (RawRow & Record<string, unknown>) | undefined;
     }
 
     /** Posts `body`, expects a 400 naming `field`, and checks that nothing was stored. */
@@ -643,7 +659,11 @@ describe('audit trail', () => {
       expect(r.status, r.text).to.equal(202);
       expect(r.json.accepted).to.equal(3);
       expect(r.json.ids).to.have.length(3);
-      expect(r.json.ids.map((id: string) => stored(id)?.kind)).to.deep.equal(['batch.one', 'batch.two', 'batch.three']);
+      expect(r.json.ids.map((id: string) => stored(id)?.kind)).to.deep.equal([
+        'batch.one',
+        'batch.two',
+        'batch.three',
+      ]);
       const seqs = seqsOf(a, r.json.ids);
       expect(seqs[1]).to.equal((seqs[0] as number) + 1);
       expect(seqs[2]).to.equal((seqs[1] as number) + 1);
@@ -678,7 +698,8 @@ describe('audit trail', () => {
     it('keeps a caller id as details.source_id and assigns a fresh id', async () => {
       const r = await ingest(a, { kind: 'edge.with-id', id: 'upstream-42' }, writer);
       expect(r.status, r.text).to.equal(202);
-      expect(r.json.ids[0]).to.not.equal('upstream-42').and.match(UUID);
+      expect(r.json.ids[0]).to.match(UUID);
+      expect(r.json.ids[0]).to.not.equal('upstream-42');
       const row = stored(r.json.ids[0]);
       expect(JSON.parse(row?.details as string).source_id).to.equal('upstream-42');
       expect(stored('upstream-42')).to.equal(undefined);
@@ -854,16 +875,23 @@ describe('audit tamper evidence', () => {
     expect(v.json.reason).to.match(/modified/);
   });
 
-  it('points at a changed details field after restart too', async () => {
+  it('points at the earliest of two events whose outcome and details were changed, after restart', async () => {
     const t = await stoppedWithEvents();
     const rows = auditRows(t);
-    const victim = rows[rows.length - 3]!;
+    const first = rows[rows.length - 3]!;
+    const second = rows[rows.length - 2]!;
     writeDb(t, (db) => {
-      db.prepare("UPDATE audit_events SET outcome = 'allow' WHERE id = ?").run(victim.id);
+      db.prepare(
+        "UPDATE audit_events SET outcome = CASE outcome WHEN 'allow' THEN 'deny' ELSE 'allow' END WHERE id = ?",
+      ).run(first.id);
+      db.prepare("UPDATE audit_events SET details = json_set(details, '$.forged', 1) WHERE id = ?").run(
+        second.id,
+      );
     });
     await t.restart();
     const v = await call('GET', `${t.platform}/api/v1/audit/verify`);
-    expect(v.json).to.include({ ok: false, first_bad: victim.id });
+    expect(v.status, v.text).to.equal(200);
+    expect(v.json).to.include({ ok: false, first_bad: first.id, checked: rows.length - 3 });
   });
 
   it('points at the event after a deleted middle row (CLI exit 1)', async () => {
