@@ -45,10 +45,63 @@ agent := data.agents[input.agent_id]
 
 known_agent if is_object(agent)
 
+# Patterns are globs. matches(pattern, value, delimiter) answers exactly what
+# glob.match(pattern, [delimiter], value) answers, but handles the common forms (a literal,
+# "<prefix>/**", "<prefix>.*") with string builtins: glob.match compiles a pattern on every call,
+# which costs about 6 µs in WebAssembly against well under 1 µs for startswith.
+matches(pattern, value, _) if {
+	not wildcard(pattern)
+	pattern == value
+}
+
+matches(pattern, value, "/") if {
+	subtree_pattern(pattern)
+	startswith(value, trim_suffix(pattern, "**"))
+}
+
+matches(pattern, value, ".") if {
+	child_pattern(pattern)
+	prefix := trim_suffix(pattern, "*")
+	startswith(value, prefix)
+	not contains(trim_prefix(value, prefix), ".")
+}
+
+matches(pattern, value, delimiter) if {
+	wildcard(pattern)
+	not fast_form(pattern, delimiter)
+	glob.match(pattern, [delimiter], value)
+}
+
+wildcard(p) if contains(p, "*")
+
+wildcard(p) if contains(p, "?")
+
+wildcard(p) if contains(p, "[")
+
+wildcard(p) if contains(p, "{")
+
+wildcard(p) if contains(p, "\\")
+
+# "a/b/**": everything below a/b/ (the prefix itself has no wildcard).
+subtree_pattern(p) if {
+	endswith(p, "/**")
+	not wildcard(trim_suffix(p, "**"))
+}
+
+# "logs.*": exactly one more "."-separated segment below logs.
+child_pattern(p) if {
+	endswith(p, ".*")
+	not wildcard(trim_suffix(p, "*"))
+}
+
+fast_form(p, "/") if subtree_pattern(p)
+
+fast_form(p, ".") if child_pattern(p)
+
 # Agent action patterns are globs over "."-separated segments: "logs.*" matches "logs.read".
 action_registered if {
 	some pattern in agent.actions
-	glob.match(pattern, ["."], input.action)
+	matches(pattern, input.action, ".")
 }
 
 # Resource patterns are globs over "/"-separated segments: "repo/**" matches "repo/a/b".
@@ -60,14 +113,14 @@ resource_in_scope if {
 
 resource_in_scope if {
 	some pattern in agent.resources
-	glob.match(pattern, ["/"], input.resource)
+	matches(pattern, input.resource, "/")
 }
 
-production if glob.match("prod/**", ["/"], input.resource)
+production if matches("prod/**", input.resource, "/")
 
 destructive if input.action in data.destructive_actions
 
-pii if glob.match("pii/**", ["/"], input.resource)
+pii if matches("pii/**", input.resource, "/")
 
 amount := input.context.amount
 
@@ -108,7 +161,7 @@ deny contains concat("", ["destructive action ", str(input.action), " on product
 
 deny contains concat("", ["resource ", str(input.resource), " is blocked"]) if {
 	some pattern in data.blocked_resources
-	glob.match(pattern, ["/"], input.resource)
+	matches(pattern, input.resource, "/")
 }
 
 # Exfiltration guard: no agent may bulk-export personal data.
@@ -119,7 +172,7 @@ deny contains concat("", ["export of PII resource ", str(input.resource), " is n
 
 # Agents may read their own policies but never change them.
 deny contains "agents may not modify authorization policy" if {
-	glob.match("policies/**", ["/"], input.resource)
+	matches("policies/**", input.resource, "/")
 	not input.action in {"read", "list"}
 }
 

@@ -308,3 +308,37 @@ test_deny_rules_beat_high_confidence_and_approvals if {
 	d.status == "deny"
 	d.reasons == ["resource prod/secrets/vault is blocked"]
 }
+
+# matches() must answer exactly what glob.match answers; it only takes a cheaper route.
+glob_cases := [
+	["repo/**", "repo/a", "/"],
+	["repo/**", "repo/a/b/c", "/"],
+	["repo/**", "repo", "/"],
+	["repo/**", "repo/", "/"],
+	["repo/**", "repox/a", "/"],
+	["repo/**", "other/repo/a", "/"],
+	["logs.*", "logs.read", "."],
+	["logs.*", "logs.read.all", "."],
+	["logs.*", "logs.", "."],
+	["logs.*", "logs", "."],
+	["read", "read", "."],
+	["read", "reads", "."],
+	["read", "rea", "."],
+	["repo/legacy-billing", "repo/legacy-billing", "/"],
+	["repo/legacy-billing", "repo/legacy-billing/x", "/"],
+	["prod/*/db", "prod/eu/db", "/"],
+	["prod/*/db", "prod/eu/x/db", "/"],
+	["invoices.*", "invoices.pay", "."],
+	["a/b/**", "a/b/c", "/"],
+	["a/*/**", "a/x/y", "/"],
+]
+
+matches_bool(p, v, d) if data.authz.agent.matches(p, v, d)
+
+matches_bool(p, v, d) := false if not data.authz.agent.matches(p, v, d)
+
+test_matches_agrees_with_glob_match if {
+	every c in glob_cases {
+		matches_bool(c[0], c[1], c[2]) == glob.match(c[0], [c[2]], c[1])
+	}
+}
