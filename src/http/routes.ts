@@ -20,6 +20,8 @@ import { actorOf, principalOf, type Ctx, type RouteDef } from './context.js';
 export interface RouteDeps {
   config: Config;
   version: string;
+  /** Prometheus text: this process's registry, or the sum over all workers. */
+  metricsText: () => Promise<string>;
   audit: AuditService;
   decisions: DecisionService;
   queue: QueueService;
@@ -150,7 +152,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       summary: 'Prometheus metrics',
       handler: async (ctx) => {
         ctx.type = d.metrics.registry.contentType;
-        ctx.body = await d.metrics.registry.metrics();
+        ctx.body = await d.metricsText();
       },
     },
     {

@@ -56,7 +56,8 @@ export function createMetrics() {
     }),
     revision: new Gauge({
       name: 'arbiter_policy_revision',
-      help: 'Revision of the policy set and data this process evaluates.',
+      help: 'Revision of the policy set and data being evaluated (the lowest across workers).',
+      aggregator: 'min',
       registers: [registry],
     }),
     queueTransitions: new Counter({
@@ -96,6 +97,8 @@ export function gaugeFrom(metrics: Metrics, name: string, help: string, read: ()
   new Gauge({
     name,
     help,
+    // Every worker reads the same shared value: report it once, not summed.
+    aggregator: 'first',
     registers: [metrics.registry],
     async collect() {
       this.set(await read());

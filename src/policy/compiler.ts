@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -35,6 +36,7 @@ export class RegoCompiler {
   private capsFile = '';
   private allBuiltins = new Set<string>();
   private builtinRego = '';
+  private identity = '';
 
   constructor(private readonly opaBin: string) {}
 
@@ -56,6 +58,17 @@ export class RegoCompiler {
     this.capsFile = path.join(this.workDir, 'capabilities.json');
     await writeFile(this.capsFile, JSON.stringify(restrictCapabilities(current)));
     this.builtinRego = await readFile(BUILTIN_MODULE_PATH, 'utf8');
+    const version = await this.run(['version']);
+    this.identity = `${version.stdout}\0${JSON.stringify(restrictCapabilities(current))}\0${this.builtinRego}`;
+  }
+
+  /** Identifies what a compile would produce: the modules, the built-in module and the compiler. */
+  setHash(modules: Module[]): string {
+    const h = createHash('sha256').update(this.identity);
+    for (const m of [...modules].sort((a, b) => a.name.localeCompare(b.name))) {
+      h.update('\0').update(m.name).update('\0').update(m.rego);
+    }
+    return h.digest('hex');
   }
 
   async close(): Promise<void> {

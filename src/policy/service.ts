@@ -22,6 +22,12 @@ export interface ChangeContext {
 export interface CompileObserver {
   compiled(ok: boolean, seconds: number): void;
   revision(revision: number): void;
+  /**
+   * Called after a change is stored and live here, before it is answered; with several serving
+   * processes it resolves once every process has loaded it. Never inside the serialized section:
+   * another process's refresh must be able to run meanwhile.
+   */
+  changed?(revision: number): Promise<void>;
 }
 
 export type PolicyMeta = Omit<PolicyRecord, 'rego'>;
@@ -119,7 +125,7 @@ export class PolicyService {
   ): Promise<{ policy: PolicyMeta; created: boolean; revision: number; dryRun: boolean }> {
     checkName(name);
     if (rego.trim() === '') throw badRequest('rego must not be empty');
-    return this.serialized(async () => {
+    const r = await this.serialized(async () => {
       const snap = await this.store.snapshot();
       const existing = snap.policies.find((p) => p.name === name);
       const ifVersion = expectedVersion(existing, opts.ifMatch);
@@ -148,11 +154,13 @@ export class PolicyService {
       await this.install(next, r.revision);
       return { policy: metaOf(r.policy), created: r.created, revision: r.revision, dryRun: false };
     });
+    if (!r.dryRun) await this.announce(r.revision);
+    return r;
   }
 
   async delete(name: string, ifMatch: string | undefined, ctx: ChangeContext): Promise<{ revision: number }> {
     checkName(name);
-    return this.serialized(async () => {
+    const result = await this.serialized(async () => {
       const snap = await this.store.snapshot();
       const existing = snap.policies.find((p) => p.name === name);
       if (!existing) throw notFound(`policy ${name} not found`);
@@ -175,6 +183,8 @@ export class PolicyService {
       await this.install(next, r.revision);
       return r;
     });
+    await this.announce(result.revision);
+    return result;
   }
 
   async listData(): Promise<{ documents: { path: string; updated_at: string }[]; revision: number }> {
@@ -198,7 +208,7 @@ export class PolicyService {
     ctx: ChangeContext,
   ): Promise<{ path: string; created: boolean; revision: number; updated_at: string }> {
     checkDataPath(dataPath);
-    return this.serialized(async () => {
+    const result = await this.serialized(async () => {
       const snap = await this.store.snapshot();
       const clash = snap.data.find((d) => d.path !== dataPath && overlaps(d.path, dataPath));
       if (clash) throw conflict(`data path ${dataPath} overlaps existing document ${clash.path}`);
@@ -213,11 +223,13 @@ export class PolicyService {
       await this.install(prepared, r.revision);
       return { path: dataPath, created: r.created, revision: r.revision, updated_at: r.doc.updated_at };
     });
+    await this.announce(result.revision);
+    return result;
   }
 
   async deleteData(dataPath: string, ctx: ChangeContext): Promise<{ revision: number }> {
     checkDataPath(dataPath);
-    return this.serialized(async () => {
+    const result = await this.serialized(async () => {
       const snap = await this.store.snapshot();
       if (!snap.data.some((d) => d.path === dataPath)) throw notFound(`data document ${dataPath} not found`);
       const prepared = await this.requireLive().withData(
@@ -231,6 +243,12 @@ export class PolicyService {
       await this.install(prepared, r.revision);
       return r;
     });
+    await this.announce(result.revision);
+    return result;
+  }
+
+  private async announce(revision: number): Promise<void> {
+    await this.observer.changed?.(revision);
   }
 
   private requireLive(): Evaluator {
@@ -270,8 +288,17 @@ export class PolicyService {
     this.observer.revision(next.revision);
   }
 
+  /**
+   * The wasm module for a set: from the store's cache when any process compiled this exact set
+   * (same modules, same built-in module, same compiler), else compiled and cached.
+   */
   private async compileToModule(modules: Module[]): Promise<WebAssembly.Module> {
-    return WebAssembly.compile(await this.compile(modules));
+    const setHash = this.compiler.setHash(modules);
+    const cached = await this.store.getCompiled(setHash);
+    if (cached) return WebAssembly.compile(cached);
+    const wasm = await this.compile(modules);
+    await this.store.putCompiled(setHash, wasm);
+    return WebAssembly.compile(wasm);
   }
 
   /** Compiles with the real compiler; a refused set is a 400 naming policy, row and column. */

@@ -49,6 +49,10 @@ export interface PolicyStore {
     path: string,
     event: (revision: number) => NewAuditEvent,
   ): Promise<{ revision: number } | 'absent'>;
+  /** Compiled wasm for a policy-set hash, if any process compiled that set before. */
+  getCompiled(setHash: string): Promise<Buffer | undefined>;
+  /** Keeps compiled wasm (the newest few sets only). */
+  putCompiled(setHash: string, wasm: Buffer): Promise<void>;
   /** Loads the initial set into an empty, never-seeded store; a no-op once seeded. */
   seed(
     policies: Omit<PolicyRecord, 'version' | 'updated_at'>[],

@@ -155,4 +155,17 @@ export const migrations: readonly { version: number; name: string; sql: string }
       INSERT INTO meta (key, value) SELECT 'audit_count', CAST(count(*) AS TEXT) FROM audit_events;
     `,
   },
+  {
+    version: 4,
+    name: 'compiled policy sets',
+    sql: `
+      -- Compiled wasm by policy-set hash: one process compiles, every other process (and every
+      -- restart) loads the same bytes instead of running the compiler again.
+      CREATE TABLE compiled_sets (
+        set_hash   TEXT PRIMARY KEY,
+        wasm       BLOB NOT NULL,
+        created_at TEXT NOT NULL
+      ) STRICT;
+    `,
+  },
 ];

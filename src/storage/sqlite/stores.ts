@@ -13,6 +13,9 @@ import type { Db } from './db.js';
 
 type Row = Record<string, unknown>;
 
+/** Compiled sets kept: the live one and a few recent ones (a rollback loads without compiling). */
+const KEEP_COMPILED_SETS = 8;
+
 const AUDIT_COLUMNS = [
   'id',
   'time',
@@ -634,6 +637,27 @@ export class SqlitePolicyStore implements PolicyStore {
         const revision = this.bump();
         this.writer.appendInTx([event(revision)]);
         return { revision };
+      })
+      .immediate();
+  }
+
+  async getCompiled(setHash: string): Promise<Buffer | undefined> {
+    return this.db.prepare('SELECT wasm FROM compiled_sets WHERE set_hash = ?').pluck().get(setHash) as
+      Buffer | undefined;
+  }
+
+  async putCompiled(setHash: string, wasm: Buffer): Promise<void> {
+    this.db
+      .transaction(() => {
+        this.db
+          .prepare('INSERT OR IGNORE INTO compiled_sets (set_hash, wasm, created_at) VALUES (?, ?, ?)')
+          .run(setHash, wasm, new Date().toISOString());
+        this.db
+          .prepare(
+            `DELETE FROM compiled_sets WHERE set_hash NOT IN
+             (SELECT set_hash FROM compiled_sets ORDER BY created_at DESC LIMIT ${KEEP_COMPILED_SETS})`,
+          )
+          .run();
       })
       .immediate();
   }

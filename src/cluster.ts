@@ -1,0 +1,198 @@
+import cluster, { type Worker } from 'node:cluster';
+import { AggregatorRegistry, type Registry } from 'prom-client';
+import type { Listener } from './app.js';
+import { newId } from './ids.js';
+import type { Logger } from './observability/logger.js';
+
+/**
+ * Several serving processes (`arbiter serve --workers N`): the primary prepares storage once
+ * (migrations, seeding, compiling, the signing key), forks N workers that share the listening
+ * sockets, and relays what must reach every worker. Everything else that must hold across
+ * processes (queue transitions, idempotency, revocation, the audit chain) already lives in the
+ * database.
+ *
+ * - A policy or data change is answered only after every worker has loaded the new revision,
+ *   so "live before the response" holds whichever process serves the next request.
+ * - /metrics on any worker answers the sum over all workers (prom-client's AggregatorRegistry).
+ */
+
+type ToPrimary =
+  | { arbiter: 'listening'; listeners: Listener[] }
+  | { arbiter: 'changed'; id: string; revision: number }
+  | { arbiter: 'refreshed'; id: string }
+  | { arbiter: 'metrics'; id: string };
+
+type ToWorker =
+  | { arbiter: 'refresh'; id: string; revision: number }
+  | { arbiter: 'synced'; id: string }
+  | { arbiter: 'metrics'; id: string; text?: string; error?: string };
+
+/** How long a change waits for the other workers before answering anyway (and logging it). */
+const SYNC_TIMEOUT_MS = 5_000;
+
+const isOurs = (m: unknown): m is { arbiter: string } =>
+  typeof m === 'object' && m !== null && typeof (m as { arbiter?: unknown }).arbiter === 'string';
+
+/** The worker side: tells the primary about changes and answers its refresh requests. */
+export class WorkerLink {
+  private readonly waiting = new Map<string, (m: ToWorker) => void>();
+
+  constructor(
+    private readonly refresh: () => Promise<void>,
+    private readonly log: Logger,
+    registry: Registry,
+  ) {
+    AggregatorRegistry.setRegistries([registry]);
+    // Constructing one is what makes prom-client answer the primary's metrics requests here.
+    new AggregatorRegistry();
+    process.on('message', (m: unknown) => {
+      if (!isOurs(m)) return;
+      const msg = m as ToWorker;
+      if (msg.arbiter === 'refresh') {
+        this.refresh()
+          .catch((err: unknown) => this.log.error({ err, revision: msg.revision }, 'policy refresh failed'))
+          .finally(() => this.send({ arbiter: 'refreshed', id: msg.id }));
+        return;
+      }
+      this.waiting.get(msg.id)?.(msg);
+    });
+  }
+
+  listening(listeners: Listener[]): void {
+    this.send({ arbiter: 'listening', listeners });
+  }
+
+  /** Resolves once every other worker has loaded `revision` (or the sync timed out). */
+  async changed(revision: number): Promise<void> {
+    await this.ask({ arbiter: 'changed', id: newId(), revision });
+  }
+
+  async metrics(): Promise<string> {
+    const r = await this.ask({ arbiter: 'metrics', id: newId() });
+    if (r.arbiter !== 'metrics' || r.text === undefined)
+      throw new Error(`cluster metrics failed: ${r.arbiter === 'metrics' ? r.error : ''}`);
+    return r.text;
+  }
+
+  private ask(m: ToPrimary & { id: string }): Promise<ToWorker> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(m.id);
+        reject(new Error(`no answer from the primary to ${m.arbiter}`));
+      }, SYNC_TIMEOUT_MS * 2);
+      this.waiting.set(m.id, (answer) => {
+        clearTimeout(timer);
+        this.waiting.delete(m.id);
+        resolve(answer);
+      });
+      this.send(m);
+    });
+  }
+
+  private send(m: ToPrimary): void {
+    process.send?.(m);
+  }
+}
+
+/** The primary: forks and supervises workers, relays changes and metrics, logs the listeners. */
+export async function runPrimary(workers: number, log: Logger): Promise<{ stop: () => Promise<void> }> {
+  // Workers accept on the shared sockets themselves; the kernel spreads connections.
+  cluster.schedulingPolicy = cluster.SCHED_NONE;
+  const aggregator = new AggregatorRegistry();
+  let stopping = false;
+  let announced = false;
+  const ready = new Map<number, Listener[]>();
+
+  const relay = (from: Worker, msg: ToPrimary) => {
+    if (msg.arbiter === 'listening') {
+      ready.set(from.id, msg.listeners);
+      if (!announced && ready.size === workers) {
+        announced = true;
+        for (const l of msg.listeners)
+          log.info({ api: l.api, port: l.port, url: l.url, workers }, `${l.api} API listening`);
+      }
+    } else if (msg.arbiter === 'changed') {
+      const others = Object.values(cluster.workers ?? {}).filter(
+        (w): w is Worker => !!w && w !== from && w.isConnected(),
+      );
+      let left = others.length;
+      const finish = () =>
+        from.isConnected() && from.send({ arbiter: 'synced', id: msg.id } satisfies ToWorker);
+      if (left === 0) return finish();
+      const timer = setTimeout(() => {
+        log.warn(
+          { revision: msg.revision, missing: left },
+          'workers did not confirm a policy change in time',
+        );
+        cleanup();
+        finish();
+      }, SYNC_TIMEOUT_MS);
+      const onMessage = (w: Worker, m: unknown) => {
+        if (
+          isOurs(m) &&
+          (m as ToPrimary).arbiter === 'refreshed' &&
+          (m as unknown as { id: string }).id === msg.id &&
+          others.includes(w)
+        ) {
+          if (--left === 0) {
+            cleanup();
+            finish();
+          }
+        }
+      };
+      const onExit = (w: Worker) => {
+        if (others.includes(w) && --left === 0) {
+          cleanup();
+          finish();
+        }
+      };
+      const cleanup = () => {
+        clearTimeout(timer);
+        cluster.off('message', onMessage);
+        cluster.off('exit', onExit);
+      };
+      cluster.on('message', onMessage);
+      cluster.on('exit', onExit);
+      for (const w of others)
+        w.send({ arbiter: 'refresh', id: msg.id, revision: msg.revision } satisfies ToWorker);
+    } else if (msg.arbiter === 'metrics') {
+      aggregator.clusterMetrics().then(
+        (text) =>
+          from.isConnected() && from.send({ arbiter: 'metrics', id: msg.id, text } satisfies ToWorker),
+        (err: Error) =>
+          from.isConnected() &&
+          from.send({ arbiter: 'metrics', id: msg.id, error: err.message } satisfies ToWorker),
+      );
+    }
+  };
+
+  cluster.on('message', (w, m: unknown) => {
+    if (isOurs(m)) relay(w, m as ToPrimary);
+  });
+  cluster.on('exit', (w, code, signal) => {
+    ready.delete(w.id);
+    if (stopping) return;
+    log.error({ worker: w.process.pid, code, signal }, 'worker exited; starting a replacement');
+    cluster.fork();
+  });
+  for (let i = 0; i < workers; i++) cluster.fork();
+
+  return {
+    stop: () => {
+      stopping = true;
+      const live = Object.values(cluster.workers ?? {}).filter((w): w is Worker => !!w);
+      return Promise.all(
+        live.map(
+          (w) =>
+            new Promise<void>((resolve) => {
+              if (w.isDead()) return resolve();
+              w.once('exit', () => resolve());
+              w.process.kill('SIGTERM');
+            }),
+        ),
+      ).then(() => undefined);
+    },
+  };
+}
+
+export const isWorker = () => cluster.isWorker;
