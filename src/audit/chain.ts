@@ -1,30 +1,13 @@
 import { createHash } from 'node:crypto';
-import type { AuditEvent } from './types.js';
+import { AUDIT_FIELDS, type AuditEvent } from './types.js';
 
 /** The hash that precedes the first event of the chain. */
 export const GENESIS_HASH = '0'.repeat(64);
 
-/** Fields covered by the hash, in their canonical order (everything but `hash`). */
-const HASHED_FIELDS = [
-  'id',
-  'time',
-  'kind',
-  'trace_id',
-  'request_id',
-  'actor',
-  'agent_id',
-  'user_id',
-  'tenant_id',
-  'action',
-  'resource',
-  'outcome',
-  'message',
-  'confidence',
-  'policy_revision',
-  'latency_us',
-  'details',
-  'prev_hash',
-] as const;
+/** Fields covered by the hash: everything but the hash itself (prev_hash included). */
+const HASHED_FIELDS = AUDIT_FIELDS.filter(
+  (f): f is Exclude<(typeof AUDIT_FIELDS)[number], 'hash'> => f !== 'hash',
+);
 
 /** JSON with object keys sorted at every depth: the same content always gives the same bytes. */
 export function canonicalJson(value: unknown): string {

@@ -3,7 +3,7 @@ import { decodeCursor, encodeCursor, parseLimit } from '../http/pagination.js';
 import { compileSchema, isRfc3339 } from '../http/validation.js';
 import type { Principal } from '../keys/types.js';
 import { eventHash, GENESIS_HASH } from './chain.js';
-import type { AuditFilter, AuditStore } from './store.js';
+import { AUDIT_EQUALITY_FILTERS, type AuditFilter, type AuditStore } from './store.js';
 import type { AuditEvent, NewAuditEvent } from './types.js';
 
 /** Every outcome an event may carry; filters and ingest accept exactly these. */
@@ -86,15 +86,8 @@ export class AuditService {
   ): Promise<{ events: AuditEvent[]; next_cursor: string | null }> {
     const limit = parseLimit(q.limit);
     const f: AuditFilter = { limit: limit + 1 };
-    for (const k of [
-      'kind',
-      'agent_id',
-      'user_id',
-      'tenant_id',
-      'action',
-      'request_id',
-      'trace_id',
-    ] as const) {
+    for (const k of AUDIT_EQUALITY_FILTERS) {
+      if (k === 'outcome') continue; // checked against OUTCOMES below
       const v = q[k];
       if (v === undefined) continue;
       if (v === '' || v.length > 256) throw badRequest(`query parameter ${k} must be 1 to 256 characters`);

@@ -1,5 +1,20 @@
 import type { AuditEvent, NewAuditEvent } from './types.js';
 
+/** Filters that match a column exactly (each has an index ending in seq). */
+export const AUDIT_EQUALITY_FILTERS = [
+  'kind',
+  'agent_id',
+  'user_id',
+  'tenant_id',
+  'action',
+  'outcome',
+  'request_id',
+  'trace_id',
+] as const;
+
+/** Every query parameter of GET /api/v1/audit. */
+export const AUDIT_QUERY_PARAMS = [...AUDIT_EQUALITY_FILTERS, 'since', 'until', 'limit', 'cursor'] as const;
+
 export interface AuditFilter {
   kind?: string;
   agent_id?: string;

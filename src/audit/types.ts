@@ -1,3 +1,26 @@
+/** Every field of an audit event, in canonical order (storage columns, hashing, docs). */
+export const AUDIT_FIELDS = [
+  'id',
+  'time',
+  'kind',
+  'trace_id',
+  'request_id',
+  'actor',
+  'agent_id',
+  'user_id',
+  'tenant_id',
+  'action',
+  'resource',
+  'outcome',
+  'message',
+  'confidence',
+  'policy_revision',
+  'latency_us',
+  'details',
+  'hash',
+  'prev_hash',
+] as const;
+
 /** One audit event as stored and served (SPEC §8). */
 export interface AuditEvent {
   id: string;

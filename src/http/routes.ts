@@ -5,6 +5,7 @@ import {
   type AuditQuery,
   type AuditService,
 } from '../audit/service.js';
+import { AUDIT_QUERY_PARAMS } from '../audit/store.js';
 import type { Config } from '../config.js';
 import { agentRequestSchema, decisionResponseSchema, humanRequestSchema } from '../decisions/schemas.js';
 import type { DecisionResult, DecisionService } from '../decisions/service.js';
@@ -40,20 +41,7 @@ const PAGE_QUERY = [
   },
   { name: 'cursor', description: 'next_cursor of the previous page', schema: { type: 'string' } },
 ];
-const AUDIT_QUERY_PARAMS = [
-  'kind',
-  'agent_id',
-  'user_id',
-  'tenant_id',
-  'action',
-  'outcome',
-  'request_id',
-  'trace_id',
-  'since',
-  'until',
-  'limit',
-  'cursor',
-] as const;
+
 const ENGINE = ['engine'] as const;
 const PLATFORM = ['platform'] as const;
 

@@ -1,7 +1,7 @@
 import type { Statement } from 'better-sqlite3';
 import { eventHash, GENESIS_HASH } from '../../audit/chain.js';
-import type { AuditFilter, AuditStore } from '../../audit/store.js';
-import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
+import { AUDIT_EQUALITY_FILTERS, type AuditFilter, type AuditStore } from '../../audit/store.js';
+import { AUDIT_FIELDS, type AuditEvent, type NewAuditEvent } from '../../audit/types.js';
 import type { DecisionRecord, DecisionStore, RecordOutcome } from '../../decisions/store.js';
 import { newId } from '../../ids.js';
 import type { ApiKeyRecord, KeyStore, Scope } from '../../keys/types.js';
@@ -16,27 +16,7 @@ type Row = Record<string, unknown>;
 /** Compiled sets kept: the live one and a few recent ones (a rollback loads without compiling). */
 const KEEP_COMPILED_SETS = 8;
 
-const AUDIT_COLUMNS = [
-  'id',
-  'time',
-  'kind',
-  'trace_id',
-  'request_id',
-  'actor',
-  'agent_id',
-  'user_id',
-  'tenant_id',
-  'action',
-  'resource',
-  'outcome',
-  'message',
-  'confidence',
-  'policy_revision',
-  'latency_us',
-  'details',
-  'hash',
-  'prev_hash',
-] as const;
+const AUDIT_COLUMNS = AUDIT_FIELDS;
 
 /**
  * Appends audit events inside the caller's transaction: reads the chain head, links each event to
@@ -108,17 +88,6 @@ export function auditFromRow(r: Row): AuditEvent {
   };
 }
 
-const AUDIT_FILTER_COLUMNS = [
-  'kind',
-  'agent_id',
-  'user_id',
-  'tenant_id',
-  'action',
-  'outcome',
-  'request_id',
-  'trace_id',
-] as const;
-
 export class SqliteAuditStore implements AuditStore {
   private readonly cols = `seq, ${AUDIT_COLUMNS.join(', ')}`;
   private readonly byTrace: Statement;
@@ -136,7 +105,7 @@ export class SqliteAuditStore implements AuditStore {
   async query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent }[]> {
     const where: string[] = [];
     const params: Record<string, unknown> = { limit: f.limit };
-    for (const c of AUDIT_FILTER_COLUMNS) {
+    for (const c of AUDIT_EQUALITY_FILTERS) {
       if (f[c] !== undefined) {
         where.push(`${c} = @${c}`);
         params[c] = f[c];
