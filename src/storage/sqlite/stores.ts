@@ -667,9 +667,9 @@ export function sqliteStores(db: Db, onAuditAppend: (kinds: string[]) => void = 
     tokens: new SqliteTokenStore(db, writer),
     keys: new SqliteKeyStore(db, writer),
     policies: new SqlitePolicyStore(db, writer),
-    /** Cheap liveness probe for /healthz. */
+    /** Liveness probe for /healthz: reads a row, so a locked or unreadable file fails it. */
     ping(): boolean {
-      return db.prepare('SELECT 1').pluck().get() === 1;
+      return typeof db.prepare("SELECT value FROM meta WHERE key = 'revision'").pluck().get() === 'string';
     },
     close(): void {
       db.close();
