@@ -66,7 +66,7 @@ const KNOWN = new Set(Object.keys(ingestEventSchema.properties));
 const CHAIN_FIELDS = new Set(['hash', 'prev_hash', 'seq']);
 
 export type AuditQuery = Partial<
-  Record<keyof Omit<AuditFilter, 'beforeSeq' | 'limit'> | 'limit' | 'cursor', string>
+  Record<keyof Omit<AuditFilter, 'before' | 'limit'> | 'limit' | 'cursor', string>
 >;
 
 export type VerifyResult =
@@ -105,11 +105,15 @@ export class AuditService {
       if (!isRfc3339(v)) throw badRequest(`query parameter ${k} must be an RFC 3339 date-time`);
       f[k] = new Date(v).toISOString();
     }
+    const byTime = f.since !== undefined || f.until !== undefined;
     if (q.cursor !== undefined) {
-      const pos = decodeCursor(q.cursor, 'audit');
-      if (!/^[1-9]\d{0,15}$/.test(pos))
-        throw badRequest('query parameter cursor is not a valid cursor for this list');
-      f.beforeSeq = Number(pos);
+      // A cursor of the other ordering (with or without a time window) is refused, not guessed.
+      const pos = decodeCursor(q.cursor, byTime ? 'audit-t' : 'audit');
+      const m = byTime
+        ? /^(\d{4}-\d\d-\d\dT[\d:.]+Z)\|([1-9]\d{0,15})$/.exec(pos)
+        : /^()([1-9]\d{0,15})$/.exec(pos);
+      if (!m) throw badRequest('query parameter cursor is not a valid cursor for this list');
+      f.before = byTime ? { time: m[1] as string, seq: Number(m[2]) } : { seq: Number(m[2]) };
     }
     if (principal.tenant !== null) {
       if (f.tenant_id !== undefined && f.tenant_id !== principal.tenant) {
@@ -122,7 +126,12 @@ export class AuditService {
     const last = page[page.length - 1];
     return {
       events: page.map((r) => r.event),
-      next_cursor: rows.length > limit && last ? encodeCursor('audit', String(last.seq)) : null,
+      next_cursor:
+        rows.length > limit && last
+          ? byTime
+            ? encodeCursor('audit-t', `${last.event.time}|${last.seq}`)
+            : encodeCursor('audit', String(last.seq))
+          : null,
     };
   }
 

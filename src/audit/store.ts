@@ -28,8 +28,12 @@ export interface AuditFilter {
   since?: string;
   /** RFC 3339, exclusive */
   until?: string;
-  /** Cursor: only events appended before this sequence number. */
-  beforeSeq?: number;
+  /**
+   * Cursor. Without since/until the list is in append order (seq) and the cursor is a seq;
+   * with a time window it is in event-time order, (time, seq), which the time index serves
+   * without sorting, and the cursor carries both.
+   */
+  before?: { seq: number; time?: string };
   limit: number;
 }
 

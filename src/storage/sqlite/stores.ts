@@ -119,12 +119,18 @@ export class SqliteAuditStore implements AuditStore {
       where.push('time < @until');
       params.until = f.until;
     }
-    if (f.beforeSeq !== undefined) {
-      where.push('seq < @beforeSeq');
-      params.beforeSeq = f.beforeSeq;
+    const byTime = f.since !== undefined || f.until !== undefined;
+    if (f.before !== undefined) {
+      if (byTime) {
+        where.push('(time, seq) < (@beforeTime, @beforeSeq)');
+        params.beforeTime = f.before.time ?? '';
+      } else {
+        where.push('seq < @beforeSeq');
+      }
+      params.beforeSeq = f.before.seq;
     }
     const sql = `SELECT ${this.cols} FROM audit_events ${where.length ? 'WHERE ' + where.join(' AND ') : ''}
-      ORDER BY seq DESC LIMIT @limit`;
+      ORDER BY ${byTime ? 'time DESC, seq DESC' : 'seq DESC'} LIMIT @limit`;
     return (this.db.prepare(sql).all(params) as Row[]).map((r) => ({
       seq: r.seq as number,
       event: auditFromRow(r),

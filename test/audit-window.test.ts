@@ -1,0 +1,46 @@
+import { expect } from 'chai';
+import { AGENT, Arbiter, call } from './helpers/harness.js';
+import { expectError } from './helpers/expect-error.js';
+
+describe('GET /api/v1/audit with a time window', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start();
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  it('pages newest first by event time, neither skipping nor repeating while events arrive', async () => {
+    const since = new Date(Date.now() - 1000).toISOString();
+    for (let i = 0; i < 7; i++) await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
+    const until = new Date(Date.now() + 1).toISOString();
+    const seen: string[] = [];
+    const times: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const q: string = `?kind=decision&since=${since}&until=${until}&limit=3${cursor ? `&cursor=${cursor}` : ''}`;
+      const r = await call('GET', a.platform + '/api/v1/audit' + q);
+      expect(r.status, r.text).to.equal(200);
+      for (const e of r.json.events) {
+        seen.push(e.id);
+        times.push(e.time);
+      }
+      cursor = r.json.next_cursor;
+      // New events arrive between pages; they are newer than `until` and never show up.
+      await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
+    } while (cursor);
+    expect(seen).to.have.length(7);
+    expect(new Set(seen).size).to.equal(7);
+    expect([...times].sort().reverse()).to.deep.equal(times);
+  });
+
+  it('refuses a cursor of the other ordering', async () => {
+    const plain = await call('GET', a.platform + '/api/v1/audit?limit=1');
+    expect(plain.json.next_cursor).to.be.a('string');
+    const since = new Date(Date.now() - 60_000).toISOString();
+    const r = await call('GET', a.platform + `/api/v1/audit?since=${since}&cursor=${plain.json.next_cursor}`);
+    expectError(r, 400);
+    expect(r.json.error).to.include('cursor');
+  });
+});
