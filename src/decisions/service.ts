@@ -61,7 +61,6 @@ export class DecisionService {
     ids: FlowIds,
     idemKey?: string,
   ): Promise<DecisionResult> {
-    const idem = checkIdempotencyKey(idemKey);
     const req = validateAgent(body);
     if (principal.agent !== null && principal.agent !== req.agent_id) {
       throw forbidden(`API key is bound to agent ${principal.agent} and cannot authorize as ${req.agent_id}`);
@@ -76,22 +75,15 @@ export class DecisionService {
       context,
       principal: principalInput(principal),
     };
-    return this.decide(
-      'agent',
-      input,
-      principal,
-      ids,
-      idem === undefined ? undefined : { key: idem, hash: bodyHash('agent', req) },
-      {
-        agent_id: req.agent_id,
-        user_id: null,
-        tenant_id: principal.tenant,
-        action: req.action,
-        resource: req.resource,
-        confidence: req.confidence,
-        context,
-      },
-    );
+    return this.decide('agent', req, input, principal, ids, idemKey, {
+      agent_id: req.agent_id,
+      user_id: null,
+      tenant_id: principal.tenant,
+      action: req.action,
+      resource: req.resource,
+      confidence: req.confidence,
+      context,
+    });
   }
 
   async authorizeHuman(
@@ -100,7 +92,6 @@ export class DecisionService {
     ids: FlowIds,
     idemKey?: string,
   ): Promise<DecisionResult> {
-    const idem = checkIdempotencyKey(idemKey);
     const req = validateHuman(body);
     if (principal.tenant !== null && principal.tenant !== req.tenant_id) {
       throw forbidden(
@@ -117,35 +108,31 @@ export class DecisionService {
       context,
       principal: principalInput(principal),
     };
-    return this.decide(
-      'human',
-      input,
-      principal,
-      ids,
-      idem === undefined ? undefined : { key: idem, hash: bodyHash('human', req) },
-      {
-        agent_id: null,
-        user_id: req.user_id,
-        tenant_id: req.tenant_id,
-        action: req.action,
-        resource: input.resource,
-        confidence: null,
-        context,
-      },
-    );
+    return this.decide('human', req, input, principal, ids, idemKey, {
+      agent_id: null,
+      user_id: req.user_id,
+      tenant_id: req.tenant_id,
+      action: req.action,
+      resource: input.resource,
+      confidence: null,
+      context,
+    });
   }
 
   private async decide(
     kind: 'agent' | 'human',
+    req: AgentRequest | HumanRequest,
     input: Record<string, unknown>,
     principal: Principal,
     ids: FlowIds,
-    idem: { key: string; hash: string } | undefined,
+    idemKey: string | undefined,
     subject: Pick<
       QueueItem,
       'agent_id' | 'user_id' | 'tenant_id' | 'action' | 'resource' | 'confidence' | 'context'
     >,
   ): Promise<DecisionResult> {
+    const key = checkIdempotencyKey(idemKey);
+    const idem = key === undefined ? undefined : { key, hash: bodyHash(kind, req) };
     const idemSince = new Date(Date.now() - IDEMPOTENCY_WINDOW_MS).toISOString();
     if (idem) {
       const prior = await this.store.findByIdempotencyKey(principal.keyId, idem.key, idemSince);
