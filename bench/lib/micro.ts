@@ -1,0 +1,163 @@
+// In-process micro-benchmarks against the compiled service code (dist/src): one policy
+// evaluation, one durable audit append, one token mint and one introspection.
+import { RegoCompiler } from '../../src/policy/compiler.js';
+import { Evaluator } from '../../src/policy/evaluator.js';
+import { dataTree, readPolicyDir } from '../../src/policy/service.js';
+import { openDatabase } from '../../src/storage/sqlite/db.js';
+import { sqliteStores } from '../../src/storage/sqlite/stores.js';
+import { QueueService } from '../../src/queue/service.js';
+import { TokenService } from '../../src/tokens/service.js';
+import { ADMIN_PRINCIPAL } from '../../src/keys/service.js';
+import { newId, newTraceId } from '../../src/ids.js';
+import { KINDS, MIX, policyInput, round, type Kind } from './load.js';
+import { opaBin, POLICY_DIR, tempDir } from './targets.js';
+
+export interface Timing {
+  n: number;
+  p50: number;
+  p99: number;
+  mean: number;
+  max: number;
+  /** Operations per second over the timed loop (including the timer overhead). */
+  perSecond: number;
+}
+
+/** Percentiles of per-operation times given in nanoseconds, reported in microseconds. */
+function timing(ns: Float64Array, totalNs: number): Timing {
+  const s = Float64Array.from(ns).sort();
+  const at = (q: number) => (s[Math.min(s.length - 1, Math.ceil(q * s.length) - 1)] as number) / 1000;
+  let sum = 0;
+  for (const v of s) sum += v;
+  return {
+    n: s.length,
+    p50: round(at(0.5), 2),
+    p99: round(at(0.99), 2),
+    mean: round(sum / s.length / 1000, 2),
+    max: round((s[s.length - 1] ?? 0) / 1000, 2),
+    perSecond: round((s.length * 1e9) / totalNs, 0),
+  };
+}
+
+async function timeAsync(n: number, fn: (i: number) => Promise<unknown>): Promise<Timing> {
+  const ns = new Float64Array(n);
+  const t0 = process.hrtime.bigint();
+  for (let i = 0; i < n; i++) {
+    const a = process.hrtime.bigint();
+    await fn(i);
+    ns[i] = Number(process.hrtime.bigint() - a);
+  }
+  return timing(ns, Number(process.hrtime.bigint() - t0));
+}
+
+export interface EvalResult extends Timing {
+  warmup: number;
+  byKind: Record<Kind, { p50: number; p99: number }>;
+}
+
+/** (a) One in-process evaluation of the example set, over the request mix. */
+export async function benchEvaluation(n = 100_000, warmup = 10_000): Promise<EvalResult> {
+  const compiler = new RegoCompiler(opaBin());
+  await compiler.init();
+  let evaluator: Evaluator;
+  try {
+    const { modules, data } = await readPolicyDir(POLICY_DIR);
+    const wasm = await compiler.compile(modules);
+    evaluator = await Evaluator.create(wasm, dataTree(data), 1, 250);
+  } finally {
+    await compiler.close();
+  }
+  const inputs = MIX.map((k) => policyInput(k));
+  for (let i = 0; i < inputs.length; i++) {
+    const kind = MIX[i] as Kind;
+    const got = evaluator.evaluate(inputs[i]).status;
+    if (got !== KINDS[kind].status) {
+      throw new Error(`in-process evaluation of ${kind} answered ${got}, expected ${KINDS[kind].status}`);
+    }
+  }
+  for (let i = 0; i < warmup; i++) evaluator.evaluate(inputs[i % inputs.length]);
+  const ns = new Float64Array(n);
+  const kindNs = Object.fromEntries(Object.keys(KINDS).map((k) => [k, [] as number[]])) as Record<
+    Kind,
+    number[]
+  >;
+  const t0 = process.hrtime.bigint();
+  for (let i = 0; i < n; i++) {
+    const j = i % inputs.length;
+    const a = process.hrtime.bigint();
+    evaluator.evaluate(inputs[j]);
+    const d = Number(process.hrtime.bigint() - a);
+    ns[i] = d;
+    kindNs[MIX[j] as Kind].push(d);
+  }
+  const total = Number(process.hrtime.bigint() - t0);
+  const byKind = Object.fromEntries(
+    Object.entries(kindNs).map(([k, v]) => {
+      const t = timing(Float64Array.from(v), 1);
+      return [k, { p50: t.p50, p99: t.p99 }];
+    }),
+  ) as Record<Kind, { p50: number; p99: number }>;
+  return { ...timing(ns, total), warmup, byKind };
+}
+
+/** (b) One single-event audit append on a fresh SQLite file with the default sync (FULL). */
+export async function benchAuditAppend(n = 20_000): Promise<Timing & { sync: 'full' }> {
+  const db = openDatabase(tempDir('arbiter-bench-audit-'), 'full');
+  const stores = sqliteStores(db);
+  try {
+    const event = (i: number) => ({
+      kind: 'decision',
+      time: new Date().toISOString(),
+      trace_id: newTraceId(),
+      request_id: newId(),
+      actor: 'bench',
+      agent_id: 'deploy-bot',
+      action: 'read',
+      resource: 'repo/arbiter',
+      outcome: 'allow',
+      message: 'allowed',
+      confidence: 0.95,
+      policy_revision: 1,
+      latency_us: 12,
+      details: { subject_kind: 'agent', reasons: [], context: {}, i },
+    });
+    for (let i = 0; i < 200; i++) await stores.audit.append([event(i)]);
+    return { ...(await timeAsync(n, (i) => stores.audit.append([event(i)]))), sync: 'full' };
+  } finally {
+    stores.close();
+  }
+}
+
+/** (c) Token mint (free-form, admin) and introspection, wired as src/app.ts wires them. */
+export async function benchTokens(
+  mints = 2_000,
+  introspections = 10_000,
+): Promise<{ mint: Timing; introspect: Timing }> {
+  const stores = sqliteStores(openDatabase(tempDir('arbiter-bench-tokens-'), 'full'));
+  try {
+    const queue = new QueueService(stores.queue, { transitioned: () => undefined });
+    const tokens = new TokenService(
+      stores.tokens,
+      stores.decisions,
+      queue,
+      { issuer: 'arbiter', defaultTtlSeconds: 300, maxTtlSeconds: 3600 },
+      { minted: () => undefined, revoked: () => undefined },
+    );
+    await tokens.init();
+    const minted: string[] = [];
+    const mintBody = { subject: 'deploy-bot', scopes: ['read:repo/arbiter'] };
+    for (let i = 0; i < 100; i++) await tokens.mint(mintBody, ADMIN_PRINCIPAL, newTraceId());
+    const mint = await timeAsync(mints, async () => {
+      minted.push((await tokens.mint(mintBody, ADMIN_PRINCIPAL, newTraceId())).token);
+    });
+    const first = await tokens.introspect({ token: minted[0] }, ADMIN_PRINCIPAL);
+    if (first.active !== true) throw new Error('a freshly minted token introspects as inactive');
+    for (let i = 0; i < 500; i++)
+      await tokens.introspect({ token: minted[i % minted.length] }, ADMIN_PRINCIPAL);
+    const introspect = await timeAsync(introspections, (i) =>
+      tokens.introspect({ token: minted[i % minted.length] }, ADMIN_PRINCIPAL),
+    );
+    return { mint, introspect };
+  } finally {
+    stores.close();
+  }
+}

@@ -1,0 +1,142 @@
+// Starts the three servers the benchmark compares: Arbiter as users run it, OPA's own server on
+// the same Rego, and a bare node:http server.
+import { spawnSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { freePort, spawnManaged, waitHttp, type Managed } from './proc.js';
+
+/** Repository root: this file runs as dist/bench/lib/targets.js. */
+export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+export const MAIN = path.join(REPO, 'dist', 'src', 'main.js');
+export const POLICY_DIR = path.join(REPO, 'policies');
+export const BUILTIN_REGO = path.join(REPO, 'src', 'policy', 'rego', 'authz.rego');
+export const ADMIN_KEY = 'bench-admin-key-0123456789abcdef';
+
+/** The OPA CLI the project builds (ARBITER_OPA_BIN wins, as in scripts/opa-path.mjs). */
+export function opaBin(): string {
+  return process.env.ARBITER_OPA_BIN || path.join(REPO, '.opa-bin', 'opa');
+}
+
+const tempDirs: string[] = [];
+export function tempDir(prefix: string): string {
+  const d = mkdtempSync(path.join(os.tmpdir(), prefix));
+  tempDirs.push(d);
+  return d;
+}
+export function removeTempDirs(): void {
+  for (const d of tempDirs.splice(0)) rmSync(d, { recursive: true, force: true });
+}
+
+export interface ArbiterProc {
+  proc: Managed;
+  engine: string;
+  platform: string;
+  dataDir: string;
+  agentKey: string;
+  workers: string | undefined;
+}
+
+/**
+ * Arbiter with the example policies, SQLite in a fresh data directory and the default (durable)
+ * settings: only ports, keys, the data directory and the log level are set. ARBITER_WORKERS is
+ * passed through when the caller set it. The load uses an agent key made with the CLI.
+ */
+export async function startArbiter(nodeFlags: string[] = []): Promise<ArbiterProc> {
+  const dataDir = tempDir('arbiter-bench-');
+  const [enginePort, platformPort] = [await freePort(), await freePort()];
+  // Inherit nothing ARBITER_* from the caller's shell except the two settings that say where
+  // things are or how many processes to run: the benchmark measures the defaults.
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('ARBITER_')) env[k] = v;
+  Object.assign(env, {
+    ARBITER_DATA_DIR: dataDir,
+    ARBITER_ENGINE_PORT: String(enginePort),
+    ARBITER_PLATFORM_PORT: String(platformPort),
+    ARBITER_ADMIN_KEY: ADMIN_KEY,
+    ARBITER_POLICY_DIR: POLICY_DIR,
+    ARBITER_LOG_LEVEL: 'warn',
+    ARBITER_OPA_BIN: opaBin(),
+  });
+  const workers = process.env.ARBITER_WORKERS;
+  if (workers) env.ARBITER_WORKERS = workers;
+
+  const created = spawnSync(
+    process.execPath,
+    [MAIN, 'keys', 'create', '--name', 'bench', '--scopes', 'authorize'],
+    { env, encoding: 'utf8' },
+  );
+  if (created.status !== 0) throw new Error(`arbiter keys create failed: ${created.stderr}`);
+  const agentKey = (JSON.parse(created.stdout) as { key: string }).key;
+
+  // Started through a symlink so that its command line is not `…/dist/src/main.js serve`: a full
+  // run takes minutes, and someone stopping their own dev server with `pkill -f main.js` on the
+  // same machine should not take the benchmark's Arbiter with it. Node runs the real file.
+  const entry = path.join(tempDir('arbiter-bench-entry-'), 'arbiter-bench-serve.js');
+  symlinkSync(MAIN, entry);
+  const proc = spawnManaged('arbiter', process.execPath, [...nodeFlags, entry, 'serve'], { env, cwd: REPO });
+  const engine = `http://127.0.0.1:${enginePort}`;
+  const platform = `http://127.0.0.1:${platformPort}`;
+  await waitHttp(`${engine}/healthz`, proc);
+  await waitHttp(`${platform}/healthz`, proc);
+  return { proc, engine, platform, dataDir, agentKey, workers };
+}
+
+export interface OpaProc {
+  proc: Managed;
+  url: string;
+  version: string;
+}
+
+/**
+ * `opa run --server` on the example modules (without tests), the built-in decision module and
+ * the example data, answering POST /v1/data/authz/decision.
+ */
+export async function startOpa(): Promise<OpaProc> {
+  const dir = tempDir('arbiter-bench-opa-');
+  const bundle = path.join(dir, 'bundle');
+  mkdirSync(path.join(bundle, 'policies'), { recursive: true });
+  mkdirSync(path.join(bundle, 'builtin'), { recursive: true });
+  for (const f of readdirSync(POLICY_DIR)) {
+    if (f.endsWith('.rego') && !f.endsWith('_test.rego')) {
+      copyFileSync(path.join(POLICY_DIR, f), path.join(bundle, 'policies', f));
+    }
+  }
+  copyFileSync(path.join(POLICY_DIR, 'data.json'), path.join(bundle, 'data.json'));
+  copyFileSync(BUILTIN_REGO, path.join(bundle, 'builtin', 'authz.rego'));
+  const bin = opaBin();
+  const v = spawnSync(bin, ['version'], { encoding: 'utf8' });
+  if (v.status !== 0) throw new Error(`cannot run ${bin}: ${v.stderr || v.error?.message}`);
+  const version = /^Version:\s*(\S+)/m.exec(v.stdout)?.[1] ?? 'unknown';
+  const port = await freePort();
+  const proc = spawnManaged('opa', bin, [
+    'run',
+    '--server',
+    '--addr',
+    `127.0.0.1:${port}`,
+    '--log-level',
+    'error',
+    bundle,
+  ]);
+  const url = `http://127.0.0.1:${port}`;
+  await waitHttp(`${url}/health`, proc);
+  return { proc, url, version };
+}
+
+export interface NodeHttpProc {
+  proc: Managed;
+  url: string;
+}
+
+export async function startNodeHttp(): Promise<NodeHttpProc> {
+  const port = await freePort();
+  const script = path.join(REPO, 'dist', 'bench', 'node-http.js');
+  const proc = spawnManaged('node_http', process.execPath, [script], {
+    env: { ...process.env, PORT: String(port) },
+  });
+  const url = `http://127.0.0.1:${port}`;
+  // node:http answers GET too; readiness only.
+  await waitHttp(url, proc);
+  return { proc, url };
+}
