@@ -30,7 +30,7 @@ const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-audit-bench-'));
 const outcomes = ['allow', 'allow', 'allow', 'deny', 'requires_approval'] as const;
 const actions = ['read', 'deploy', 'delete', 'export', 'payments.transfer', 'query'];
 
-function fill(): { traceId: string; sinceIso: string; untilIso: string } {
+async function fill(): Promise<{ traceId: string; sinceIso: string; untilIso: string }> {
   // Filling is not what is measured: normal sync makes it take seconds, not minutes.
   const stores = sqliteStores(openDatabase(dir, 'normal'));
   const start = Date.now() - total; // one event per millisecond of history
@@ -66,7 +66,7 @@ function fill(): { traceId: string; sinceIso: string; untilIso: string } {
       process.stdout.write(`\r  filled ${i.toLocaleString()} / ${total.toLocaleString()}`);
   }
   process.stdout.write(`\r  filled ${total.toLocaleString()} events\n`);
-  stores.close();
+  await stores.close();
   return {
     traceId,
     sinceIso: new Date(start + total * 0.3).toISOString(),
@@ -122,7 +122,7 @@ async function time(url: string): Promise<{ p50: number; p99: number; max: numbe
 async function main(): Promise<void> {
   console.log(`audit benchmark: ${total.toLocaleString()} events, ${repeat} requests per query`);
   const t0 = Date.now();
-  const { traceId, sinceIso, untilIso } = fill();
+  const { traceId, sinceIso, untilIso } = await fill();
   console.log(`  fill took ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   const svc = await startService();
   try {

@@ -20,6 +20,28 @@ import { RegoCompiler } from './policy/compiler.js';
 import { PolicyService } from './policy/service.js';
 import { openDatabase } from './storage/sqlite/db.js';
 import { sqliteStores, type Stores } from './storage/sqlite/stores.js';
+import { threadCommitter } from './storage/sqlite/thread-committer.js';
+
+/** In-flight requests get this long to finish at shutdown; then their connections are cut. */
+const SHUTDOWN_GRACE_MS = 30_000;
+
+/**
+ * Stops accepting and resolves when every connection is gone. A keep-alive connection that is
+ * busy when close() is called becomes idle only after its response, so idle connections are
+ * closed again until none is left (responses meanwhile carry Connection: close).
+ */
+function drain(server: Server): Promise<void> {
+  return new Promise((resolve) => {
+    const sweep = setInterval(() => server.closeIdleConnections(), 50);
+    const deadline = setTimeout(() => server.closeAllConnections(), SHUTDOWN_GRACE_MS);
+    server.close(() => {
+      clearInterval(sweep);
+      clearTimeout(deadline);
+      resolve();
+    });
+    server.closeIdleConnections();
+  });
+}
 
 /** How often expired queue items are recorded as expired (reads never wait for it). */
 const SWEEP_INTERVAL_MS = 5_000;
@@ -61,6 +83,16 @@ export function openStores(config: Config, onAuditAppend?: (kinds: string[]) => 
   return sqliteStores(openDatabase(config.dataDir, config.dbSync), onAuditAppend);
 }
 
+/** Stores for a serving process: decisions are committed by a writer thread (see stores.ts). */
+function openServingStores(config: Config, onAuditAppend: (kinds: string[]) => void): Stores {
+  const db = openDatabase(config.dataDir, config.dbSync);
+  const committer = threadCommitter(config.dataDir, config.dbSync, (outcomes) => {
+    const kinds = outcomes.flatMap((o) => ('recorded' in o ? [o.recorded.kind] : []));
+    if (kinds.length > 0) onAuditAppend(kinds);
+  });
+  return sqliteStores(db, onAuditAppend, committer);
+}
+
 /**
  * Run once by the primary before it forks workers: migrations, seeding, the first compile (cached
  * in the store for the workers) and the signing key, so that workers only load.
@@ -87,7 +119,7 @@ export async function prepareStorage(config: Config, log: Logger): Promise<void>
     }).init();
   } finally {
     await compiler.close();
-    stores.close();
+    await stores.close();
   }
 }
 
@@ -108,7 +140,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
   const metrics = createMetrics();
   const clustered = isWorker();
   let link: WorkerLink | undefined;
-  const stores = openStores(config, (kinds) => {
+  const stores = openServingStores(config, (kinds) => {
     for (const kind of kinds) metrics.auditEvents.inc({ kind: metricKind(kind) });
   });
   const compiler = new RegoCompiler(config.opaBin);
@@ -194,6 +226,10 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     for (const api of apis) {
       const app = buildApp(api, routes, { keys, log, metrics, maxBodyBytes: config.maxBodyBytes });
       const server = createServer(app.callback());
+      // Once shutting down, every response tells the client to close its connection.
+      server.on('request', (_req, res) => {
+        if (closing) res.shouldKeepAlive = false;
+      });
       server.keepAliveTimeout = 65_000;
       const port = api === 'engine' ? config.enginePort : config.platformPort;
       await new Promise<void>((resolve, reject) => {
@@ -217,22 +253,14 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
           // Stop accepting, let in-flight requests finish, then close storage.
           queue.stop();
           if (refresher) clearInterval(refresher);
-          await Promise.all(
-            servers.map(
-              ({ server }) =>
-                new Promise<void>((resolve) => {
-                  server.close(() => resolve());
-                  server.closeIdleConnections();
-                }),
-            ),
-          );
+          await Promise.all(servers.map(({ server }) => drain(server)));
           await compiler.close();
-          stores.close();
+          await stores.close();
         })()),
     };
   } catch (e) {
     await compiler.close();
-    stores.close();
+    await stores.close();
     throw e;
   }
 }

@@ -121,7 +121,7 @@ async function keys(args: string[]): Promise<void> {
       throw new UsageError(`unknown keys command ${sub ?? '(none)'}`);
     }
   } finally {
-    stores.close();
+    await stores.close();
   }
 }
 
@@ -136,7 +136,7 @@ async function audit(args: string[]): Promise<void> {
     console.log(JSON.stringify(r));
     if (!r.ok) process.exitCode = 1;
   } finally {
-    stores.close();
+    await stores.close();
   }
 }
 

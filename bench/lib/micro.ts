@@ -123,7 +123,7 @@ export async function benchAuditAppend(n = 20_000): Promise<Timing & { sync: 'fu
     for (let i = 0; i < 200; i++) await stores.audit.append([event(i)]);
     return { ...(await timeAsync(n, (i) => stores.audit.append([event(i)]))), sync: 'full' };
   } finally {
-    stores.close();
+    await stores.close();
   }
 }
 
@@ -158,6 +158,6 @@ export async function benchTokens(
     );
     return { mint, introspect };
   } finally {
-    stores.close();
+    await stores.close();
   }
 }

@@ -7,16 +7,16 @@ export type Db = Database.Database;
 
 /**
  * Opens (creating if needed) the SQLite database in `dataDir` in WAL mode and brings its schema
- * up to date. WAL lets readers run beside the single writer and survives a kill mid-write.
+ * up to date (unless `migrate: false`, for a second connection of a process that already did). WAL lets readers run beside the single writer and survives a kill mid-write.
  */
-export function openDatabase(dataDir: string, sync: 'full' | 'normal'): Db {
+export function openDatabase(dataDir: string, sync: 'full' | 'normal', opts: { migrate?: boolean } = {}): Db {
   mkdirSync(dataDir, { recursive: true });
   const db = new Database(path.join(dataDir, 'arbiter.db'));
   db.pragma('journal_mode = WAL');
   db.pragma(`synchronous = ${sync === 'full' ? 'FULL' : 'NORMAL'}`);
   db.pragma('busy_timeout = 5000');
   db.pragma('foreign_keys = ON');
-  migrate(db);
+  if (opts.migrate !== false) migrate(db);
   return db;
 }
 

@@ -22,7 +22,7 @@ const AUDIT_COLUMNS = AUDIT_FIELDS;
  * Appends audit events inside the caller's transaction: reads the chain head, links each event to
  * the one before it and inserts. Must run inside an IMMEDIATE transaction so the head cannot move.
  */
-class AuditWriter {
+export class AuditWriter {
   private readonly head: Statement;
   private readonly insert: Statement;
   private readonly setHead: Statement;
@@ -167,16 +167,19 @@ function decisionFromRow(r: Row): DecisionRecord {
   return { ...(r as unknown as DecisionRecord), resource: JSON.parse(r.resource as string) as unknown };
 }
 
-type RecordArgs = [DecisionRecord, NewAuditEvent, QueueItem | undefined, string];
+export type RecordArgs = [DecisionRecord, NewAuditEvent, QueueItem | undefined, string];
 
-export class SqliteDecisionStore implements DecisionStore {
-  private pending: { args: RecordArgs; resolve: (r: RecordOutcome) => void; reject: (e: unknown) => void }[] =
-    [];
+/**
+ * Writes batches of decisions: each decision row, its queue item and its audit event, all
+ * decisions of a batch in one IMMEDIATE transaction (one fsync). Idempotency is resolved inside
+ * the transaction, so two retries in one batch replay correctly. Synchronous; used in-process or
+ * from the writer thread.
+ */
+export class DecisionWriter {
   private readonly insertQueue: Statement;
   private readonly insertDecision: Statement;
   private readonly byIdem: Statement;
   private readonly clearIdem: Statement;
-  private readonly byId: Statement;
   constructor(
     private readonly db: Db,
     private readonly writer: AuditWriter,
@@ -193,40 +196,13 @@ export class SqliteDecisionStore implements DecisionStore {
       @created_at, @expires_at, @idem_key, @body_hash, @token_id)`);
     this.byIdem = db.prepare('SELECT * FROM decisions WHERE key_id = ? AND idem_key = ?');
     this.clearIdem = db.prepare('UPDATE decisions SET idem_key = NULL WHERE key_id = ? AND idem_key = ?');
-    this.byId = db.prepare('SELECT * FROM decisions WHERE request_id = ?');
   }
 
-  /**
-   * Group commit: decisions recorded in the same event-loop turn share one IMMEDIATE transaction
-   * (one fsync). Each caller's promise settles only after that commit, so "written before the
-   * response" holds; under load one fsync serves every request that arrived meanwhile.
-   */
-  record(
-    decision: DecisionRecord,
-    event: NewAuditEvent,
-    item: QueueItem | undefined,
-    idemSince: string,
-  ): Promise<RecordOutcome> {
-    return new Promise((resolve, reject) => {
-      this.pending.push({ args: [decision, event, item, idemSince], resolve, reject });
-      if (this.pending.length === 1) setImmediate(() => this.flush());
-    });
+  recordBatch(batch: RecordArgs[]): RecordOutcome[] {
+    return this.db.transaction(() => batch.map((args) => this.recordOne(...args))).immediate();
   }
 
-  private flush(): void {
-    const batch = this.pending;
-    this.pending = [];
-    let results: RecordOutcome[];
-    try {
-      results = this.db.transaction(() => batch.map((b) => this.recordInTx(...b.args))).immediate();
-    } catch (e) {
-      for (const b of batch) b.reject(e);
-      return;
-    }
-    batch.forEach((b, i) => b.resolve(results[i] as RecordOutcome));
-  }
-
-  private recordInTx(
+  private recordOne(
     decision: DecisionRecord,
     event: NewAuditEvent,
     item: QueueItem | undefined,
@@ -247,6 +223,69 @@ export class SqliteDecisionStore implements DecisionStore {
       });
     }
     return { recorded: this.writer.appendInTx([event])[0] as AuditEvent };
+  }
+}
+
+/** Commits batches of decisions, in this thread or another; settles after the commit. */
+export interface BatchCommitter {
+  commit(batch: RecordArgs[]): Promise<RecordOutcome[]>;
+  close(): Promise<void>;
+}
+
+/** Commits on the calling thread (the event loop waits for each fsync). */
+export function inProcessCommitter(writer: DecisionWriter): BatchCommitter {
+  return {
+    commit: async (batch) => writer.recordBatch(batch),
+    close: async () => undefined,
+  };
+}
+
+export class SqliteDecisionStore implements DecisionStore {
+  private pending: { args: RecordArgs; resolve: (r: RecordOutcome) => void; reject: (e: unknown) => void }[] =
+    [];
+  private inFlight = false;
+  private readonly byIdem: Statement;
+  private readonly byId: Statement;
+  constructor(
+    db: Db,
+    private readonly committer: BatchCommitter,
+  ) {
+    this.byIdem = db.prepare('SELECT * FROM decisions WHERE key_id = ? AND idem_key = ?');
+    this.byId = db.prepare('SELECT * FROM decisions WHERE request_id = ?');
+  }
+
+  /**
+   * Group commit: decisions that arrive while a batch is being committed form the next batch,
+   * one transaction and one fsync for all of them. Each caller's promise settles only after its
+   * own batch has committed, so "written before the response" holds.
+   */
+  record(
+    decision: DecisionRecord,
+    event: NewAuditEvent,
+    item: QueueItem | undefined,
+    idemSince: string,
+  ): Promise<RecordOutcome> {
+    return new Promise((resolve, reject) => {
+      this.pending.push({ args: [decision, event, item, idemSince], resolve, reject });
+      // Let every request parsed in this event-loop turn join the batch.
+      if (this.pending.length === 1 && !this.inFlight) setImmediate(() => void this.flush());
+    });
+  }
+
+  private async flush(): Promise<void> {
+    if (this.inFlight || this.pending.length === 0) return;
+    const batch = this.pending;
+    this.pending = [];
+    this.inFlight = true;
+    try {
+      const results = await this.committer.commit(batch.map((b) => b.args));
+      batch.forEach((b, i) => b.resolve(results[i] as RecordOutcome));
+    } catch (e) {
+      for (const b of batch) b.reject(e);
+    } finally {
+      this.inFlight = false;
+      if (this.pending.length > 0) void this.flush();
+    }
   }
 
   async findByIdempotencyKey(
@@ -664,11 +703,20 @@ export class SqlitePolicyStore implements PolicyStore {
 }
 
 /** All SQLite-backed stores over one connection. */
-export function sqliteStores(db: Db, onAuditAppend: (kinds: string[]) => void = () => undefined) {
+/**
+ * All SQLite-backed stores over one connection. `committer` takes decision batches elsewhere
+ * (the writer thread); by default they commit on this connection.
+ */
+export function sqliteStores(
+  db: Db,
+  onAuditAppend: (kinds: string[]) => void = () => undefined,
+  committer?: BatchCommitter,
+) {
   const writer = new AuditWriter(db, onAuditAppend);
+  const decisions = committer ?? inProcessCommitter(new DecisionWriter(db, writer));
   return {
     audit: new SqliteAuditStore(db, writer),
-    decisions: new SqliteDecisionStore(db, writer),
+    decisions: new SqliteDecisionStore(db, decisions),
     queue: new SqliteQueueStore(db, writer),
     tokens: new SqliteTokenStore(db, writer),
     keys: new SqliteKeyStore(db, writer),
@@ -677,7 +725,8 @@ export function sqliteStores(db: Db, onAuditAppend: (kinds: string[]) => void = 
     ping(): boolean {
       return typeof db.prepare("SELECT value FROM meta WHERE key = 'revision'").pluck().get() === 'string';
     },
-    close(): void {
+    async close(): Promise<void> {
+      await decisions.close();
       db.close();
     },
   };

@@ -1,0 +1,67 @@
+import { Worker } from 'node:worker_threads';
+import type { RecordOutcome } from '../../decisions/store.js';
+import type { BatchCommitter, RecordArgs } from './stores.js';
+
+/**
+ * Commits decision batches on the writer thread (writer-thread.ts). A batch settles when the
+ * thread reports its commit; if the thread fails, every batch it held is rejected (the requests
+ * answer 503) and a new thread is started for the next batch.
+ */
+export function threadCommitter(
+  dataDir: string,
+  sync: 'full' | 'normal',
+  onCommitted: (outcomes: RecordOutcome[]) => void,
+): BatchCommitter {
+  let worker: Worker | undefined;
+  let nextId = 0;
+  const waiting = new Map<number, { resolve: (o: RecordOutcome[]) => void; reject: (e: Error) => void }>();
+
+  const failAll = (err: Error) => {
+    for (const w of waiting.values()) w.reject(err);
+    waiting.clear();
+    worker = undefined;
+  };
+
+  const start = (): Worker => {
+    const w = new Worker(new URL('./writer-thread.js', import.meta.url), { workerData: { dataDir, sync } });
+    w.on('message', (m: { id: number; outcomes?: RecordOutcome[]; error?: string }) => {
+      const entry = waiting.get(m.id);
+      if (!entry) return;
+      waiting.delete(m.id);
+      if (m.outcomes) {
+        onCommitted(m.outcomes);
+        entry.resolve(m.outcomes);
+      } else {
+        entry.reject(new Error(m.error ?? 'decision batch failed'));
+      }
+    });
+    w.on('error', (err) => failAll(err));
+    w.on('exit', (code) => {
+      if (worker === w) failAll(new Error(`decision writer thread exited with code ${code}`));
+    });
+    return w;
+  };
+
+  // Started now, not on the first decision: its connection opens before anything can contend.
+  worker = start();
+  return {
+    commit(batch: RecordArgs[]): Promise<RecordOutcome[]> {
+      worker ??= start();
+      const id = nextId++;
+      const w = worker;
+      return new Promise((resolve, reject) => {
+        waiting.set(id, { resolve, reject });
+        w.postMessage({ id, batch });
+      });
+    },
+    async close(): Promise<void> {
+      const w = worker;
+      worker = undefined;
+      if (!w) return;
+      await new Promise<void>((resolve) => {
+        w.once('exit', () => resolve());
+        w.postMessage({ close: true });
+      });
+    },
+  };
+}

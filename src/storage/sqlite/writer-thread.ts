@@ -1,0 +1,26 @@
+/**
+ * The decision writer thread: its own connection to the database, committing the batches the
+ * serving thread sends. The event loop keeps parsing and evaluating requests while a batch is
+ * fsynced here, and WAL checkpoints run here too, off the serving thread.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import { openDatabase } from './db.js';
+import { AuditWriter, DecisionWriter, type RecordArgs } from './stores.js';
+
+const { dataDir, sync } = workerData as { dataDir: string; sync: 'full' | 'normal' };
+// The serving thread has migrated already; this connection only writes decisions.
+const db = openDatabase(dataDir, sync, { migrate: false });
+const writer = new DecisionWriter(db, new AuditWriter(db, () => undefined));
+
+parentPort?.on('message', (m: { id: number; batch: RecordArgs[] } | { close: true }) => {
+  if ('close' in m) {
+    db.close();
+    parentPort?.close();
+    return;
+  }
+  try {
+    parentPort?.postMessage({ id: m.id, outcomes: writer.recordBatch(m.batch) });
+  } catch (e) {
+    parentPort?.postMessage({ id: m.id, error: e instanceof Error ? e.message : String(e) });
+  }
+});
