@@ -199,15 +199,25 @@ export class DecisionWriter {
   }
 
   recordBatch(batch: RecordArgs[]): RecordOutcome[] {
-    return this.db.transaction(() => batch.map((args) => this.recordOne(...args))).immediate();
+    return this.db
+      .transaction(() => {
+        // Rows first (idempotency replays within the batch see earlier rows), then every audit
+        // event of the batch in one append: one chain-head read and one head update per batch.
+        const outcomes: (RecordOutcome | NewAuditEvent)[] = batch.map((args) => this.recordRow(...args));
+        const events = this.writer.appendInTx(outcomes.filter((o): o is NewAuditEvent => !isOutcome(o)));
+        let next = 0;
+        return outcomes.map((o) => (isOutcome(o) ? o : { recorded: events[next++] as AuditEvent }));
+      })
+      .immediate();
   }
 
-  private recordOne(
+  /** Writes the decision (and queue item) and returns its audit event, or the replay. */
+  private recordRow(
     decision: DecisionRecord,
     event: NewAuditEvent,
     item: QueueItem | undefined,
     idemSince: string,
-  ): RecordOutcome {
+  ): RecordOutcome | NewAuditEvent {
     if (decision.idem_key !== null) {
       const prior = this.byIdem.get(decision.key_id, decision.idem_key) as Row | undefined;
       if (prior && (prior.created_at as string) >= idemSince) return { replay: decisionFromRow(prior) };
@@ -222,9 +232,11 @@ export class DecisionWriter {
         context: JSON.stringify(item.context),
       });
     }
-    return { recorded: this.writer.appendInTx([event])[0] as AuditEvent };
+    return event;
   }
 }
+
+const isOutcome = (o: RecordOutcome | NewAuditEvent): o is RecordOutcome => 'replay' in o || 'recorded' in o;
 
 /** Commits batches of decisions, in this thread or another; settles after the commit. */
 export interface BatchCommitter {
