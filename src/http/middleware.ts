@@ -121,6 +121,26 @@ export function authMiddleware(keys: KeyService, route: RouteDef): Middleware<St
   };
 }
 
+/**
+ * Deeper JSON than this is refused: nothing legitimate needs it, and recursive consumers (the
+ * audit's canonical hashing, wasm's JSON reader) must never meet a body that exhausts a stack.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/** Whether `value` nests objects/arrays more than `max` levels deep (iterative: no recursion). */
+export function nestingExceeds(value: unknown, max: number): boolean {
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop() as [unknown, number];
+    if (typeof v !== 'object' || v === null) continue;
+    if (depth > max) return true;
+    for (const child of Object.values(v)) {
+      if (typeof child === 'object' && child !== null) stack.push([child, depth + 1]);
+    }
+  }
+  return false;
+}
+
 /** Parses the body the route expects; wrong type 415, too large 413, malformed or wrong shape 400. */
 export function bodyMiddleware(kind: BodyKind, maxBodyBytes: number): Middleware<State> {
   if (kind === 'none') return (_ctx, next) => next();
@@ -154,6 +174,9 @@ export function bodyMiddleware(kind: BodyKind, maxBodyBytes: number): Middleware
     }
     await parser(ctx as unknown as Parameters<typeof parser>[0], async () => undefined);
     const body = ctx.request.body;
+    if (nestingExceeds(body, MAX_JSON_DEPTH)) {
+      throw new AppError(400, `request body nests deeper than ${MAX_JSON_DEPTH} levels`);
+    }
     if (
       kind !== 'json' &&
       type === 'application/json' &&

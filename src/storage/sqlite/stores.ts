@@ -252,9 +252,14 @@ export function inProcessCommitter(writer: DecisionWriter): BatchCommitter {
   };
 }
 
+interface PendingRecord {
+  args: RecordArgs;
+  resolve: (r: RecordOutcome) => void;
+  reject: (e: unknown) => void;
+}
+
 export class SqliteDecisionStore implements DecisionStore {
-  private pending: { args: RecordArgs; resolve: (r: RecordOutcome) => void; reject: (e: unknown) => void }[] =
-    [];
+  private pending: PendingRecord[] = [];
   private inFlight = false;
   private readonly byIdem: Statement;
   private readonly byId: Statement;
@@ -290,13 +295,27 @@ export class SqliteDecisionStore implements DecisionStore {
     this.pending = [];
     this.inFlight = true;
     try {
-      const results = await this.committer.commit(batch.map((b) => b.args));
-      batch.forEach((b, i) => b.resolve(results[i] as RecordOutcome));
-    } catch (e) {
-      for (const b of batch) b.reject(e);
+      await this.commitIsolated(batch);
     } finally {
       this.inFlight = false;
       if (this.pending.length > 0) void this.flush();
+    }
+  }
+
+  /**
+   * Commits a batch; if the batch fails, commits its decisions one by one, so that a decision
+   * that cannot be recorded fails alone and the others are still answered.
+   */
+  private async commitIsolated(batch: PendingRecord[]): Promise<void> {
+    try {
+      const results = await this.committer.commit(batch.map((b) => b.args));
+      batch.forEach((b, i) => b.resolve(results[i] as RecordOutcome));
+    } catch (e) {
+      if (batch.length === 1) {
+        batch[0]?.reject(e);
+        return;
+      }
+      for (const b of batch) await this.commitIsolated([b]);
     }
   }
 
