@@ -44,3 +44,20 @@ describe('GET /api/v1/audit with a time window', () => {
     expect(r.json.error).to.include('cursor');
   });
 });
+
+describe('GET /api/v1/audit/verify and tenants', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start();
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  it('answers 403 to a tenant-bound key: the chain spans every tenant', async () => {
+    const key = a.createKey('acme-auditor', ['audit:read'], { tenant: 'acme' });
+    expectError(await call('GET', a.platform + '/api/v1/audit/verify', { key }), 403);
+    const global = a.createKey('auditor', ['audit:read']);
+    expect((await call('GET', a.platform + '/api/v1/audit/verify', { key: global })).json.ok).to.equal(true);
+  });
+});

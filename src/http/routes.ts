@@ -406,7 +406,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       body: 'none',
       summary: 'Verify the audit hash chain; reports the first event that fails',
       handler: async (ctx) => {
-        ctx.body = await d.audit.verify();
+        ctx.body = await d.audit.verify(principalOf(ctx));
       },
     },
     {
