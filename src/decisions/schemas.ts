@@ -1,6 +1,12 @@
 import type { JsonSchema } from '../http/validation.js';
 
-const shortString = { type: 'string', minLength: 1, maxLength: 256 };
+/**
+ * Identifiers, actions and resources carry no whitespace or control characters: they end up in
+ * token scopes (space-delimited, RFC 6749 §3.3) and in logs, where either would let one value
+ * pass for several.
+ */
+export const TOKEN_SAFE = '^[^\\s\\u0000-\\u001f\\u007f]+$';
+const shortString = { type: 'string', minLength: 1, maxLength: 256, pattern: TOKEN_SAFE };
 
 /** Body of POST /v1/agent/authorize and POST /api/v1/authorize. */
 export const agentRequestSchema: JsonSchema = {
@@ -10,7 +16,7 @@ export const agentRequestSchema: JsonSchema = {
   properties: {
     agent_id: shortString,
     action: shortString,
-    resource: { type: 'string', minLength: 1, maxLength: 1024 },
+    resource: { type: 'string', minLength: 1, maxLength: 1024, pattern: TOKEN_SAFE },
     confidence: { type: 'number', minimum: 0, maximum: 1 },
     context: { type: 'object' },
   },
@@ -29,7 +35,10 @@ export const humanRequestSchema: JsonSchema = {
       type: 'object',
       required: ['type', 'id'],
       additionalProperties: false,
-      properties: { type: shortString, id: { type: 'string', minLength: 1, maxLength: 1024 } },
+      properties: {
+        type: shortString,
+        id: { type: 'string', minLength: 1, maxLength: 1024, pattern: TOKEN_SAFE },
+      },
     },
     context: { type: 'object' },
   },

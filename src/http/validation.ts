@@ -1,4 +1,5 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import { TOKEN_SAFE } from '../decisions/schemas.js';
 import { badRequest } from '../errors.js';
 
 /**
@@ -79,7 +80,9 @@ function describe(e: ErrorObject | undefined, body: unknown): string {
     case 'format':
       return `${where} must be an RFC 3339 date-time`;
     case 'pattern':
-      return `${where} must match ${(e.params as { pattern: string }).pattern}`;
+      return (e.params as { pattern: string }).pattern === TOKEN_SAFE
+        ? `${where} must not contain whitespace or control characters`
+        : `${where} must match ${(e.params as { pattern: string }).pattern}`;
     case 'enum':
       return `${where} must be one of ${((e.params as { allowedValues: unknown[] }).allowedValues ?? []).join(', ')}`;
     default:

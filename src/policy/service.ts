@@ -11,6 +11,8 @@ import type { DataDocument, PolicyRecord, PolicySnapshot, PolicyStore } from './
 export const POLICY_NAME = /^[a-z0-9][a-z0-9._-]{0,127}$/;
 const DATA_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9_-]{0,127}$/;
 const MAX_DATA_DEPTH = 16;
+/** Names that would reach Object.prototype when the data tree is built. */
+const RESERVED_SEGMENTS = new Set(['__proto__', 'constructor', 'prototype']);
 
 /** Who changed something and in which flow, for the audit event. */
 export interface ChangeContext {
@@ -356,6 +358,8 @@ export function checkDataPath(p: string): void {
     );
   }
   if (segs[0] === 'authz') throw badRequest('data path authz is reserved for policies (data.authz.*)');
+  const bad = segs.find((s) => RESERVED_SEGMENTS.has(s));
+  if (bad) throw badRequest(`data path segment ${bad} is not allowed`);
 }
 
 function overlaps(a: string, b: string): boolean {
@@ -385,13 +389,16 @@ function expectedVersion(
 
 /** Builds the `data` document from stored documents placed at their paths. */
 export function dataTree(docs: Pick<DataDocument, 'path' | 'value'>[]): Record<string, unknown> {
-  const root: Record<string, unknown> = {};
+  // Null-prototype nodes and own-property checks: no path can reach Object.prototype.
+  const root: Record<string, unknown> = Object.create(null) as Record<string, unknown>;
   for (const d of docs) {
     const segs = d.path.split('/');
     let node = root;
     for (const s of segs.slice(0, -1)) {
-      const next = node[s];
-      if (typeof next !== 'object' || next === null || Array.isArray(next)) node[s] = {};
+      const next = Object.hasOwn(node, s) ? node[s] : undefined;
+      if (typeof next !== 'object' || next === null || Array.isArray(next)) {
+        node[s] = Object.create(null) as Record<string, unknown>;
+      }
       node = node[s] as Record<string, unknown>;
     }
     node[segs[segs.length - 1] as string] = d.value;

@@ -271,6 +271,9 @@ export class TokenService {
   }
 
   private sign(t: TokenRecord): Promise<string> {
+    // Scopes are space-delimited in the claim: one that contains a space would read as several.
+    if (t.scopes.some((s) => /\s/.test(s)))
+      throw new AppError(500, 'refusing to sign a scope that contains whitespace');
     const claims: JWTPayload = { scope: t.scopes.join(' '), request_id: t.request_id };
     if (t.tenant_id !== null) claims.tenant_id = t.tenant_id;
     return new SignJWT(claims)
