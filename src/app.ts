@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { makeMasker } from './audit/mask.js';
-import { AuditService } from './audit/service.js';
+import { AuditService, RESERVED_KINDS } from './audit/service.js';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { repoRoot, type Config, type Role } from './config.js';
@@ -47,22 +47,7 @@ function drain(server: Server): Promise<void> {
 const SWEEP_INTERVAL_MS = 5_000;
 
 /** Our own event kinds are a fixed set; ingested kinds are free text, so they share one label. */
-const OWN_KINDS = new Set([
-  'decision',
-  'queue.approve',
-  'queue.deny',
-  'queue.expire',
-  'token.mint',
-  'token.revoke',
-  'policy.put',
-  'policy.delete',
-  'policy.seed',
-  'data.put',
-  'data.delete',
-  'key.create',
-  'key.revoke',
-]);
-const metricKind = (kind: string) => (OWN_KINDS.has(kind) ? kind : 'ingested');
+const metricKind = (kind: string) => (RESERVED_KINDS.has(kind) ? kind : 'ingested');
 
 const VERSION = (JSON.parse(readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { version: string })
   .version;
@@ -127,6 +112,7 @@ const tokenConfig = (config: Config) => ({
   issuer: config.issuer,
   defaultTtlSeconds: config.tokenTtlSeconds,
   maxTtlSeconds: config.tokenMaxTtlSeconds,
+  exchangeWindowSeconds: config.tokenExchangeWindowSeconds,
 });
 
 /** Re-reads the store's revision this often in a worker, in case a change notice was missed. */

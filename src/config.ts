@@ -22,6 +22,7 @@ export interface Config {
   readonly queueTtlSeconds: number;
   readonly tokenTtlSeconds: number;
   readonly tokenMaxTtlSeconds: number;
+  readonly tokenExchangeWindowSeconds: number;
   readonly issuer: string;
   readonly metricsPublic: boolean;
   readonly maxBodyBytes: number;
@@ -47,6 +48,11 @@ const settings = {
   queueTtlSeconds: { env: 'ARBITER_QUEUE_TTL_SECONDS', def: '3600', parse: positiveInt },
   tokenTtlSeconds: { env: 'ARBITER_TOKEN_TTL_SECONDS', def: '300', parse: positiveInt },
   tokenMaxTtlSeconds: { env: 'ARBITER_TOKEN_MAX_TTL_SECONDS', def: '3600', parse: positiveInt },
+  tokenExchangeWindowSeconds: {
+    env: 'ARBITER_TOKEN_EXCHANGE_WINDOW_SECONDS',
+    def: '300',
+    parse: positiveInt,
+  },
   issuer: { env: 'ARBITER_ISSUER', def: 'arbiter', parse: str },
   metricsPublic: { env: 'ARBITER_METRICS_PUBLIC', def: 'false', parse: bool },
   maxBodyBytes: { env: 'ARBITER_MAX_BODY_BYTES', def: String(1024 * 1024), parse: positiveInt },

@@ -15,9 +15,16 @@ describe('GET /openapi.json', () => {
     await a.close();
   });
 
-  it('is a valid OpenAPI 3.1 document (third-party validator), served publicly on both listeners', async () => {
+  it('needs a valid key (any scope), as every route but /healthz and the JWKS', async () => {
+    const r = await call('GET', a.engine + '/openapi.json', { key: null });
+    expect(r.status).to.equal(401);
+    const key = a.createKey('reader', ['authorize']);
+    expect((await call('GET', a.engine + '/openapi.json', { key })).status).to.equal(200);
+  });
+
+  it('is a valid OpenAPI 3.1 document (third-party validator), served on both listeners', async () => {
     for (const base of [a.engine, a.platform]) {
-      const r = await call('GET', base + '/openapi.json', { key: null });
+      const r = await call('GET', base + '/openapi.json');
       expect(r.status).to.equal(200);
       expect(r.json.openapi).to.equal('3.1.0');
       const result = await new Validator().validate(r.json);
@@ -27,7 +34,7 @@ describe('GET /openapi.json', () => {
   });
 
   it('describes every route of the route table, with its scope and listeners', async () => {
-    const doc = (await call('GET', a.platform + '/openapi.json', { key: null })).json;
+    const doc = (await call('GET', a.platform + '/openapi.json')).json;
     // The handlers are never called here: only the table's shape is compared.
     const routes = routeTable({ config: loadConfig({}), version: '0' } as unknown as RouteDeps);
     expect(routes.length).to.be.greaterThan(20);
@@ -44,7 +51,7 @@ describe('GET /openapi.json', () => {
   });
 
   it('uses the very schemas that validate requests', async () => {
-    const doc = (await call('GET', a.engine + '/openapi.json', { key: null })).json;
+    const doc = (await call('GET', a.engine + '/openapi.json')).json;
     const body = (p: string) => doc.paths[p].post.requestBody.content['application/json'].schema;
     expect(body('/v1/agent/authorize')).to.deep.equal(agentRequestSchema);
     expect(body('/api/v1/authorize')).to.deep.equal(agentRequestSchema);

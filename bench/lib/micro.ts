@@ -139,7 +139,7 @@ export async function benchTokens(
       stores.tokens,
       stores.decisions,
       queue,
-      { issuer: 'arbiter', defaultTtlSeconds: 300, maxTtlSeconds: 3600 },
+      { issuer: 'arbiter', defaultTtlSeconds: 300, maxTtlSeconds: 3600, exchangeWindowSeconds: 300 },
       { minted: () => undefined, revoked: () => undefined },
     );
     await tokens.init();

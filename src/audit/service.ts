@@ -23,6 +23,23 @@ export const OUTCOMES = [
 
 export const MAX_INGEST_BATCH = 1000;
 
+/** Kinds of the events Arbiter writes itself: ingest cannot forge them. */
+export const RESERVED_KINDS: ReadonlySet<string> = new Set([
+  'decision',
+  'queue.approve',
+  'queue.deny',
+  'queue.expire',
+  'token.mint',
+  'token.revoke',
+  'policy.put',
+  'policy.delete',
+  'policy.seed',
+  'data.put',
+  'data.delete',
+  'key.create',
+  'key.revoke',
+]);
+
 const str = (max: number) => ({ type: ['string', 'null'], maxLength: max });
 
 /** One event as an engine elsewhere forwards it. Unknown fields are kept under `details`. */
@@ -156,10 +173,19 @@ export class AuditService {
     if (principal.tenant !== null && e.tenant_id != null && e.tenant_id !== principal.tenant) {
       throw forbidden(`API key is bound to tenant ${principal.tenant}`);
     }
-    const extra: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(e)) {
-      if (!KNOWN.has(k) && !CHAIN_FIELDS.has(k)) extra[k === 'id' ? 'source_id' : k] = v;
+    if (principal.agent !== null && e.agent_id != null && e.agent_id !== principal.agent) {
+      throw forbidden(`API key is bound to agent ${principal.agent}`);
     }
+    if (RESERVED_KINDS.has(e.kind as string)) {
+      throw badRequest(`kind ${String(e.kind)} is reserved for events Arbiter records itself`);
+    }
+    // Unknown fields are kept under details; so is the caller's own `actor`: the event's actor
+    // is the key that ingested it, which is the only identity Arbiter can vouch for.
+    const extra = Object.fromEntries(
+      Object.entries(e)
+        .filter(([k]) => (!KNOWN.has(k) || k === 'actor') && !CHAIN_FIELDS.has(k))
+        .map(([k, v]) => [k === 'id' ? 'source_id' : k === 'actor' ? 'source_actor' : k, v]),
+    );
     const details = this.mask({
       ...((e.details as Record<string, unknown>) ?? {}),
       ...extra,
@@ -170,8 +196,8 @@ export class AuditService {
       time: e.time === undefined ? undefined : new Date(e.time as string).toISOString(),
       trace_id: (e.trace_id as string | null) ?? null,
       request_id: (e.request_id as string | null) ?? null,
-      actor: (e.actor as string | null) ?? principal.name,
-      agent_id: (e.agent_id as string | null) ?? null,
+      actor: principal.name,
+      agent_id: principal.agent ?? (e.agent_id as string | null) ?? null,
       user_id: (e.user_id as string | null) ?? null,
       tenant_id: principal.tenant ?? (e.tenant_id as string | null) ?? null,
       action: (e.action as string | null) ?? null,

@@ -93,6 +93,9 @@ export class DecisionService {
     idemKey?: string,
   ): Promise<DecisionResult> {
     const req = validateHuman(body);
+    if (principal.agent !== null) {
+      throw forbidden(`API key is bound to agent ${principal.agent} and cannot authorize human users`);
+    }
     if (principal.tenant !== null && principal.tenant !== req.tenant_id) {
       throw forbidden(
         `API key is bound to tenant ${principal.tenant} and cannot authorize in ${req.tenant_id}`,

@@ -19,8 +19,8 @@ export interface RouteDef {
   /** OpenAPI-style template, used as the metrics label and in docs: /api/v1/policies/{name} */
   template: string;
   apis: readonly Api[];
-  /** The scope the route needs; null = public. */
-  scope: Scope | null;
+  /** The scope the route needs; 'authenticated' = any valid key; null = public. */
+  scope: Scope | 'authenticated' | null;
   body: BodyKind;
   summary: string;
   /** Status and meaning of the successful answer (errors are derived from the route). */

@@ -116,7 +116,9 @@ export function authMiddleware(keys: KeyService, route: RouteDef): Middleware<St
     const principal = await keys.authenticate(m[1] as string);
     if (!principal) throw new AppError(401, 'invalid or revoked API key', challenge('invalid_token'));
     ctx.state.principal = principal;
-    if (!hasScope(principal, scope)) throw new AppError(403, `API key lacks scope ${scope}`);
+    if (scope !== 'authenticated' && !hasScope(principal, scope)) {
+      throw new AppError(403, `API key lacks scope ${scope}`);
+    }
     return next();
   };
 }

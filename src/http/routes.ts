@@ -99,9 +99,10 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/openapi.json',
       template: '/openapi.json',
-      ok: { status: 200, description: 'This OpenAPI 3.1 document (public)' },
+      ok: { status: 200, description: 'This OpenAPI 3.1 document (any valid API key)' },
       apis: BOTH,
-      scope: null,
+      // SPEC §2 exempts only /healthz and the JWKS from authentication.
+      scope: 'authenticated',
       body: 'none',
       summary: 'The OpenAPI description of both APIs',
       handler: (ctx) => {

@@ -69,8 +69,14 @@ export class QueueService {
       }
       tenant = principal.tenant;
     }
+    let agent = q.agent_id;
+    if (principal.agent !== null) {
+      if (agent !== undefined && agent !== principal.agent)
+        throw forbidden(`API key is bound to agent ${principal.agent}`);
+      agent = principal.agent;
+    }
     const rows = await this.store.listPending({
-      agent_id: q.agent_id,
+      agent_id: agent,
       tenant_id: tenant,
       action: q.action,
       after,
@@ -102,8 +108,11 @@ export class QueueService {
   ): Promise<QueueItem> {
     const note = validateDecideBody(body).note ?? null;
     const item = await this.visible(principal, id);
-    if (item.requested_by === principal.keyId) {
-      throw forbidden('the API key that made a request cannot decide it');
+    if (
+      item.requested_by === principal.keyId ||
+      (principal.agent !== null && item.agent_id === principal.agent)
+    ) {
+      throw forbidden('the API key that made a request, or any key bound to its agent, cannot decide it');
     }
     if (item.status !== 'pending') throw conflictFor(item);
     const now = new Date().toISOString();
@@ -149,7 +158,11 @@ export class QueueService {
   private async visible(principal: Principal, id: string): Promise<QueueItem> {
     const item = await this.store.get(id);
     // Another tenant's item is reported as absent: its existence is not the caller's business.
-    if (!item || (principal.tenant !== null && item.tenant_id !== principal.tenant)) {
+    if (
+      !item ||
+      (principal.tenant !== null && item.tenant_id !== principal.tenant) ||
+      (principal.agent !== null && item.agent_id !== principal.agent)
+    ) {
       throw notFound(`queue item ${id} not found`);
     }
     return this.settle(item);

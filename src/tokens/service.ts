@@ -27,6 +27,8 @@ export interface TokenConfig {
   issuer: string;
   defaultTtlSeconds: number;
   maxTtlSeconds: number;
+  /** An allow (or approval) can be exchanged this long after it was given, not later. */
+  exchangeWindowSeconds: number;
 }
 
 export interface TokenObserver {
@@ -167,11 +169,21 @@ export class TokenService {
       throw forbidden('only the API key that made the request can exchange it for a token');
     }
     if (d.status === 'deny') throw forbidden(`request ${requestId} was denied`);
+    // When the right to act was given: the allow itself, or the approval.
+    let grantedAt = d.created_at;
     if (d.status === 'requires_approval') {
       const item = await this.queue.get(principal, requestId);
       if (item.status === 'pending') throw conflict(`request ${requestId} is still pending approval`);
-      if (item.status !== 'approved')
+      if (item.status !== 'approved') {
         throw forbidden(`request ${requestId} was ${item.status}, not approved`);
+      }
+      grantedAt = item.decided_at ?? d.created_at;
+    }
+    // A decision is not a coupon to bank until the policy changes: exchange it soon or ask again.
+    if (Date.now() - Date.parse(grantedAt) > this.cfg.exchangeWindowSeconds * 1000) {
+      throw forbidden(
+        `request ${requestId} was granted more than ${this.cfg.exchangeWindowSeconds} s ago; authorize again`,
+      );
     }
     if (d.token_id !== null) throw conflict(`request ${requestId} was already exchanged for a token`);
     const token = this.record(
