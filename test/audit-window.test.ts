@@ -61,3 +61,35 @@ describe('GET /api/v1/audit/verify and tenants', () => {
     expect((await call('GET', a.platform + '/api/v1/audit/verify', { key: global })).json.ok).to.equal(true);
   });
 });
+
+describe('GET /api/v1/audit/verify under traffic', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start();
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  it('verifies the chain as it stood when asked, while events keep arriving', async () => {
+    const batch = {
+      events: Array.from({ length: 1000 }, (_, i) => ({ kind: 'engine.event', message: `m${i}` })),
+    };
+    for (let i = 0; i < 5; i++) {
+      expect((await call('POST', a.platform + '/api/v1/audit/ingest', { body: batch })).status).to.equal(202);
+    }
+    const verifying = call('GET', a.platform + '/api/v1/audit/verify');
+    const during = await Promise.all([
+      call('POST', a.platform + '/api/v1/audit/ingest', { body: batch }),
+      call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow }),
+      call('GET', a.engine + '/healthz', { key: null }),
+    ]);
+    expect(during.map((r) => r.status)).to.deep.equal([202, 200, 200]);
+    const r = await verifying;
+    expect(r.json.ok, JSON.stringify(r.json)).to.equal(true);
+    expect(r.json.checked).to.be.at.least(5000);
+    const after = (await call('GET', a.platform + '/api/v1/audit/verify')).json;
+    expect(after.ok).to.equal(true);
+    expect(after.checked).to.be.greaterThan(r.json.checked);
+  });
+});

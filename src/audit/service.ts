@@ -90,7 +90,12 @@ export type VerifyResult =
   | { ok: true; checked: number; head: string }
   | { ok: false; checked: number; first_bad: string | null; reason: string };
 
+/** Events hashed between two yields to the event loop while verifying. */
+const VERIFY_CHUNK = 2_000;
+
 export class AuditService {
+  private verifying: Promise<VerifyResult> | undefined;
+
   constructor(
     private readonly store: AuditStore,
     private readonly mask: (doc: Record<string, unknown>) => Record<string, unknown>,
@@ -220,30 +225,51 @@ export class AuditService {
     if (principal && principal.tenant !== null) {
       throw forbidden('verifying the audit chain needs an API key that is not bound to a tenant');
     }
+    // One walk at a time: concurrent callers share it instead of multiplying the work.
+    this.verifying ??= this.walk().finally(() => {
+      this.verifying = undefined;
+    });
+    return this.verifying;
+  }
+
+  /**
+   * Reads the chain in chunks, yielding to the event loop between them, so serving goes on. It
+   * verifies the chain as it stood when the walk began (the recorded head and length then):
+   * events appended meanwhile belong to the next verification.
+   */
+  private async walk(): Promise<VerifyResult> {
+    const head = await this.store.head();
     let prev = GENESIS_HASH;
     let checked = 0;
-    for (const e of this.store.iterate()) {
-      const { seq: _seq, hash, ...content } = e;
-      if (content.prev_hash !== prev) {
-        return {
-          ok: false,
-          checked,
-          first_bad: e.id,
-          reason: 'prev_hash does not match the event before it: an event was deleted, inserted or reordered',
-        };
+    let after = 0;
+    for (;;) {
+      const rows = (await this.store.chunk(after, VERIFY_CHUNK)).slice(0, head.count - checked);
+      for (const e of rows) {
+        const { seq: _seq, hash, ...content } = e;
+        if (content.prev_hash !== prev) {
+          return {
+            ok: false,
+            checked,
+            first_bad: e.id,
+            reason:
+              'prev_hash does not match the event before it: an event was deleted, inserted or reordered',
+          };
+        }
+        if (eventHash(content) !== hash) {
+          return {
+            ok: false,
+            checked,
+            first_bad: e.id,
+            reason: 'event content does not match its hash: it was modified',
+          };
+        }
+        prev = hash;
+        checked++;
       }
-      if (eventHash(content) !== hash) {
-        return {
-          ok: false,
-          checked,
-          first_bad: e.id,
-          reason: 'event content does not match its hash: it was modified',
-        };
-      }
-      prev = hash;
-      checked++;
+      if (rows.length < VERIFY_CHUNK || checked >= head.count) break;
+      after = (rows[rows.length - 1] as { seq: number }).seq;
+      await new Promise((resolve) => setImmediate(resolve));
     }
-    const head = await this.store.head();
     if (head.hash !== prev || head.count !== checked) {
       return {
         ok: false,

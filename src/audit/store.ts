@@ -44,8 +44,8 @@ export interface AuditStore {
   query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent }[]>;
   /** One trace, oldest first. */
   trace(traceId: string): Promise<AuditEvent[]>;
-  /** Every event in chain order, streamed (for verification). */
-  iterate(): Iterable<AuditEvent & { seq: number }>;
+  /** Up to `limit` events after sequence number `afterSeq`, in chain order (for verification). */
+  chunk(afterSeq: number, limit: number): Promise<(AuditEvent & { seq: number })[]>;
   /** The head hash and event count recorded with the last append. */
   head(): Promise<{ hash: string; count: number }>;
 }

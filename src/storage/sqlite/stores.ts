@@ -141,9 +141,11 @@ export class SqliteAuditStore implements AuditStore {
     return (this.byTrace.all(traceId) as Row[]).map(auditFromRow);
   }
 
-  *iterate(): Iterable<AuditEvent & { seq: number }> {
-    const stmt = this.db.prepare(`SELECT ${this.cols} FROM audit_events ORDER BY seq`);
-    for (const r of stmt.iterate()) yield { ...auditFromRow(r as Row), seq: (r as Row).seq as number };
+  async chunk(afterSeq: number, limit: number): Promise<(AuditEvent & { seq: number })[]> {
+    const rows = this.db
+      .prepare(`SELECT ${this.cols} FROM audit_events WHERE seq > ? ORDER BY seq LIMIT ?`)
+      .all(afterSeq, limit) as Row[];
+    return rows.map((r) => ({ ...auditFromRow(r), seq: r.seq as number }));
   }
 
   async head(): Promise<{ hash: string; count: number }> {
