@@ -760,6 +760,7 @@ export function sqliteStores(
     },
     async close(): Promise<void> {
       await decisions.close();
+      db.pragma('optimize');
       db.close();
     },
   };
