@@ -168,4 +168,19 @@ export const migrations: readonly { version: number; name: string; sql: string }
       ) STRICT;
     `,
   },
+  {
+    version: 5,
+    name: 'partial audit indexes for often-null columns',
+    sql: `
+      -- user_id is null on agent decisions, agent_id on human ones, tenant_id for untenanted keys:
+      -- indexing only the rows that have a value saves B-tree work on every decision, and an
+      -- equality filter (col = ?) implies col IS NOT NULL, so queries still use these indexes.
+      DROP INDEX audit_agent;
+      DROP INDEX audit_user;
+      DROP INDEX audit_tenant;
+      CREATE INDEX audit_agent ON audit_events (agent_id, seq) WHERE agent_id IS NOT NULL;
+      CREATE INDEX audit_user ON audit_events (user_id, seq) WHERE user_id IS NOT NULL;
+      CREATE INDEX audit_tenant ON audit_events (tenant_id, seq) WHERE tenant_id IS NOT NULL;
+    `,
+  },
 ];
