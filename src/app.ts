@@ -170,9 +170,11 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
         },
       },
     );
-    const queue = new QueueService(stores.queue, {
-      transitioned: (to) => metrics.queueTransitions.inc({ status: to }),
-    });
+    const queue = new QueueService(
+      stores.queue,
+      { transitioned: (to) => metrics.queueTransitions.inc({ status: to }) },
+      config.maxLongPolls,
+    );
     queue.startSweeper(SWEEP_INTERVAL_MS);
     gaugeFrom(metrics, 'arbiter_queue_pending', 'Human-review items pending now.', () =>
       queue.countPending(),

@@ -30,6 +30,7 @@ export interface Config {
   readonly dbSync: 'full' | 'normal';
   readonly auditMaskFields: readonly string[];
   readonly workers: number;
+  readonly maxLongPolls: number;
 }
 
 /**
@@ -60,6 +61,7 @@ const settings = {
   dbSync: { env: 'ARBITER_DB_SYNC', def: 'full', parse: dbSync },
   auditMaskFields: { env: 'ARBITER_AUDIT_MASK_FIELDS', def: '', parse: list },
   workers: { env: 'ARBITER_WORKERS', def: '1', parse: workers },
+  maxLongPolls: { env: 'ARBITER_MAX_LONG_POLLS', def: '1000', parse: positiveInt },
 } as const;
 
 type Parser<T> = (raw: string, name: string) => T;

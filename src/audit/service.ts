@@ -1,5 +1,5 @@
 import { badRequest, forbidden, notFound } from '../errors.js';
-import { decodeCursor, encodeCursor, parseLimit } from '../http/pagination.js';
+import { decodeCursor, encodeCursor, MAX_LIMIT, parseLimit } from '../http/pagination.js';
 import { compileSchema, isRfc3339 } from '../http/validation.js';
 import type { Principal } from '../keys/types.js';
 import { eventHash, GENESIS_HASH } from './chain.js';
@@ -157,12 +157,37 @@ export class AuditService {
     };
   }
 
-  async trace(principal: Principal, traceId: string): Promise<{ trace_id: string; events: AuditEvent[] }> {
+  /**
+   * One trace, oldest first, as one ordered story. A trace is normally a handful of events and
+   * comes back whole; one grown past `limit` (default and maximum 1000) continues by cursor.
+   */
+  async trace(
+    principal: Principal,
+    traceId: string,
+    q: { limit?: string; cursor?: string } = {},
+  ): Promise<{ trace_id: string; events: AuditEvent[]; next_cursor: string | null }> {
     if (traceId === '' || traceId.length > 128) throw badRequest('trace id must be 1 to 128 characters');
-    let events = await this.store.trace(traceId);
+    const limit = q.limit === undefined ? MAX_LIMIT : parseLimit(q.limit);
+    let after = 0;
+    if (q.cursor !== undefined) {
+      const m = /^(.+)\|([1-9]\d{0,15})$/.exec(decodeCursor(q.cursor, 'trace'));
+      if (!m || m[1] !== traceId)
+        throw badRequest('query parameter cursor is not a valid cursor for this list');
+      after = Number(m[2]);
+    }
+    const rows = await this.store.trace(traceId, after, limit + 1);
+    const page = rows.slice(0, limit);
+    let events = page.map((r) => r.event);
     if (principal.tenant !== null) events = events.filter((e) => e.tenant_id === principal.tenant);
-    if (events.length === 0) throw notFound(`no audit events for trace ${traceId}`);
-    return { trace_id: traceId, events };
+    if (after === 0 && events.length === 0 && rows.length <= limit) {
+      throw notFound(`no audit events for trace ${traceId}`);
+    }
+    const last = page[page.length - 1];
+    return {
+      trace_id: traceId,
+      events,
+      next_cursor: rows.length > limit && last ? encodeCursor('trace', `${traceId}|${last.seq}`) : null,
+    };
   }
 
   /** One event or `{"events": [...]}` (≤ 1000), validated as a whole, stored all or nothing. */

@@ -42,8 +42,8 @@ export interface AuditStore {
   append(events: NewAuditEvent[]): Promise<AuditEvent[]>;
   /** Newest first, with each event's sequence number (for cursors). */
   query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent }[]>;
-  /** One trace, oldest first. */
-  trace(traceId: string): Promise<AuditEvent[]>;
+  /** Up to `limit` events of one trace after sequence number `afterSeq`, oldest first. */
+  trace(traceId: string, afterSeq: number, limit: number): Promise<{ seq: number; event: AuditEvent }[]>;
   /** Up to `limit` events after sequence number `afterSeq`, in chain order (for verification). */
   chunk(afterSeq: number, limit: number): Promise<(AuditEvent & { seq: number })[]>;
   /** The head hash and event count recorded with the last append. */

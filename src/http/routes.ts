@@ -370,13 +370,20 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/api/v1/audit/trace/:traceID',
       template: '/api/v1/audit/trace/{traceID}',
-      ok: { status: 200, description: '{"trace_id", "events": [event]}, oldest first; 404 when none' },
+      ok: {
+        status: 200,
+        description: '{"trace_id", "events": [event], "next_cursor"}, oldest first; 404 when none',
+      },
+      query: PAGE_QUERY,
       apis: PLATFORM,
       scope: 'audit:read',
       body: 'none',
       summary: 'Every audit event of one trace, oldest first',
       handler: async (ctx) => {
-        ctx.body = await d.audit.trace(principalOf(ctx), param(ctx, 'traceID'));
+        ctx.body = await d.audit.trace(principalOf(ctx), param(ctx, 'traceID'), {
+          limit: query(ctx, 'limit'),
+          cursor: query(ctx, 'cursor'),
+        });
       },
     },
     {

@@ -31,9 +31,12 @@ export class QueueService {
   private sweeper: NodeJS.Timeout | undefined;
   private stopping = false;
 
+  private longPolls = 0;
+
   constructor(
     private readonly store: QueueStore,
     private readonly observer: QueueObserver,
+    private readonly maxLongPolls = 1000,
   ) {}
 
   /** Starts the periodic sweep that records expirations (reads never wait for it). */
@@ -92,12 +95,23 @@ export class QueueService {
   async get(principal: Principal, id: string, waitSeconds?: number): Promise<QueueItem> {
     let item = await this.visible(principal, id);
     if (waitSeconds === undefined || item.status !== 'pending') return item;
-    const deadline = Date.now() + waitSeconds * 1000;
-    while (item.status === 'pending' && Date.now() < deadline && !this.stopping) {
-      await this.sleepUntilWoken(id, Math.min(POLL_MS, deadline - Date.now()));
-      item = await this.visible(principal, id);
+    // Each held request re-reads the store while it waits: their number is bounded.
+    if (this.longPolls >= this.maxLongPolls) {
+      throw new AppError(429, 'too many requests are waiting on the queue; retry shortly', {
+        'Retry-After': '1',
+      });
     }
-    return item;
+    this.longPolls++;
+    try {
+      const deadline = Date.now() + waitSeconds * 1000;
+      while (item.status === 'pending' && Date.now() < deadline && !this.stopping) {
+        await this.sleepUntilWoken(id, Math.min(POLL_MS, deadline - Date.now()));
+        item = await this.visible(principal, id);
+      }
+      return item;
+    } finally {
+      this.longPolls--;
+    }
   }
 
   async decide(

@@ -95,7 +95,9 @@ export class SqliteAuditStore implements AuditStore {
     private readonly db: Db,
     private readonly writer: AuditWriter,
   ) {
-    this.byTrace = db.prepare(`SELECT ${this.cols} FROM audit_events WHERE trace_id = ? ORDER BY seq`);
+    this.byTrace = db.prepare(
+      `SELECT ${this.cols} FROM audit_events WHERE trace_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
+    );
   }
 
   async append(events: NewAuditEvent[]): Promise<AuditEvent[]> {
@@ -137,8 +139,15 @@ export class SqliteAuditStore implements AuditStore {
     }));
   }
 
-  async trace(traceId: string): Promise<AuditEvent[]> {
-    return (this.byTrace.all(traceId) as Row[]).map(auditFromRow);
+  async trace(
+    traceId: string,
+    afterSeq: number,
+    limit: number,
+  ): Promise<{ seq: number; event: AuditEvent }[]> {
+    return (this.byTrace.all(traceId, afterSeq, limit) as Row[]).map((r) => ({
+      seq: r.seq as number,
+      event: auditFromRow(r),
+    }));
   }
 
   async chunk(afterSeq: number, limit: number): Promise<(AuditEvent & { seq: number })[]> {
