@@ -214,6 +214,19 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     for (const api of apis) {
       const app = buildApp(api, routes, { keys, log, metrics, maxBodyBytes: config.maxBodyBytes });
       const server = createServer(app.callback());
+      // Requests Node's parser refuses never reach Koa: answer them in the same JSON shape.
+      server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+        if (!socket.writable) return socket.destroy();
+        const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
+        const body = JSON.stringify({
+          error: tooLarge ? 'request headers too large' : 'malformed HTTP request',
+        });
+        socket.end(
+          `HTTP/1.1 ${tooLarge ? '431 Request Header Fields Too Large' : '400 Bad Request'}\r\n` +
+            `Content-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+            `X-Request-Id: ${newId()}\r\nConnection: close\r\n\r\n${body}`,
+        );
+      });
       // Once shutting down, every response tells the client to close its connection.
       server.on('request', (_req, res) => {
         if (closing) res.shouldKeepAlive = false;

@@ -115,7 +115,6 @@ describe('common HTTP rules (SPEC §3) on both listeners', () => {
   }
 
   it('does not serve engine-only routes on the platform listener (404)', async () => {
-    expectError(await call('POST', a.platform + '/v1/agent/authorize', { body: AGENT.allow }), 404);
     expectError(await call('POST', a.platform + '/v1/authorize', { body: HUMAN.allow }), 404);
   });
 

@@ -63,7 +63,7 @@ describe('Platform API: policies and data (real compiler, real SQLite)', () => {
     it('lists the seeded policies with their metadata and the global revision', async () => {
       const r = await call('GET', a.platform + '/api/v1/policies');
       expect(r.status).to.equal(200);
-      expect(r.json).to.have.keys('policies', 'revision');
+      expect(r.json).to.have.keys('policies', 'revision', 'next_cursor');
       expect(r.json.revision).to.be.a('number').and.at.least(1);
       const names = (r.json.policies as { name: string }[]).map((p) => p.name);
       expect(names).to.include.members(['agent', 'human']);

@@ -498,14 +498,14 @@ describe('human-review queue', () => {
       expect(ids(all)).to.include.members([acmeItem, globexItem, agentItem]);
     });
 
-    it('gets 404 for another tenant’s item and cannot approve or deny it', async () => {
-      expectError(await call('GET', `${a.engine}/v1/queue/${globexItem}`, { key: acmeReviewer }), 404);
-      expectError(await call('GET', `${a.engine}/v1/queue/${globexItem}?wait=1`, { key: acmeReviewer }), 404);
+    it('gets 403 for another tenant’s item and cannot approve or deny it (SPEC §2)', async () => {
+      expectError(await call('GET', `${a.engine}/v1/queue/${globexItem}`, { key: acmeReviewer }), 403);
+      expectError(await call('GET', `${a.engine}/v1/queue/${globexItem}?wait=1`, { key: acmeReviewer }), 403);
       expectError(
         await call('POST', `${a.engine}/v1/queue/${globexItem}/approve`, { key: acmeReviewer }),
-        404,
+        403,
       );
-      expectError(await call('POST', `${a.engine}/v1/queue/${globexItem}/deny`, { key: acmeReviewer }), 404);
+      expectError(await call('POST', `${a.engine}/v1/queue/${globexItem}/deny`, { key: acmeReviewer }), 403);
       const item = await call('GET', `${a.engine}/v1/queue/${globexItem}`, { key: reader });
       expect(item.json).to.include({ status: 'pending', tenant_id: 'globex' });
     });

@@ -31,6 +31,54 @@ describe('security review fixes', () => {
     expect(human.json.error).to.match(/^resource\.id must not contain whitespace/);
   });
 
+  it('reserves the policy name authz, serves both agent paths on both APIs, keeps requested_by internal', async () => {
+    const r = await call('PUT', a.platform + '/api/v1/policies/authz', {
+      raw: 'package authz.agent\n\nallow if input.action == "x"\n',
+      headers: { 'content-type': 'text/plain' },
+    });
+    expectError(r, 400);
+    expect(r.json.error).to.include('reserved');
+    expect((await call('POST', a.platform + '/v1/agent/authorize', { body: AGENT.allow })).status).to.equal(
+      200,
+    );
+    const q = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.approval });
+    const item = await call('GET', a.engine + `/v1/queue/${q.json.request_id}`);
+    expect(item.json).to.not.have.property('requested_by');
+    const list = await call('GET', a.engine + '/v1/queue/pending');
+    expect(list.json.items[0]).to.not.have.property('requested_by');
+  });
+
+  it('pages the policy and data lists and names a bad parameter', async () => {
+    const first = await call('GET', a.platform + '/api/v1/policies?limit=1');
+    expect(first.json.policies).to.have.length(1);
+    expect(first.json.next_cursor).to.be.a('string');
+    const second = await call(
+      'GET',
+      a.platform + `/api/v1/policies?limit=1&cursor=${first.json.next_cursor}`,
+    );
+    expect(second.json.policies[0].name).to.not.equal(first.json.policies[0].name);
+    expect((await call('GET', a.platform + '/api/v1/policies')).json.next_cursor).to.equal(null);
+    for (const q of ['limit=abc', 'limit=0', 'foo=1', 'cursor=!!']) {
+      expectError(await call('GET', a.platform + `/api/v1/policies?${q}`), 400);
+      expectError(await call('GET', a.platform + `/api/v1/data?${q}`), 400);
+    }
+    expect((await call('GET', a.platform + '/api/v1/data?limit=2')).json.documents).to.have.length(2);
+  });
+
+  it('answers requests the HTTP parser refuses with a JSON error and an X-Request-Id', async () => {
+    const { connect } = await import('node:net');
+    const url = new URL(a.engine);
+    const raw = await new Promise<string>((resolve) => {
+      const s = connect(Number(url.port), url.hostname, () => s.write('GARBAGE\r\n\r\n'));
+      let out = '';
+      s.on('data', (d) => (out += d.toString()));
+      s.on('close', () => resolve(out));
+    });
+    expect(raw).to.match(/^HTTP\/1\.1 400 /);
+    expect(raw).to.match(/X-Request-Id: [0-9a-f-]{36}/);
+    expect(raw).to.match(/\{"error":"malformed HTTP request"\}$/);
+  });
+
   it('refuses data path segments that reach Object.prototype, and keeps serving', async () => {
     for (const seg of ['__proto__', 'constructor', 'prototype']) {
       const r = await call('PUT', a.platform + `/api/v1/data/x/${seg}/polluted`, {
@@ -89,7 +137,7 @@ describe('security review fixes: bindings, token freshness, ingest provenance', 
     const other = a.createKey('bot-q3', ['queue:read'], { agent: 'data-bot' });
     const q = await call('POST', a.engine + '/v1/agent/authorize', { key: asker, body: AGENT.approval });
     expect(q.status).to.equal(202);
-    expectError(await call('GET', a.engine + `/v1/queue/${q.json.request_id}`, { key: other }), 404);
+    expectError(await call('GET', a.engine + `/v1/queue/${q.json.request_id}`, { key: other }), 403);
     const list = await call('GET', a.engine + '/v1/queue/pending', { key: other });
     expect(list.json.items).to.deep.equal([]);
     const r = await call('POST', a.engine + `/v1/queue/${q.json.request_id}/approve`, { key: twin });

@@ -195,11 +195,11 @@ describe('scoped tokens', () => {
       expectError(await mint({ request_id: randomUUID() }, agentKey), 404);
     });
 
-    it('answers 404 to a tenant-bound key for another tenant’s request', async () => {
+    it('answers 403 to a tenant-bound key for another tenant’s request (SPEC §2)', async () => {
       const r = await decide(a, HUMAN.allow);
       expect(r.status).to.equal(200);
       const globex = a.createKey('globex-minter', ['tokens:mint'], { tenant: 'globex' });
-      expectError(await mint({ request_id: r.json.request_id }, globex), 404);
+      expectError(await mint({ request_id: r.json.request_id }, globex), 403);
       // Still unexchanged: the admin key can mint it.
       expect((await mint({ request_id: r.json.request_id })).status).to.equal(201);
     });

@@ -1,5 +1,5 @@
 import { badRequest, forbidden, notFound } from '../errors.js';
-import { decodeCursor, encodeCursor, MAX_LIMIT, parseLimit } from '../http/pagination.js';
+import { decodeCursor, encodeCursor, parseLimit } from '../http/pagination.js';
 import { compileSchema, isRfc3339 } from '../http/validation.js';
 import type { Principal } from '../keys/types.js';
 import { eventHash, GENESIS_HASH } from './chain.js';
@@ -159,7 +159,7 @@ export class AuditService {
 
   /**
    * One trace, oldest first, as one ordered story. A trace is normally a handful of events and
-   * comes back whole; one grown past `limit` (default and maximum 1000) continues by cursor.
+   * comes back whole; one longer than `limit` (default 100, at most 1000) continues by cursor.
    */
   async trace(
     principal: Principal,
@@ -167,7 +167,7 @@ export class AuditService {
     q: { limit?: string; cursor?: string } = {},
   ): Promise<{ trace_id: string; events: AuditEvent[]; next_cursor: string | null }> {
     if (traceId === '' || traceId.length > 128) throw badRequest('trace id must be 1 to 128 characters');
-    const limit = q.limit === undefined ? MAX_LIMIT : parseLimit(q.limit);
+    const limit = parseLimit(q.limit);
     let after = 0;
     if (q.cursor !== undefined) {
       const m = /^(.+)\|([1-9]\d{0,15})$/.exec(decodeCursor(q.cursor, 'trace'));

@@ -28,3 +28,21 @@ export function decodeCursor(raw: string | string[], kind: string): string {
   if (!text.startsWith(prefix) || text.length === prefix.length) throw bad();
   return text.slice(prefix.length);
 }
+
+/**
+ * One page of an already-ordered list keyed by a unique, sortable string (policy names, data
+ * paths): items after the cursor's key, at most `limit` of them.
+ */
+export function pageOf<T>(
+  items: T[],
+  key: (t: T) => string,
+  kind: string,
+  q: { limit?: string | undefined; cursor?: string | undefined },
+): { page: T[]; next_cursor: string | null } {
+  const limit = parseLimit(q.limit);
+  const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor, kind);
+  const rest = after === undefined ? items : items.filter((t) => key(t) > after);
+  const page = rest.slice(0, limit);
+  const last = page[page.length - 1];
+  return { page, next_cursor: rest.length > limit && last ? encodeCursor(kind, key(last)) : null };
+}

@@ -11,9 +11,10 @@ import { agentRequestSchema, decisionResponseSchema, humanRequestSchema } from '
 import type { DecisionResult, DecisionService } from '../decisions/service.js';
 import { badRequest } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
-import { decideRequestSchema, parseWait, type QueueService } from '../queue/service.js';
+import { decideRequestSchema, parseWait, present, type QueueService } from '../queue/service.js';
 import { introspectRequestSchema, mintRequestSchema, type TokenService } from '../tokens/service.js';
 import { openApiDocument } from './openapi.js';
+import { pageOf } from './pagination.js';
 import { compileSchema } from './validation.js';
 import { etagOf, metaOf, type ChangeContext, type PolicyService } from '../policy/service.js';
 import { actorOf, principalOf, type Ctx, type RouteDef } from './context.js';
@@ -66,6 +67,14 @@ function query(ctx: Ctx, name: string): string | undefined {
   const v = ctx.query[name];
   if (Array.isArray(v)) throw badRequest(`query parameter ${name} must be given once`);
   return v;
+}
+
+/** `limit` and `cursor`, and nothing else, for the simple lists. */
+function listQuery(ctx: Ctx): { limit?: string; cursor?: string } {
+  for (const k of Object.keys(ctx.query)) {
+    if (k !== 'limit' && k !== 'cursor') throw badRequest(`unknown query parameter ${k}`);
+  }
+  return { limit: query(ctx, 'limit'), cursor: query(ctx, 'cursor') };
 }
 
 function boolQuery(ctx: Ctx, name: string): boolean {
@@ -127,7 +136,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
         ctx.status = h.ok ? 200 : 503;
         ctx.body = h.ok
           ? { status: 'ok', revision: h.revision }
-          : { status: 'unavailable', error: h.error ?? 'unavailable', revision: h.revision };
+          : { status: 'unavailable', error: h.error ?? 'unavailable' };
       },
     },
     {
@@ -148,13 +157,14 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'POST',
       path: '/v1/agent/authorize',
       template: '/v1/agent/authorize',
+      // SPEC §5: both agent authorize paths are served by both APIs.
       ok: {
         status: 200,
         description: 'allow (200), requires_approval (202) or deny (403)',
         schema: decisionResponseSchema,
       },
       requestSchema: agentRequestSchema,
-      apis: ENGINE,
+      apis: BOTH,
       scope: 'authorize',
       body: 'object',
       summary: 'Authorize an AI agent action with confidence gates',
@@ -227,13 +237,14 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       body: 'none',
       summary: 'List pending human-review items, oldest first',
       handler: async (ctx) => {
-        ctx.body = await d.queue.listPending(principalOf(ctx), {
+        const list = await d.queue.listPending(principalOf(ctx), {
           agent_id: query(ctx, 'agent_id'),
           tenant_id: query(ctx, 'tenant_id'),
           action: query(ctx, 'action'),
           limit: query(ctx, 'limit'),
           cursor: query(ctx, 'cursor'),
         });
+        ctx.body = { items: list.items.map(present), next_cursor: list.next_cursor };
       },
     },
     {
@@ -253,7 +264,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       body: 'none',
       summary: 'Get one queue item; ?wait=N (≤ 60 s) holds until it leaves pending',
       handler: async (ctx) => {
-        ctx.body = await d.queue.get(principalOf(ctx), param(ctx, 'id'), parseWait(ctx.query.wait));
+        ctx.body = present(await d.queue.get(principalOf(ctx), param(ctx, 'id'), parseWait(ctx.query.wait)));
       },
     },
     {
@@ -267,7 +278,9 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       body: 'optional-object',
       summary: 'Approve a pending item (optional {"note"})',
       handler: async (ctx) => {
-        ctx.body = await d.queue.decide(principalOf(ctx), param(ctx, 'id'), 'approved', ctx.request.body);
+        ctx.body = present(
+          await d.queue.decide(principalOf(ctx), param(ctx, 'id'), 'approved', ctx.request.body),
+        );
       },
     },
     {
@@ -281,7 +294,9 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       body: 'optional-object',
       summary: 'Deny a pending item (optional {"note"})',
       handler: async (ctx) => {
-        ctx.body = await d.queue.decide(principalOf(ctx), param(ctx, 'id'), 'denied', ctx.request.body);
+        ctx.body = present(
+          await d.queue.decide(principalOf(ctx), param(ctx, 'id'), 'denied', ctx.request.body),
+        );
       },
     },
     {
@@ -423,14 +438,18 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       template: '/api/v1/policies',
       ok: {
         status: 200,
-        description: '{"policies": [{name, description, sha256, version, updated_at}], "revision"}',
+        description:
+          '{"policies": [{name, description, sha256, version, updated_at}], "revision", "next_cursor"}',
       },
+      query: PAGE_QUERY,
       apis: PLATFORM,
       scope: 'policies:read',
       body: 'none',
       summary: 'List policies',
       handler: async (ctx) => {
-        ctx.body = await d.policies.list();
+        const { policies, revision } = await d.policies.list();
+        const { page, next_cursor } = pageOf(policies, (p) => p.name, 'policies', listQuery(ctx));
+        ctx.body = { policies: page, revision, next_cursor };
       },
     },
     {
@@ -503,13 +522,16 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/api/v1/data',
       template: '/api/v1/data',
-      ok: { status: 200, description: '{"documents": [{path, updated_at}], "revision"}' },
+      ok: { status: 200, description: '{"documents": [{path, updated_at}], "revision", "next_cursor"}' },
+      query: PAGE_QUERY,
       apis: PLATFORM,
       scope: 'policies:read',
       body: 'none',
       summary: 'List data documents',
       handler: async (ctx) => {
-        ctx.body = await d.policies.listData();
+        const { documents, revision } = await d.policies.listData();
+        const { page, next_cursor } = pageOf(documents, (doc) => doc.path, 'data', listQuery(ctx));
+        ctx.body = { documents: page, revision, next_cursor };
       },
     },
     {

@@ -348,6 +348,7 @@ function checkName(name: string): void {
   if (!POLICY_NAME.test(name)) {
     throw badRequest(`invalid policy name ${JSON.stringify(name)}: must match [a-z0-9][a-z0-9._-]{0,127}`);
   }
+  if (name === 'authz') throw badRequest('policy name authz is reserved for the built-in decision module');
 }
 
 export function checkDataPath(p: string): void {

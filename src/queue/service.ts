@@ -8,6 +8,10 @@ import type { QueueItem } from './types.js';
 
 export const MAX_WAIT_SECONDS = 60;
 
+/** A queue item as the API shows it (SPEC §6): which key asked is Arbiter's business only. */
+export type QueueItemView = Omit<QueueItem, 'requested_by'>;
+export const present = ({ requested_by: _key, ...view }: QueueItem): QueueItemView => view;
+
 /** Body of POST /v1/queue/{id}/approve and /deny (optional). */
 export const decideRequestSchema = {
   type: 'object',
@@ -168,16 +172,15 @@ export class QueueService {
     return this.store.countPending(new Date().toISOString());
   }
 
-  /** The item if this principal may see it (tenant-bound keys see only their tenant's). */
+  /** The item if this principal may see it; a bound key outside its binding gets 403 (SPEC §2). */
   private async visible(principal: Principal, id: string): Promise<QueueItem> {
     const item = await this.store.get(id);
-    // Another tenant's item is reported as absent: its existence is not the caller's business.
-    if (
-      !item ||
-      (principal.tenant !== null && item.tenant_id !== principal.tenant) ||
-      (principal.agent !== null && item.agent_id !== principal.agent)
-    ) {
-      throw notFound(`queue item ${id} not found`);
+    if (!item) throw notFound(`queue item ${id} not found`);
+    if (principal.tenant !== null && item.tenant_id !== principal.tenant) {
+      throw forbidden(`API key is bound to tenant ${principal.tenant}`);
+    }
+    if (principal.agent !== null && item.agent_id !== principal.agent) {
+      throw forbidden(`API key is bound to agent ${principal.agent}`);
     }
     return this.settle(item);
   }

@@ -162,8 +162,9 @@ export class TokenService {
     principal: Principal,
   ): Promise<MintedToken> {
     const d = await this.decisions.get(requestId);
-    if (!d || (principal.tenant !== null && d.tenant_id !== principal.tenant)) {
-      throw notFound(`no decision with request_id ${requestId}`);
+    if (!d) throw notFound(`no decision with request_id ${requestId}`);
+    if (principal.tenant !== null && d.tenant_id !== principal.tenant) {
+      throw forbidden(`API key is bound to tenant ${principal.tenant}`);
     }
     if (d.key_id !== principal.keyId && !hasScope(principal, 'admin')) {
       throw forbidden('only the API key that made the request can exchange it for a token');
@@ -239,8 +240,9 @@ export class TokenService {
     traceId: string,
   ): Promise<{ token_id: string; revoked: true; revoked_at: string }> {
     const t = await this.store.get(tokenId);
-    if (!t || (principal.tenant !== null && t.tenant_id !== principal.tenant)) {
-      throw notFound(`token ${tokenId} not found`);
+    if (!t) throw notFound(`token ${tokenId} not found`);
+    if (principal.tenant !== null && t.tenant_id !== principal.tenant) {
+      throw forbidden(`API key is bound to tenant ${principal.tenant}`);
     }
     const r = await this.store.revoke(tokenId, new Date().toISOString(), (tok) => ({
       kind: 'token.revoke',
