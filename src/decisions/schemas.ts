@@ -1,11 +1,5 @@
-import type { JsonSchema } from '../http/validation.js';
+import { TOKEN_SAFE, type JsonSchema } from '../http/validation.js';
 
-/**
- * Identifiers, actions and resources carry no whitespace or control characters: they end up in
- * token scopes (space-delimited, RFC 6749 §3.3) and in logs, where either would let one value
- * pass for several.
- */
-export const TOKEN_SAFE = '^[^\\s\\u0000-\\u001f\\u007f]+$';
 const shortString = { type: 'string', minLength: 1, maxLength: 256, pattern: TOKEN_SAFE };
 
 /** Body of POST /v1/agent/authorize and POST /api/v1/authorize. */

@@ -154,6 +154,7 @@ export class DecisionService {
     const latencyNs = Number(process.hrtime.bigint() - started);
 
     const now = new Date();
+    const at = now.toISOString();
     const context = this.mask({ context: subject.context }).context as Record<string, unknown>;
     let item: QueueItem | undefined;
     if (decision.status === 'requires_approval') {
@@ -165,7 +166,7 @@ export class DecisionService {
         context,
         message: decision.message,
         trace_id: ids.traceId,
-        created_at: now.toISOString(),
+        created_at: at,
         expires_at: new Date(now.getTime() + this.queueTtlSeconds * 1000).toISOString(),
         decided_at: null,
         decided_by: null,
@@ -175,7 +176,7 @@ export class DecisionService {
     }
     const event: NewAuditEvent = {
       kind: 'decision',
-      time: now.toISOString(),
+      time: at,
       trace_id: ids.traceId,
       request_id: ids.requestId,
       actor: principal.name,
@@ -207,7 +208,7 @@ export class DecisionService {
       resource: subject.resource,
       message: decision.status === 'allow' ? null : decision.message,
       trace_id: ids.traceId,
-      created_at: now.toISOString(),
+      created_at: at,
       expires_at: item?.expires_at ?? null,
       idem_key: idem?.key ?? null,
       body_hash: idem?.hash ?? null,

@@ -44,6 +44,11 @@ const PAGE_QUERY = [
 ];
 
 const ENGINE = ['engine'] as const;
+/** The two review routes: path verb and the status it moves a pending item to. */
+const DECISIONS_BY_REVIEWERS = [
+  ['approve', 'approved'],
+  ['deny', 'denied'],
+] as const;
 const PLATFORM = ['platform'] as const;
 
 function change(ctx: Ctx): ChangeContext {
@@ -51,8 +56,7 @@ function change(ctx: Ctx): ChangeContext {
 }
 
 function param(ctx: Ctx, name: string): string {
-  const v = ctx.params[name];
-  return Array.isArray(v) ? v.join('/') : (v ?? '');
+  return (ctx.params[name] as string | undefined) ?? '';
 }
 
 /**
@@ -97,12 +101,11 @@ export function routeTable(d: RouteDeps): RouteDef[] {
     ctx.body = r.body;
   };
   const idemKey = (ctx: Ctx) => ctx.get('idempotency-key') || undefined;
-  const authorizeAgent = async (ctx: Ctx) => {
+  const authorizeAgent = async (ctx: Ctx) =>
     respond(
       ctx,
       await d.decisions.authorizeAgent(ctx.request.body, principalOf(ctx), ctx.state, idemKey(ctx)),
     );
-  };
   const routes: RouteDef[] = [
     {
       method: 'GET',
@@ -153,11 +156,11 @@ export function routeTable(d: RouteDeps): RouteDef[] {
         ctx.body = await d.metricsText();
       },
     },
-    {
+    // SPEC §5: both agent authorize paths, one contract, served by both APIs.
+    ...['/v1/agent/authorize', '/api/v1/authorize'].map((path): RouteDef => ({
       method: 'POST',
-      path: '/v1/agent/authorize',
-      template: '/v1/agent/authorize',
-      // SPEC §5: both agent authorize paths are served by both APIs.
+      path,
+      template: path,
       ok: {
         status: 200,
         description: 'allow (200), requires_approval (202) or deny (403)',
@@ -169,23 +172,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
       body: 'object',
       summary: 'Authorize an AI agent action with confidence gates',
       handler: authorizeAgent,
-    },
-    {
-      method: 'POST',
-      path: '/api/v1/authorize',
-      template: '/api/v1/authorize',
-      ok: {
-        status: 200,
-        description: 'allow (200), requires_approval (202) or deny (403)',
-        schema: decisionResponseSchema,
-      },
-      requestSchema: agentRequestSchema,
-      apis: BOTH,
-      scope: 'authorize',
-      body: 'object',
-      summary: 'Authorize an AI agent action (same contract as /v1/agent/authorize)',
-      handler: authorizeAgent,
-    },
+    })),
     {
       method: 'POST',
       path: '/v1/authorize',
@@ -267,38 +254,20 @@ export function routeTable(d: RouteDeps): RouteDef[] {
         ctx.body = present(await d.queue.get(principalOf(ctx), param(ctx, 'id'), parseWait(ctx.query.wait)));
       },
     },
-    {
+    ...DECISIONS_BY_REVIEWERS.map(([verb, to]): RouteDef => ({
       method: 'POST',
-      path: '/v1/queue/:id/approve',
-      template: '/v1/queue/{id}/approve',
-      ok: { status: 200, description: 'The approved item; 409 when not pending' },
+      path: `/v1/queue/:id/${verb}`,
+      template: `/v1/queue/{id}/${verb}`,
+      ok: { status: 200, description: `The ${to} item; 409 when not pending` },
       requestSchema: decideRequestSchema,
       apis: ENGINE,
       scope: 'queue:review',
       body: 'optional-object',
-      summary: 'Approve a pending item (optional {"note"})',
+      summary: `${verb === 'approve' ? 'Approve' : 'Deny'} a pending item (optional {"note"})`,
       handler: async (ctx) => {
-        ctx.body = present(
-          await d.queue.decide(principalOf(ctx), param(ctx, 'id'), 'approved', ctx.request.body),
-        );
+        ctx.body = present(await d.queue.decide(principalOf(ctx), param(ctx, 'id'), to, ctx.request.body));
       },
-    },
-    {
-      method: 'POST',
-      path: '/v1/queue/:id/deny',
-      template: '/v1/queue/{id}/deny',
-      ok: { status: 200, description: 'The denied item; 409 when not pending' },
-      requestSchema: decideRequestSchema,
-      apis: ENGINE,
-      scope: 'queue:review',
-      body: 'optional-object',
-      summary: 'Deny a pending item (optional {"note"})',
-      handler: async (ctx) => {
-        ctx.body = present(
-          await d.queue.decide(principalOf(ctx), param(ctx, 'id'), 'denied', ctx.request.body),
-        );
-      },
-    },
+    })),
     {
       method: 'POST',
       path: '/v1/tokens/mint',

@@ -1,5 +1,4 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { TOKEN_SAFE } from '../decisions/schemas.js';
 import { badRequest } from '../errors.js';
 
 /**
@@ -19,6 +18,13 @@ export function isRfc3339(s: string): boolean {
   const [y, m, d] = s.slice(0, 10).split('-').map(Number) as [number, number, number];
   return d <= new Date(Date.UTC(y, m, 0)).getUTCDate();
 }
+
+/**
+ * Identifiers, actions and resources carry no whitespace or control characters: they end up in
+ * token scopes (space-delimited, RFC 6749 §3.3) and in logs, where either would let one value
+ * pass for several.
+ */
+export const TOKEN_SAFE = '^[^\\s\\u0000-\\u001f\\u007f]+$';
 
 export type JsonSchema = Record<string, unknown>;
 
