@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { NewAuditEvent } from '../src/audit/types.js';
 import { openDatabase } from '../src/storage/sqlite/db.js';
-import { sqliteStores } from '../src/storage/sqlite/stores.js';
+import { sqliteStores } from '../src/storage/sqlite/index.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const ADMIN = 'bench-admin-key-0123456789abcdef';

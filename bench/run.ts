@@ -19,6 +19,7 @@ import {
   type LoadResult,
   type TargetSpec,
 } from './lib/load.js';
+import { benchBackends, type BackendRow } from './lib/storage.js';
 import { benchAuditAppend, benchEvaluation, benchTokens, type EvalResult, type Timing } from './lib/micro.js';
 import { killAllSync, RssSampler, stopAll } from './lib/proc.js';
 import { summarizeProfile, type ProfileSummary } from './lib/profile.js';
@@ -41,7 +42,8 @@ const USAGE = `usage: npm run bench -- [--duration S] [--rounds N] [--connection
   --quick        smoke run: duration 3, rounds 1, decisions 20000
   --cpu-prof     run Arbiter under node --cpu-prof and summarize where it spends time
                  (the figures of a profiled run are not comparable)
-  --skip-micro   skip the in-process micro-benchmarks`;
+  --skip-micro   skip the in-process micro-benchmarks
+  --skip-backends  skip the storage-backend comparison (SQLite, PostgreSQL × 1 and × 2 processes)`;
 
 // Targets from the issue; never adjusted to fit the results.
 const TARGET = {
@@ -63,6 +65,7 @@ interface Options {
   quick: boolean;
   cpuProf: boolean;
   skipMicro: boolean;
+  skipBackends: boolean;
 }
 
 function options(): Options {
@@ -75,6 +78,7 @@ function options(): Options {
       quick: { type: 'boolean', default: false },
       'cpu-prof': { type: 'boolean', default: false },
       'skip-micro': { type: 'boolean', default: false },
+      'skip-backends': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -98,6 +102,7 @@ function options(): Options {
     quick,
     cpuProf: values['cpu-prof'],
     skipMicro: values['skip-micro'],
+    skipBackends: values['skip-backends'],
   };
 }
 
@@ -357,6 +362,18 @@ async function main(): Promise<void> {
     samples: rss.samples,
   };
   await stopAll();
+
+  // ---- storage backends: the same load on SQLite, PostgreSQL × 1 and × 2 engine processes
+  let backends: BackendRow[] | null = null;
+  if (!o.skipBackends) {
+    log('\nstorage backends (same load; PostgreSQL from ARBITER_BENCH_DATABASE_URL or the local server)…');
+    backends = await benchBackends({
+      duration: o.duration,
+      rounds: o.rounds,
+      connections: o.connections,
+      log,
+    });
+  }
   let profile: ProfileSummary | null = null;
   if (profDir) {
     const f = readdirSync(profDir).find((x) => x.endsWith('.cpuprofile'));
@@ -483,6 +500,23 @@ async function main(): Promise<void> {
       figure: `${hotSwap.load.errors.total} failed, ${hotSwap.audit.unknownRevision} on an unknown revision, of ${hotSwap.audit.decisions}`,
     },
   ];
+  if (backends) {
+    log('\nstorage backends — median of rounds, load split evenly across processes');
+    log(
+      table([
+        ['backend', 'processes', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'one chain'],
+        ...backends.map((b) => [
+          b.setup,
+          String(b.processes),
+          String(b.rps),
+          b.p50.toFixed(2),
+          b.p99.toFixed(2),
+          String(b.errors),
+          b.chainOk ? `yes (${b.events})` : 'NO',
+        ]),
+      ]),
+    );
+  }
   log('\nTARGETS');
   for (const c of checks) log(`  ${c.verdict.padEnd(12)} ${c.target}: ${c.figure}`);
   if (o.cpuProf) log('  (profiled run: figures are not comparable with unprofiled runs)');
@@ -503,6 +537,7 @@ async function main(): Promise<void> {
     answers,
     rounds,
     profile,
+    backends,
   };
   const dir = path.join(REPO, 'bench', 'results');
   mkdirSync(dir, { recursive: true });

@@ -1,26 +1,27 @@
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { makeMasker } from './audit/mask.js';
-import { AuditService, RESERVED_KINDS } from './audit/service.js';
-import { readFileSync } from 'node:fs';
+import { AuditService, isReservedKind } from './audit/service.js';
 import path from 'node:path';
 import { repoRoot, type Config, type Role } from './config.js';
+import { VERSION } from './version.js';
+import { WebhookService } from './webhooks/service.js';
 import { DecisionService } from './decisions/service.js';
 import type { Api } from './http/context.js';
-import { routeTable } from './http/routes.js';
-import { buildApp } from './http/server.js';
+import { ConsoleAssets } from './http/console.js';
+import { routeTable } from './http/routes/index.js';
+import { buildApp, createApiServer } from './http/server.js';
 import { newId, newTraceId } from './ids.js';
 import { KeyService } from './keys/service.js';
 import type { Logger } from './observability/logger.js';
 import { isWorker, WorkerLink } from './cluster.js';
-import { createMetrics, gaugeFrom } from './observability/metrics.js';
+import { createMetrics, gaugeFrom, threadCpuGauge } from './observability/metrics.js';
+import { threadCpuSeconds } from './observability/thread-cpu.js';
 import { QueueService } from './queue/service.js';
 import { TokenService } from './tokens/service.js';
 import { RegoCompiler } from './policy/compiler.js';
 import { PolicyService } from './policy/service.js';
-import { openDatabase } from './storage/sqlite/db.js';
-import { sqliteStores, type Stores } from './storage/sqlite/stores.js';
-import { threadCommitter } from './storage/sqlite/thread-committer.js';
+import { openStores } from './storage/index.js';
 
 /** In-flight requests get this long to finish at shutdown; then their connections are cut. */
 const SHUTDOWN_GRACE_MS = 30_000;
@@ -43,14 +44,17 @@ function drain(server: Server): Promise<void> {
   });
 }
 
+/** How often due webhook deliveries are looked for. */
+const WEBHOOK_SWEEP_MS = 1_000;
+
 /** How often expired queue items are recorded as expired (reads never wait for it). */
 const SWEEP_INTERVAL_MS = 5_000;
 
-/** Our own event kinds are a fixed set; ingested kinds are free text, so they share one label. */
-const metricKind = (kind: string) => (RESERVED_KINDS.has(kind) ? kind : 'ingested');
+/** Where `npm run build` puts the reviewer console (scripts/build-console.mjs). */
+const CONSOLE_DIR = path.join(repoRoot, 'dist', 'console');
 
-const VERSION = (JSON.parse(readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { version: string })
-  .version;
+/** Our own event kinds are a fixed set; ingested kinds are free text, so they share one label. */
+const metricKind = (kind: string) => (isReservedKind(kind) ? kind : 'ingested');
 
 export interface Listener {
   api: Api;
@@ -63,27 +67,12 @@ export interface Running {
   close(): Promise<void>;
 }
 
-/** Opens storage and wires stores → services; used by `serve` and the `keys` commands alike. */
-export function openStores(config: Config, onAuditAppend?: (kinds: string[]) => void): Stores {
-  return sqliteStores(openDatabase(config.dataDir, config.dbSync), onAuditAppend);
-}
-
-/** Stores for a serving process: decisions are committed by a writer thread (see stores.ts). */
-function openServingStores(config: Config, onAuditAppend: (kinds: string[]) => void): Stores {
-  const db = openDatabase(config.dataDir, config.dbSync);
-  const committer = threadCommitter(config.dataDir, config.dbSync, (outcomes) => {
-    const kinds = outcomes.flatMap((o) => ('recorded' in o ? [o.recorded.kind] : []));
-    if (kinds.length > 0) onAuditAppend(kinds);
-  });
-  return sqliteStores(db, onAuditAppend, committer);
-}
-
 /**
  * Run once by the primary before it forks workers: migrations, seeding, the first compile (cached
  * in the store for the workers) and the signing key, so that workers only load.
  */
 export async function prepareStorage(config: Config, log: Logger): Promise<void> {
-  const stores = openStores(config);
+  const stores = await openStores(config, { log });
   const compiler = new RegoCompiler(config.opaBin);
   try {
     await compiler.init();
@@ -115,8 +104,11 @@ const tokenConfig = (config: Config) => ({
   exchangeWindowSeconds: config.tokenExchangeWindowSeconds,
 });
 
-/** Re-reads the store's revision this often in a worker, in case a change notice was missed. */
-const WORKER_REFRESH_MS = 1_000;
+/**
+ * Re-reads the store's revision this often when other processes change it (cluster workers, or
+ * any process on PostgreSQL), in case a change notice was missed: propagation within 1 s.
+ */
+const REFRESH_MS = 1_000;
 
 /**
  * The one place that wires storage → services → the two HTTP apps, and starts listening. As a
@@ -126,9 +118,22 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
   const metrics = createMetrics();
   const clustered = isWorker();
   let link: WorkerLink | undefined;
-  const stores = openServingStores(config, (kinds) => {
-    for (const kind of kinds) metrics.auditEvents.inc({ kind: metricKind(kind) });
+  const stores = await openStores(config, {
+    serving: true,
+    log,
+    onAuditAppend: (kinds) => {
+      for (const kind of kinds) metrics.auditEvents.inc({ kind: metricKind(kind) });
+    },
+    onBatch: (size, seconds) => {
+      metrics.decisionBatchSize.observe(size);
+      metrics.decisionCommit.observe(seconds);
+    },
   });
+  // CPU per thread (Linux): what a decision costs the serving thread and the writer thread.
+  threadCpuGauge(metrics, async () => ({
+    serving: threadCpuSeconds(),
+    writer: await stores.writerCpuSeconds?.(),
+  }));
   const compiler = new RegoCompiler(config.opaBin);
   try {
     await compiler.init();
@@ -150,12 +155,12 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       { revision: started.revision, seeded: started.seeded, policyDir: config.policyDir },
       clustered ? 'worker loaded the policy set' : 'policy set loaded',
     );
+    const refresh = () =>
+      policies.refresh().catch((err: unknown) => log.error({ err }, 'policy refresh failed'));
     let refresher: NodeJS.Timeout | undefined;
-    if (clustered) {
-      link = new WorkerLink(() => policies.refresh(), log, metrics.registry);
-      refresher = setInterval(() => {
-        policies.refresh().catch((err: unknown) => log.error({ err }, 'policy refresh failed'));
-      }, WORKER_REFRESH_MS);
+    if (clustered) link = new WorkerLink(() => policies.refresh(), log, metrics.registry);
+    if (clustered || stores.changes.crossProcess) {
+      refresher = setInterval(() => void refresh(), REFRESH_MS);
       refresher.unref();
     }
     const decisions = new DecisionService(
@@ -170,11 +175,25 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
         },
       },
     );
+    const audit = new AuditService(stores.audit, makeMasker(config.auditMaskFields));
     const queue = new QueueService(
       stores.queue,
       { transitioned: (to) => metrics.queueTransitions.inc({ status: to }) },
-      config.maxLongPolls,
+      {
+        maxLongPolls: config.maxLongPolls,
+        trail: (id, q) => audit.requestTrail(id, q),
+        notified: stores.changes.crossProcess,
+      },
     );
+    // Other processes' changes: a new revision to load, a decided item whose waiters can return.
+    const unsubscribe = stores.changes.subscribe((change) => {
+      if (change.topic === 'revision') void refresh();
+      else if (change.topic === 'queue') queue.wake(change.id);
+      else if (change.topic === 'resync') {
+        void refresh();
+        queue.wake();
+      }
+    });
     queue.startSweeper(SWEEP_INTERVAL_MS);
     gaugeFrom(metrics, 'arbiter_queue_pending', 'Human-review items pending now.', () =>
       queue.countPending(),
@@ -184,17 +203,26 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       revoked: () => metrics.tokensRevoked.inc(),
     });
     await tokens.init();
-    const health = () => {
+    const health = async () => {
       const revision = policies.evaluator?.revision ?? null;
-      try {
-        if (!stores.ping()) return { ok: false, revision, error: 'storage is unusable' };
-      } catch {
-        return { ok: false, revision, error: 'storage is unusable' };
-      }
+      if (!(await stores.ping())) return { ok: false, revision, error: 'storage is unusable' };
       if (revision === null) return { ok: false, revision, error: 'no policy set is loaded' };
       return { ok: true, revision };
     };
-    const audit = new AuditService(stores.audit, makeMasker(config.auditMaskFields));
+    // Links in notifications point at ARBITER_PUBLIC_URL, else at this process's Engine API.
+    let engineUrl = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${config.enginePort}`;
+    const webhooks = new WebhookService(
+      stores.webhooks,
+      { publicUrl: () => config.publicUrl ?? engineUrl, retryBaseMs: config.webhookRetrySeconds * 1000 },
+      { attempted: (result) => metrics.webhookDeliveries.inc({ result }) },
+      log,
+    );
+    gaugeFrom(
+      metrics,
+      'arbiter_webhook_deliveries_pending',
+      'Webhook deliveries waiting to be sent or retried.',
+      () => webhooks.countPending(),
+    );
     const metricsText = () => (link ? link.metrics() : metrics.registry.metrics());
     const routes = routeTable({
       config,
@@ -207,31 +235,17 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       policies,
       metrics,
       health,
+      console: ConsoleAssets.load(CONSOLE_DIR),
+      webhooks,
     });
+    // Declared before any listener exists: a request may arrive while the next one binds.
+    let closing: Promise<void> | undefined;
     const apis: Api[] = role === 'all' ? ['engine', 'platform'] : [role];
     const servers: { api: Api; server: Server }[] = [];
     const listeners: Listener[] = [];
     for (const api of apis) {
       const app = buildApp(api, routes, { keys, log, metrics, maxBodyBytes: config.maxBodyBytes });
-      const server = createServer(app.callback());
-      // Requests Node's parser refuses never reach Koa: answer them in the same JSON shape.
-      server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-        if (!socket.writable) return socket.destroy();
-        const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
-        const body = JSON.stringify({
-          error: tooLarge ? 'request headers too large' : 'malformed HTTP request',
-        });
-        socket.end(
-          `HTTP/1.1 ${tooLarge ? '431 Request Header Fields Too Large' : '400 Bad Request'}\r\n` +
-            `Content-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
-            `X-Request-Id: ${newId()}\r\nConnection: close\r\n\r\n${body}`,
-        );
-      });
-      // Once shutting down, every response tells the client to close its connection.
-      server.on('request', (_req, res) => {
-        if (closing) res.shouldKeepAlive = false;
-      });
-      server.keepAliveTimeout = 65_000;
+      const server = createApiServer(app, () => closing !== undefined);
       const port = api === 'engine' ? config.enginePort : config.platformPort;
       await new Promise<void>((resolve, reject) => {
         server.once('error', reject);
@@ -244,16 +258,20 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       if (!clustered) log.info({ api, port: actual, url }, `${api} API listening`);
       servers.push({ api, server });
       listeners.push({ api, url, port: actual });
+      if (api === 'engine') engineUrl = url;
     }
     link?.listening(listeners);
-    let closing: Promise<void> | undefined;
+    // The outbox is worked through in the background, never on a request's path.
+    webhooks.start(WEBHOOK_SWEEP_MS);
     return {
       listeners,
       close: () =>
         (closing ??= (async () => {
           // Stop accepting, let in-flight requests finish, then close storage.
           queue.stop();
+          await webhooks.stop();
           if (refresher) clearInterval(refresher);
+          unsubscribe();
           await Promise.all(servers.map(({ server }) => drain(server)));
           await compiler.close();
           await stores.close();

@@ -31,6 +31,12 @@ export interface Config {
   readonly auditMaskFields: readonly string[];
   readonly workers: number;
   readonly maxLongPolls: number;
+  /** postgres:// URL of the shared database; undefined: embedded SQLite in dataDir. */
+  readonly databaseUrl: string | undefined;
+  readonly databasePool: number;
+  /** Base URL of the Engine API as reviewers reach it (links in notifications); '' = this listener. */
+  readonly publicUrl: string | undefined;
+  readonly webhookRetrySeconds: number;
 }
 
 /**
@@ -62,6 +68,10 @@ const settings = {
   auditMaskFields: { env: 'ARBITER_AUDIT_MASK_FIELDS', def: '', parse: list },
   workers: { env: 'ARBITER_WORKERS', def: '1', parse: workers },
   maxLongPolls: { env: 'ARBITER_MAX_LONG_POLLS', def: '1000', parse: positiveInt },
+  databaseUrl: { env: 'ARBITER_DATABASE_URL', def: '', parse: databaseUrl },
+  databasePool: { env: 'ARBITER_DATABASE_POOL', def: '10', parse: positiveInt },
+  publicUrl: { env: 'ARBITER_PUBLIC_URL', def: '', parse: publicUrl },
+  webhookRetrySeconds: { env: 'ARBITER_WEBHOOK_RETRY_SECONDS', def: '5', parse: positiveInt },
 } as const;
 
 type Parser<T> = (raw: string, name: string) => T;
@@ -103,6 +113,34 @@ function adminKey(raw: string, name: string): string | undefined {
   if (raw === '') return undefined;
   if (raw.length < 16) throw new ConfigError(`${name} must be at least 16 characters`);
   return raw;
+}
+function databaseUrl(raw: string, name: string): string | undefined {
+  const v = raw.trim();
+  if (v === '') return undefined;
+  let url: URL;
+  try {
+    url = new URL(v);
+  } catch {
+    throw new ConfigError(`${name} must be a postgres:// or postgresql:// URL`);
+  }
+  if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') {
+    throw new ConfigError(`${name} must be a postgres:// or postgresql:// URL, got ${url.protocol}//…`);
+  }
+  return v;
+}
+function publicUrl(raw: string, name: string): string | undefined {
+  const v = raw.trim();
+  if (v === '') return undefined;
+  let url: URL;
+  try {
+    url = new URL(v);
+  } catch {
+    throw new ConfigError(`${name} must be an http:// or https:// URL, got "${raw}"`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new ConfigError(`${name} must be an http:// or https:// URL, got "${raw}"`);
+  }
+  return v.replace(/\/+$/, '');
 }
 function logLevel(raw: string, name: string): LogLevel {
   const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];

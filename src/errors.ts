@@ -1,19 +1,44 @@
 /**
- * The one error type services throw. The HTTP layer turns it into `{"error": message}` with
- * `status`; services never see Koa. Anything else that escapes is a 500 with a generic message.
+ * The one error type services throw. It carries a *kind*, never an HTTP status: the HTTP layer
+ * maps kinds to statuses and headers in one table (src/http/errors.ts), so services know nothing
+ * of the transport (the CLI maps the same kinds to exit codes). Anything else that escapes is an
+ * internal error answered with a generic message.
  */
+export type ErrorKind =
+  | 'invalid' // the request is malformed or breaks a rule about its content
+  | 'unauthenticated' // no credential, or one we do not accept
+  | 'forbidden' // the credential may not do this
+  | 'not_found'
+  | 'method_not_allowed'
+  | 'conflict' // the target's current state does not allow it (already decided, exists, …)
+  | 'precondition' // a condition the caller set (If-Match) does not hold
+  | 'too_large'
+  | 'unsupported_media'
+  | 'unprocessable' // well-formed, but contradicts an earlier request (Idempotency-Key reuse)
+  | 'busy' // a bounded resource is full; retry shortly
+  | 'unavailable' // storage or the policy set cannot serve now; never an allow
+  | 'internal';
+
 export class AppError extends Error {
   constructor(
-    readonly status: number,
+    readonly kind: ErrorKind,
     message: string,
-    readonly headers: Record<string, string> = {},
   ) {
     super(message);
     this.name = 'AppError';
   }
 }
 
-export const badRequest = (message: string) => new AppError(400, message);
-export const notFound = (message: string) => new AppError(404, message);
-export const conflict = (message: string) => new AppError(409, message);
-export const forbidden = (message: string) => new AppError(403, message);
+export const invalid = (message: string) => new AppError('invalid', message);
+export const notFound = (message: string) => new AppError('not_found', message);
+export const conflict = (message: string) => new AppError('conflict', message);
+export const forbidden = (message: string) => new AppError('forbidden', message);
+export const precondition = (message: string) => new AppError('precondition', message);
+export const unprocessable = (message: string) => new AppError('unprocessable', message);
+export const busy = (message: string) => new AppError('busy', message);
+export const unavailable = (message: string) => new AppError('unavailable', message);
+export const internal = (message: string) => new AppError('internal', message);
+
+/** Whether `e` is an AppError of `kind`. */
+export const isKind = (e: unknown, kind: ErrorKind): e is AppError =>
+  e instanceof AppError && e.kind === kind;

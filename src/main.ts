@@ -1,14 +1,17 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
-import { openStores, prepareStorage, startArbiter } from './app.js';
+import { prepareStorage, startArbiter } from './app.js';
+import { openStores } from './storage/index.js';
 import { isWorker, runPrimary } from './cluster.js';
 import { AuditService } from './audit/service.js';
 import { ConfigError, loadConfig, type Role } from './config.js';
 import { AppError } from './errors.js';
 import { KeyService } from './keys/service.js';
 import { createLogger } from './observability/logger.js';
+import { VERSION } from './version.js';
 
 const USAGE = `usage:
+  arbiter --version
   arbiter serve [--role engine|platform|all] [--workers N|auto]
   arbiter keys create --name NAME --scopes s1,s2 [--tenant T] [--agent A]
   arbiter keys list
@@ -70,7 +73,7 @@ function onSignal(log: ReturnType<typeof createLogger>, close: () => Promise<voi
 async function keys(args: string[]): Promise<void> {
   const [sub, ...rest] = args;
   const config = loadConfig();
-  const stores = openStores(config);
+  const stores = await openStores(config);
   const service = new KeyService(stores.keys, config.adminKey);
   const actor = `cli:${process.env.USER ?? 'unknown'}`;
   try {
@@ -130,7 +133,7 @@ async function audit(args: string[]): Promise<void> {
   const [sub, ...rest] = args;
   if (sub !== 'verify') throw new UsageError(`unknown audit command ${sub ?? '(none)'}`);
   parseArgs({ args: rest, options: {}, strict: true });
-  const stores = openStores(loadConfig());
+  const stores = await openStores(loadConfig());
   try {
     const r = await new AuditService(stores.audit, (d) => d).verify();
     console.log(JSON.stringify(r));
@@ -142,6 +145,15 @@ async function audit(args: string[]): Promise<void> {
 
 async function main(argv: string[]): Promise<void> {
   const [cmd, ...rest] = argv;
+  if (cmd === '--version' || cmd === '-v' || cmd === 'version') {
+    console.log(`arbiter ${VERSION}`);
+    return;
+  }
+  // `arbiter <command> --help` (anywhere after the command) prints the usage and changes nothing.
+  if (rest.includes('--help') || rest.includes('-h')) {
+    console.log(USAGE);
+    return;
+  }
   if (cmd === 'audit') return audit(rest);
   if (cmd === 'serve') return serve(rest);
   if (cmd === 'keys') return keys(rest);

@@ -1,8 +1,10 @@
 import { expect } from 'chai';
+import { onEveryBackend } from './helpers/backends.js';
 import { AGENT, Arbiter, call } from './helpers/harness.js';
 import { expectError } from './helpers/expect-error.js';
 
-describe('GET /api/v1/audit with a time window', () => {
+// Audit queries and verification read storage: every backend.
+onEveryBackend('GET /api/v1/audit with a time window', () => {
   let a: Arbiter;
   before(async () => {
     a = await Arbiter.start();
@@ -45,7 +47,7 @@ describe('GET /api/v1/audit with a time window', () => {
   });
 });
 
-describe('GET /api/v1/audit/verify and tenants', () => {
+onEveryBackend('GET /api/v1/audit/verify and tenants', () => {
   let a: Arbiter;
   before(async () => {
     a = await Arbiter.start();
@@ -62,7 +64,7 @@ describe('GET /api/v1/audit/verify and tenants', () => {
   });
 });
 
-describe('GET /api/v1/audit/verify under traffic', () => {
+onEveryBackend('GET /api/v1/audit/verify under traffic', () => {
   let a: Arbiter;
   before(async () => {
     a = await Arbiter.start();

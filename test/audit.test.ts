@@ -1,8 +1,20 @@
 import Database from 'better-sqlite3';
 import { expect } from 'chai';
+import { createHash } from 'node:crypto';
 import path from 'node:path';
+import { onEveryBackend, onPostgresOnly, onSqliteOnly } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
-import { AGENT, Arbiter, call, HUMAN, readDb, type Response } from './helpers/harness.js';
+import {
+  AGENT,
+  Arbiter,
+  auditCount,
+  auditEvents as everyAuditEvent,
+  call,
+  HUMAN,
+  storedText,
+  type Response,
+} from './helpers/harness.js';
+import { queryDatabase } from './helpers/postgres.js';
 
 /** Every field SPEC §8 gives an audit event. */
 const EVENT_FIELDS = [
@@ -39,24 +51,38 @@ interface RawRow {
   hash: string;
   prev_hash: string;
   message: string | null;
-  details: string;
+  details: Record<string, unknown>;
 }
 
-function countAudit(a: Arbiter): number {
-  return readDb(a.dataDir, (db) =>
-    db.prepare('SELECT count(*) AS n FROM audit_events').pluck().get(),
-  ) as number;
+/** The stored rows, on either backend: each event's body is the canonical JSON text its hash covers. */
+async function auditRows(a: Arbiter): Promise<RawRow[]> {
+  const rows = await a.stored<{ seq: number | string; body: string; hash: string }>(
+    'SELECT seq, body, hash FROM audit_events ORDER BY seq',
+  );
+  return rows.map((r) => ({
+    ...(JSON.parse(r.body) as Omit<RawRow, 'seq' | 'hash'>),
+    seq: Number(r.seq),
+    hash: r.hash,
+  }));
 }
 
-function auditRows(a: Arbiter): RawRow[] {
-  return readDb(a.dataDir, (db) => db.prepare('SELECT * FROM audit_events ORDER BY seq').all()) as RawRow[];
-}
+/** The event id inside a stored body, in SQLite's SQL. */
+const ID = "json_extract(body, '$.id')";
 
-/** The storage sequence number of each event id (the order the chain was written in). */
-function seqsOf(a: Arbiter, ids: string[]): number[] {
-  return readDb(a.dataDir, (db) => {
-    const stmt = db.prepare('SELECT seq FROM audit_events WHERE id = ?').pluck();
-    return ids.map((id) => stmt.get(id) as number);
+/**
+ * The position of each event id in the chain (1 = the oldest), as the API shows it: the unfiltered
+ * list, newest first, in which each event's prev_hash is the hash of the one after it.
+ */
+async function chainPositions(a: Arbiter, ids: string[]): Promise<number[]> {
+  const all = await everyAuditEvent(a.platform);
+  for (let i = 0; i + 1 < all.length; i++) {
+    expect(all[i].prev_hash, `event ${all[i].id} links to the one listed after it`).to.equal(all[i + 1].hash);
+  }
+  const position = new Map(all.map((e, i) => [e.id as string, all.length - i]));
+  return ids.map((id) => {
+    const p = position.get(id);
+    expect(p, `${id} in the chain`).to.be.a('number');
+    return p as number;
   });
 }
 
@@ -70,8 +96,8 @@ function writeDb(a: Arbiter, fn: (db: Database.Database) => void): void {
   }
 }
 
-function expectNewestFirst(a: Arbiter, events: { id: string }[]): void {
-  const seqs = seqsOf(
+async function expectNewestFirst(a: Arbiter, events: { id: string }[]): Promise<void> {
+  const seqs = await chainPositions(
     a,
     events.map((e) => e.id),
   );
@@ -128,7 +154,8 @@ function cliJson(out: string) {
   return JSON.parse(lines[lines.length - 1] as string);
 }
 
-describe('audit trail', () => {
+// The audit trail is storage through and through: every backend.
+onEveryBackend('audit trail', () => {
   let a: Arbiter;
   let agentKey: string;
   let reviewer: string;
@@ -316,7 +343,7 @@ describe('audit trail', () => {
         expect(e.request_id).to.equal(requestId);
       }
       // Oldest first: chain order and time order.
-      const seqs = seqsOf(
+      const seqs = await chainPositions(
         a,
         r.json.events.map((e: { id: string }) => e.id),
       );
@@ -401,14 +428,14 @@ describe('audit trail', () => {
       expect(events.length).to.be.greaterThan(30);
       for (const e of events) expect(e.kind).to.equal('decision');
       expect(reqIds(events)).to.include.members([...ids.agent!, ...ids.user1!, allowed.request_id]);
-      expectNewestFirst(a, events);
+      await expectNewestFirst(a, events);
     });
 
     it('filters by agent_id, newest first', async () => {
       const events = await auditEvents(a, 'agent_id=filt-agent-1');
       expect(reqIds(events)).to.deep.equal([...ids.agent!].reverse());
       for (const e of events) expect(e.agent_id).to.equal('filt-agent-1');
-      expectNewestFirst(a, events);
+      await expectNewestFirst(a, events);
     });
 
     it('filters by user_id', async () => {
@@ -427,7 +454,7 @@ describe('audit trail', () => {
       for (const e of events) expect(e.action).to.equal('list');
       expect(reqIds(events)).to.include.members([ids.agent![2], ids.user2![0]]);
       expect(reqIds(events)).to.not.include(ids.agent![0]);
-      expectNewestFirst(a, events);
+      await expectNewestFirst(a, events);
     });
 
     it('filters by outcome', async () => {
@@ -497,10 +524,9 @@ describe('audit trail', () => {
 
   describe('pagination', () => {
     it('walks every page newest first, neither skipping nor repeating while new events arrive', async () => {
-      const existing = readDb(a.dataDir, (db) =>
-        db.prepare("SELECT id FROM audit_events WHERE kind = 'decision'").pluck().all(),
-      ) as string[];
+      const existing = (await everyAuditEvent(a.platform, { kind: 'decision' })).map((e) => e.id as string);
       expect(existing.length).to.be.greaterThan(10);
+      expect(await a.count('audit_events', "kind = 'decision'")).to.equal(existing.length);
 
       const collected: string[] = [];
       const arrivedDuringWalk: string[] = [];
@@ -529,13 +555,13 @@ describe('audit trail', () => {
       expect(pages).to.be.greaterThan(3);
       expect(new Set(collected).size, 'an id repeated').to.equal(collected.length);
       expect(collected).to.have.members(existing);
-      const seqs = seqsOf(a, collected);
+      const seqs = await chainPositions(a, collected);
       for (let i = 1; i < seqs.length; i++) expect(seqs[i]).to.be.lessThan(seqs[i - 1] as number);
-      const arrivedIds = readDb(a.dataDir, (db) => {
-        const stmt = db.prepare('SELECT id FROM audit_events WHERE request_id = ?').pluck();
-        return arrivedDuringWalk.map((rid) => stmt.get(rid) as string);
-      });
-      for (const id of arrivedIds) expect(collected).to.not.include(id);
+      for (const rid of arrivedDuringWalk) {
+        const arrived = await everyAuditEvent(a.platform, { request_id: rid });
+        expect(arrived, rid).to.have.length(1);
+        expect(collected).to.not.include(arrived[0].id);
+      }
     });
 
     it('returns next_cursor null when everything fits on one page', async () => {
@@ -606,16 +632,17 @@ describe('audit trail', () => {
       reader = a.createKey('auditor', ['audit:read']);
     });
 
-    function stored(id: string) {
-      return readDb(a.dataDir, (db) => db.prepare('SELECT * FROM audit_events WHERE id = ?').get(id)) as
+    /** The event with this id, as the API shows it (the stored body and hash). */
+    async function stored(id: string) {
+      return (await everyAuditEvent(a.platform)).find((e) => e.id === id) as
         (RawRow & Record<string, unknown>) | undefined;
     }
 
     /** Posts `body`, expects a 400 naming `field`, and checks that nothing was stored. */
     async function rejected(body: unknown, field: RegExp) {
-      const before = countAudit(a);
+      const before = await auditCount(a.platform);
       expectError(await ingest(a, body, writer), 400, field);
-      expect(countAudit(a), 'rows stored by a rejected ingest').to.equal(before);
+      expect(await auditCount(a.platform), 'events stored by a rejected ingest').to.equal(before);
     }
 
     it('accepts one event with 202 {accepted: 1, ids: [id]}', async () => {
@@ -659,12 +686,10 @@ describe('audit trail', () => {
       expect(r.status, r.text).to.equal(202);
       expect(r.json.accepted).to.equal(3);
       expect(r.json.ids).to.have.length(3);
-      expect(r.json.ids.map((id: string) => stored(id)?.kind)).to.deep.equal([
-        'batch.one',
-        'batch.two',
-        'batch.three',
-      ]);
-      const seqs = seqsOf(a, r.json.ids);
+      const kinds = [];
+      for (const id of r.json.ids as string[]) kinds.push((await stored(id))?.kind);
+      expect(kinds).to.deep.equal(['batch.one', 'batch.two', 'batch.three']);
+      const seqs = await chainPositions(a, r.json.ids);
       expect(seqs[1]).to.equal((seqs[0] as number) + 1);
       expect(seqs[2]).to.equal((seqs[1] as number) + 1);
     });
@@ -686,10 +711,10 @@ describe('audit trail', () => {
       const fake = 'f'.repeat(64);
       const r = await ingest(a, { kind: 'edge.forged', hash: fake, prev_hash: fake }, writer);
       expect(r.status, r.text).to.equal(202);
-      const row = stored(r.json.ids[0]);
+      const row = await stored(r.json.ids[0]);
       expect(row?.hash).to.match(HEX64).and.not.equal(fake);
       expect(row?.prev_hash).to.not.equal(fake);
-      expect(JSON.parse(row?.details as string)).to.not.have.any.keys('hash', 'prev_hash');
+      expect(row?.details as Record<string, unknown>).to.not.have.any.keys('hash', 'prev_hash');
       const v = await call('GET', `${a.platform}/api/v1/audit/verify`, { key: reader });
       expect(v.status).to.equal(200);
       expect(v.json.ok, v.text).to.equal(true);
@@ -700,19 +725,19 @@ describe('audit trail', () => {
       expect(r.status, r.text).to.equal(202);
       expect(r.json.ids[0]).to.match(UUID);
       expect(r.json.ids[0]).to.not.equal('upstream-42');
-      const row = stored(r.json.ids[0]);
-      expect(JSON.parse(row?.details as string).source_id).to.equal('upstream-42');
-      expect(stored('upstream-42')).to.equal(undefined);
+      const row = await stored(r.json.ids[0]);
+      expect((row?.details as Record<string, unknown>).source_id).to.equal('upstream-42');
+      expect(await stored('upstream-42')).to.equal(undefined);
     });
 
     it('accepts a batch of 1000 events', async () => {
-      const before = countAudit(a);
+      const before = await auditCount(a.platform);
       const events = Array.from({ length: 1000 }, (_, i) => ({ kind: 'bulk.event', message: `n${i}` }));
       const r = await ingest(a, { events }, writer);
       expect(r.status, r.text).to.equal(202);
       expect(r.json.accepted).to.equal(1000);
       expect(new Set(r.json.ids).size).to.equal(1000);
-      expect(countAudit(a)).to.equal(before + 1000);
+      expect(await auditCount(a.platform)).to.equal(before + 1000);
     });
 
     it('rejects a batch of 1001 events, storing none', async () => {
@@ -754,20 +779,36 @@ describe('audit trail', () => {
       expect(await auditEvents(a, 'kind=atomic.1')).to.deep.equal([]);
     });
 
+    it('rejects wrong types in optional fields with 400 naming the field (never 500)', async () => {
+      await rejected({ kind: 'ok.one', agent_id: 5 }, /^agent_id must be a string or null$/);
+      await rejected({ kind: 'ok.one', confidence: '0.5' }, /^confidence must be a number or null$/);
+      await rejected(
+        { events: [{ kind: 'ok.one', user_id: ['u'] }] },
+        /^events\.0\.user_id must be a string or null$/,
+      );
+      await rejected(
+        { kind: 'ok.one', policy_revision: 1.5 },
+        /^policy_revision must be an integer or null$/,
+      );
+      await rejected({ kind: 'ok.one', latency_us: 'fast' }, /^latency_us must be an integer or null$/);
+      await rejected({ kind: 'ok.one', details: [] }, /^details must be an object$/);
+    });
+
     it('rejects a body that is not an object, and unknown batch fields', async () => {
       await rejected([{ kind: 'in.array' }], /body|object/);
       await rejected({ events: [{ kind: 'ok.one' }], extra: 1 }, /extra/);
     });
 
     it('needs audit:write (403 with an audit:read key)', async () => {
-      const before = countAudit(a);
+      const before = await auditCount(a.platform);
       expectError(await ingest(a, { kind: 'no.scope' }, reader), 403);
-      expect(countAudit(a)).to.equal(before);
+      expect(await auditCount(a.platform)).to.equal(before);
     });
   });
 });
 
-describe('audit masking', () => {
+// Masking happens before storage, so the stored rows of either backend are searched for the secrets.
+onEveryBackend('audit masking', () => {
   let m: Arbiter;
   before(async () => {
     m = await Arbiter.start({ ARBITER_AUDIT_MASK_FIELDS: 'context.ssn,context.api_token' });
@@ -784,17 +825,23 @@ describe('audit masking', () => {
     expect(r.status).to.equal(202);
     const id = r.json.request_id as string;
 
-    const rows = readDb(m.dataDir, (db) => ({
-      audit: db.prepare('SELECT * FROM audit_events').all(),
-      queue: db.prepare('SELECT * FROM queue_items').all(),
-      decisions: db.prepare('SELECT * FROM decisions').all(),
-    }));
+    const rows = {
+      audit: await m.stored('SELECT * FROM audit_events'),
+      queue: await m.stored('SELECT * FROM queue_items'),
+      decisions: await m.stored('SELECT * FROM decisions'),
+    };
     expect(rows.queue).to.have.length(1);
+    expect(rows.decisions).to.have.length(1);
+    expect(JSON.stringify(rows.audit)).to.include(id);
     for (const [table, list] of Object.entries(rows)) {
       const text = JSON.stringify(list);
       expect(text, table).to.not.include('123-45-6789');
       expect(text, table).to.not.include('sk-live-xyz');
     }
+    // Nor in any other table.
+    const everything = await storedText(m);
+    expect(everything).to.not.include('123-45-6789');
+    expect(everything).to.not.include('sk-live-xyz');
     const queued = JSON.parse((rows.queue[0] as { context: string }).context);
     expect(queued).to.deep.equal({ ssn: '[masked]', api_token: '[masked]', reason: 'ok' });
 
@@ -813,13 +860,40 @@ describe('audit masking', () => {
     expect(r.status, r.text).to.equal(202);
     const [event] = await auditEvents(m, 'kind=edge.decision');
     expect(event.details.context).to.deep.equal({ ssn: '[masked]', api_token: '[masked]', reason: 'kept' });
-    const text = JSON.stringify(readDb(m.dataDir, (db) => db.prepare('SELECT * FROM audit_events').all()));
+    const text = JSON.stringify(await m.stored('SELECT * FROM audit_events'));
+    expect(text).to.include(r.json.ids[0]);
     expect(text).to.not.include('987-65-4321');
     expect(text).to.not.include('sk-live-abc');
   });
 });
 
-describe('audit tamper evidence', () => {
+// An untouched chain verifies over HTTP and with the CLI, on whatever storage the run uses.
+onEveryBackend('audit verification', () => {
+  const started: Arbiter[] = [];
+  afterEach(async () => {
+    while (started.length) await started.pop()!.close();
+  });
+
+  it('verifies an untouched database: {ok: true, checked: N, head} over HTTP and the CLI (exit 0)', async () => {
+    const t = await Arbiter.start();
+    started.push(t);
+    for (const body of [AGENT.allow, AGENT.deny, HUMAN.approval]) await decide(t, body);
+    const v = await call('GET', `${t.platform}/api/v1/audit/verify`);
+    expect(v.status, v.text).to.equal(200);
+    const rows = await auditRows(t);
+    expect(v.json).to.deep.equal({ ok: true, checked: rows.length, head: rows[rows.length - 1]!.hash });
+    expect(v.json.head).to.match(HEX64);
+
+    await t.stop();
+    const r = t.cli(['audit', 'verify']);
+    expect(r.code, r.stderr).to.equal(0);
+    expect(cliJson(r.stdout)).to.deep.equal(v.json);
+  });
+});
+
+// Edits the SQLite file behind the stopped service: SQLite's own. The same promises are checked
+// on PostgreSQL below, by editing its rows.
+onSqliteOnly('audit tamper evidence', () => {
   const started: Arbiter[] = [];
   afterEach(async () => {
     while (started.length) await started.pop()!.close();
@@ -833,33 +907,20 @@ describe('audit tamper evidence', () => {
       await decide(t, body);
     }
     expect(await t.stop()).to.equal(0);
-    expect(auditRows(t).length).to.be.greaterThan(6);
+    expect((await auditRows(t)).length).to.be.greaterThan(6);
     return t;
   }
 
-  it('verifies an untouched database: {ok: true, checked: N, head} over HTTP and the CLI (exit 0)', async () => {
-    const t = await Arbiter.start();
-    started.push(t);
-    for (const body of [AGENT.allow, AGENT.deny, HUMAN.approval]) await decide(t, body);
-    const v = await call('GET', `${t.platform}/api/v1/audit/verify`);
-    expect(v.status, v.text).to.equal(200);
-    const rows = auditRows(t);
-    expect(v.json).to.deep.equal({ ok: true, checked: rows.length, head: rows[rows.length - 1]!.hash });
-    expect(v.json.head).to.match(HEX64);
-
-    await t.stop();
-    const r = t.cli(['audit', 'verify']);
-    expect(r.code, r.stderr).to.equal(0);
-    expect(cliJson(r.stdout)).to.deep.equal(v.json);
-  });
-
   it('points at a middle event whose message was changed (CLI exit 1, and HTTP after restart)', async () => {
     const t = await stoppedWithEvents();
-    const rows = auditRows(t);
+    const rows = await auditRows(t);
     const mid = Math.floor(rows.length / 2);
     const victim = rows[mid]!;
     writeDb(t, (db) => {
-      db.prepare('UPDATE audit_events SET message = ? WHERE id = ?').run('nothing to see here', victim.id);
+      db.prepare(`UPDATE audit_events SET body = json_set(body, '$.message', ?) WHERE ${ID} = ?`).run(
+        'nothing to see here',
+        victim.id,
+      );
     });
 
     const cli = t.cli(['audit', 'verify']);
@@ -877,14 +938,14 @@ describe('audit tamper evidence', () => {
 
   it('points at the earliest of two events whose outcome and details were changed, after restart', async () => {
     const t = await stoppedWithEvents();
-    const rows = auditRows(t);
+    const rows = await auditRows(t);
     const first = rows[rows.length - 3]!;
     const second = rows[rows.length - 2]!;
     writeDb(t, (db) => {
       db.prepare(
-        "UPDATE audit_events SET outcome = CASE outcome WHEN 'allow' THEN 'deny' ELSE 'allow' END WHERE id = ?",
+        `UPDATE audit_events SET outcome = CASE outcome WHEN 'allow' THEN 'deny' ELSE 'allow' END WHERE ${ID} = ?`,
       ).run(first.id);
-      db.prepare("UPDATE audit_events SET details = json_set(details, '$.forged', 1) WHERE id = ?").run(
+      db.prepare(`UPDATE audit_events SET body = json_set(body, '$.details.forged', 1) WHERE ${ID} = ?`).run(
         second.id,
       );
     });
@@ -896,10 +957,10 @@ describe('audit tamper evidence', () => {
 
   it('points at the event after a deleted middle row (CLI exit 1)', async () => {
     const t = await stoppedWithEvents();
-    const rows = auditRows(t);
+    const rows = await auditRows(t);
     const mid = Math.floor(rows.length / 2);
     writeDb(t, (db) => {
-      db.prepare('DELETE FROM audit_events WHERE id = ?').run(rows[mid]!.id);
+      db.prepare(`DELETE FROM audit_events WHERE ${ID} = ?`).run(rows[mid]!.id);
     });
     const cli = t.cli(['audit', 'verify']);
     expect(cli.code, cli.stdout + cli.stderr).to.equal(1);
@@ -910,9 +971,9 @@ describe('audit tamper evidence', () => {
 
   it('detects a deleted last row: the chain was cut at its end (CLI exit 1, and HTTP after restart)', async () => {
     const t = await stoppedWithEvents();
-    const rows = auditRows(t);
+    const rows = await auditRows(t);
     writeDb(t, (db) => {
-      db.prepare('DELETE FROM audit_events WHERE id = ?').run(rows[rows.length - 1]!.id);
+      db.prepare(`DELETE FROM audit_events WHERE ${ID} = ?`).run(rows[rows.length - 1]!.id);
     });
     const cli = t.cli(['audit', 'verify']);
     expect(cli.code, cli.stdout + cli.stderr).to.equal(1);
@@ -925,5 +986,112 @@ describe('audit tamper evidence', () => {
     const v = await call('GET', `${t.platform}/api/v1/audit/verify`);
     expect(v.json.ok, v.text).to.equal(false);
     expect(v.json.reason).to.match(/removed from its end/);
+  });
+});
+
+// The tamper-evidence promises on PostgreSQL: rows of audit_events are edited, deleted or cut off
+// behind the running service (as someone with access to the database could), and verification
+// over HTTP and with the CLI points at the first bad event.
+onPostgresOnly('audit tamper evidence', () => {
+  const started: Arbiter[] = [];
+  afterEach(async () => {
+    while (started.length) await started.pop()!.close();
+  });
+
+  /** A fresh instance with a few decisions on its chain (it keeps running). */
+  async function withEvents(): Promise<Arbiter> {
+    const t = await Arbiter.start();
+    started.push(t);
+    for (const body of [AGENT.allow, AGENT.deny, AGENT.approval, HUMAN.allow, HUMAN.deny, AGENT.allow]) {
+      await decide(t, body);
+    }
+    expect((await auditRows(t)).length).to.be.greaterThan(6);
+    return t;
+  }
+
+  /** Runs one statement against the instance's PostgreSQL database. */
+  const tamper = (t: Arbiter, sql: string, params: unknown[] = []) =>
+    queryDatabase(t.databaseUrl as string, sql, params);
+
+  /** Rewrites the stored body of event `seq` after `edit` changed its content (the hash is left). */
+  async function editBody(t: Arbiter, seq: number, edit: (content: Record<string, unknown>) => void) {
+    const [row] = await tamper(t, 'SELECT body FROM audit_events WHERE seq = $1', [seq]);
+    const content = JSON.parse((row as { body: string }).body) as Record<string, unknown>;
+    edit(content);
+    await tamper(t, 'UPDATE audit_events SET body = $1 WHERE seq = $2', [JSON.stringify(content), seq]);
+  }
+
+  async function verify(t: Arbiter) {
+    const v = await call('GET', `${t.platform}/api/v1/audit/verify`);
+    expect(v.status, v.text).to.equal(200);
+    const cli = t.cli(['audit', 'verify']);
+    expect(cli.code, cli.stdout + cli.stderr).to.equal(v.json.ok ? 0 : 1);
+    expect(cliJson(cli.stdout)).to.deep.equal(v.json);
+    return v.json;
+  }
+
+  it('points at a middle event whose message was changed (HTTP, and the CLI exits 1)', async () => {
+    const t = await withEvents();
+    const rows = await auditRows(t);
+    const mid = Math.floor(rows.length / 2);
+    const victim = rows[mid]!;
+    await editBody(t, victim.seq, (c) => (c.message = 'nothing to see here'));
+    const v = await verify(t);
+    expect(v).to.include({ ok: false, first_bad: victim.id, checked: mid });
+    expect(v.reason).to.match(/modified/);
+  });
+
+  it('points at the earliest of two events: an edited index column (outcome), an edited body', async () => {
+    const t = await withEvents();
+    const rows = await auditRows(t);
+    const first = rows[rows.length - 3]!;
+    const second = rows[rows.length - 2]!;
+    // The outcome column alone: a filter on outcome would now hide or misfile the event.
+    await tamper(
+      t,
+      "UPDATE audit_events SET outcome = CASE outcome WHEN 'allow' THEN 'deny' ELSE 'allow' END WHERE seq = $1",
+      [first.seq],
+    );
+    await editBody(t, second.seq, (c) => ((c.details as Record<string, unknown>).forged = 1));
+    const v = await verify(t);
+    expect(v).to.include({ ok: false, first_bad: first.id, checked: rows.length - 3 });
+    expect(v.reason).to.match(/indexed columns/);
+  });
+
+  it('points at the event after one whose body was edited and hash recomputed', async () => {
+    const t = await withEvents();
+    const rows = await auditRows(t);
+    const mid = Math.floor(rows.length / 2);
+    const [row] = await tamper(t, 'SELECT body FROM audit_events WHERE seq = $1', [rows[mid]!.seq]);
+    const content = JSON.parse((row as { body: string }).body) as Record<string, unknown>;
+    content.message = 'rewritten, and re-hashed';
+    const body = JSON.stringify(content);
+    await tamper(t, 'UPDATE audit_events SET body = $1, hash = $2 WHERE seq = $3', [
+      body,
+      createHash('sha256').update(body).digest('hex'),
+      rows[mid]!.seq,
+    ]);
+    const v = await verify(t);
+    expect(v).to.include({ ok: false, first_bad: rows[mid + 1]!.id, checked: mid + 1 });
+    expect(v.reason).to.match(/prev_hash/);
+  });
+
+  it('points at the event after a deleted middle row', async () => {
+    const t = await withEvents();
+    const rows = await auditRows(t);
+    const mid = Math.floor(rows.length / 2);
+    await tamper(t, 'DELETE FROM audit_events WHERE seq = $1', [rows[mid]!.seq]);
+    const v = await verify(t);
+    expect(v).to.include({ ok: false, first_bad: rows[mid + 1]!.id, checked: mid });
+    expect(v.reason).to.match(/deleted/);
+  });
+
+  it('detects a truncated tail: the last rows deleted, the chain cut at its end', async () => {
+    const t = await withEvents();
+    const rows = await auditRows(t);
+    await tamper(t, 'DELETE FROM audit_events WHERE seq >= $1', [rows[rows.length - 2]!.seq]);
+    const v = await verify(t);
+    expect(v).to.include({ ok: false, first_bad: null, checked: rows.length - 2 });
+    expect(v.reason).to.match(/removed from its end/);
   });
 });

@@ -1,7 +1,17 @@
 import { expect } from 'chai';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { ADMIN_KEY, AGENT, Arbiter, call, HUMAN, readDb, type Response } from './helpers/harness.js';
+import { onEveryBackend, TEST_BACKEND } from './helpers/backends.js';
+import {
+  ADMIN_KEY,
+  AGENT,
+  Arbiter,
+  auditEvents,
+  call,
+  HUMAN,
+  storedText,
+  type Response,
+} from './helpers/harness.js';
 
 const KEY_SHAPE = /^arb_[0-9a-f]{16}_[A-Za-z0-9_-]{43}$/;
 
@@ -18,7 +28,8 @@ function expectErrorOnly(r: Response, status: number): void {
   expect(r.json.error).to.be.a('string').and.not.equal('');
 }
 
-describe('authentication and scopes (SPEC §2)', () => {
+// Keys and their revocations are stored: run on every backend.
+onEveryBackend('authentication and scopes (SPEC §2)', () => {
   let a: Arbiter;
   before(async () => {
     a = await Arbiter.start();
@@ -27,12 +38,11 @@ describe('authentication and scopes (SPEC §2)', () => {
     await a.close();
   });
 
-  const auditRowsFor = (requestId: string | null) =>
-    readDb(a.dataDir, (db) =>
-      db.prepare('SELECT count(*) n FROM audit_events WHERE request_id = ?').get(requestId),
-    ) as { n: number };
-  const auditCount = () =>
-    (readDb(a.dataDir, (db) => db.prepare('SELECT count(*) n FROM audit_events').get()) as { n: number }).n;
+  const auditRowsFor = async (requestId: string | null) => ({
+    n: requestId === null ? 0 : (await auditEvents(a.platform, { request_id: requestId })).length,
+  });
+  const auditCount = async () =>
+    (await call('GET', `${a.platform}/api/v1/audit/verify`)).json.checked as number;
 
   describe('401 for a missing, malformed, unknown or revoked key', () => {
     const authorize = (headers: Record<string, string>) =>
@@ -161,15 +171,15 @@ describe('authentication and scopes (SPEC §2)', () => {
       expect(ok.status).to.equal(200);
       expect(ok.json.status).to.equal('allow');
 
-      const before = auditCount();
+      const before = await auditCount();
       const r = await call('POST', a.engine + '/v1/agent/authorize', {
         key,
         body: { ...AGENT.allow, agent_id: 'other-bot' },
       });
       expectErrorOnly(r, 403);
       expect(r.json.error).to.match(/deploy-bot/);
-      expect(auditRowsFor(r.headers.get('x-request-id')).n).to.equal(0);
-      expect(auditCount()).to.equal(before);
+      expect((await auditRowsFor(r.headers.get('x-request-id'))).n).to.equal(0);
+      expect(await auditCount()).to.equal(before);
 
       const viaApi = await call('POST', a.platform + '/api/v1/authorize', {
         key,
@@ -184,14 +194,14 @@ describe('authentication and scopes (SPEC §2)', () => {
       expect(ok.status).to.equal(200);
       expect(ok.json.status).to.equal('allow');
 
-      const before = auditCount();
+      const before = await auditCount();
       const r = await call('POST', a.engine + '/v1/authorize', {
         key,
         body: { ...HUMAN.allow, tenant_id: 'globex' },
       });
       expectErrorOnly(r, 403);
       expect(r.json.error).to.match(/acme/);
-      expect(auditCount()).to.equal(before);
+      expect(await auditCount()).to.equal(before);
     });
 
     it('passes the calling key to policies as input.principal', async () => {
@@ -206,12 +216,11 @@ describe('authentication and scopes (SPEC §2)', () => {
         expect(denied.status).to.equal(403);
         expect(denied.json.status).to.equal('deny');
         expect(denied.json.message).to.match(/tenant-bound/);
-        const ev = readDb(a.dataDir, (db) =>
-          db
-            .prepare('SELECT tenant_id, actor FROM audit_events WHERE request_id = ?')
-            .get(denied.json.request_id),
-        );
-        expect(ev).to.deep.equal({ tenant_id: 'acme', actor: 'acme-agent-key' });
+        const [ev] = await auditEvents(a.platform, { request_id: denied.json.request_id });
+        expect({ tenant_id: ev.tenant_id, actor: ev.actor }).to.deep.equal({
+          tenant_id: 'acme',
+          actor: 'acme-agent-key',
+        });
 
         const admin = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
         expect(admin.status).to.equal(200);
@@ -237,31 +246,34 @@ describe('authentication and scopes (SPEC §2)', () => {
       expect(out.scopes).to.have.members(['authorize', 'queue:read']);
     });
 
-    it('stores only a 64-hex hash, never the key itself', () => {
+    it('stores only a 64-hex hash, never the key itself', async () => {
       const r = a.cli(['keys', 'create', '--name', 'hash-only', '--scopes', 'authorize']);
       expect(r.code, r.stderr).to.equal(0);
       const key = (JSON.parse(r.stdout) as { key: string }).key;
-      const rows = readDb(a.dataDir, (db) => db.prepare('SELECT * FROM api_keys').all()) as Record<
-        string,
-        unknown
-      >[];
-      expect(JSON.stringify(rows)).to.not.include(key);
+      const rows = await a.stored('SELECT * FROM api_keys');
       const secret = key.split('_').slice(2).join('_');
-      expect(JSON.stringify(rows)).to.not.include(secret);
       const row = rows.find((x) => x.name === 'hash-only');
       expect(row?.hash).to.match(/^[0-9a-f]{64}$/);
-      for (const file of ['arbiter.db', 'arbiter.db-wal']) {
-        let bytes: Buffer;
-        try {
-          bytes = readFileSync(path.join(a.dataDir, file));
-        } catch {
-          continue;
+      // Nowhere in the database: not in api_keys, not in an audit event, not in any other table.
+      const everything = await storedText(a);
+      expect(everything).to.include('hash-only');
+      expect(everything).to.not.include(key);
+      expect(everything).to.not.include(secret);
+      // On SQLite, not in the file's bytes either (free pages, the write-ahead log).
+      if (TEST_BACKEND === 'sqlite') {
+        for (const file of ['arbiter.db', 'arbiter.db-wal']) {
+          let bytes: Buffer;
+          try {
+            bytes = readFileSync(path.join(a.dataDir, file));
+          } catch {
+            continue;
+          }
+          expect(bytes.includes(Buffer.from(secret)), `${file} contains the key`).to.equal(false);
         }
-        expect(bytes.includes(Buffer.from(secret)), `${file} contains the key`).to.equal(false);
       }
     });
 
-    it('lists keys without the key or its hash', () => {
+    it('lists keys without the key or its hash', async () => {
       const created = a.cli([
         'keys',
         'create',
@@ -274,9 +286,8 @@ describe('authentication and scopes (SPEC §2)', () => {
       ]);
       expect(created.code, created.stderr).to.equal(0);
       const key = (JSON.parse(created.stdout) as { key: string }).key;
-      const hashes = (
-        readDb(a.dataDir, (db) => db.prepare('SELECT hash FROM api_keys').all()) as { hash: string }[]
-      ).map((h) => h.hash);
+      const hashes = (await a.stored<{ hash: string }>('SELECT hash FROM api_keys')).map((h) => h.hash);
+      expect(hashes.length).to.be.greaterThan(0);
       const r = a.cli(['keys', 'list']);
       expect(r.code, r.stderr).to.equal(0);
       expect(r.stdout).to.include('listed');
@@ -301,14 +312,20 @@ describe('authentication and scopes (SPEC §2)', () => {
       expect(r.stdout).to.not.match(/arb_/);
     });
 
-    it('refuses an unknown scope with a non-zero exit and a message naming it', () => {
+    it('refuses an unknown scope with a non-zero exit and a message naming it', async () => {
       const r = a.cli(['keys', 'create', '--name', 'bad-scope', '--scopes', 'authorize,queue:explode']);
       expect(r.code).to.not.equal(0);
       expect(r.stderr).to.include('queue:explode');
-      const row = readDb(a.dataDir, (db) =>
-        db.prepare("SELECT * FROM api_keys WHERE name = 'bad-scope'").get(),
-      );
-      expect(row).to.equal(undefined);
+      const listed = a.cli(['keys', 'list']);
+      expect(listed.code, listed.stderr).to.equal(0);
+      const names = listed.stdout
+        .trim()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as { name: string }).name);
+      expect(names.length).to.be.greaterThan(0);
+      expect(names).to.not.include('bad-scope');
+      const created = await auditEvents(a.platform, { kind: 'key.create' });
+      expect(created.map((e) => e.resource)).to.not.include('bad-scope');
     });
 
     it('refuses to revoke an unknown key name with a non-zero exit', () => {
@@ -317,19 +334,15 @@ describe('authentication and scopes (SPEC §2)', () => {
       expect(r.stderr).to.include('no-such-key');
     });
 
-    it('audits key creation and revocation as key.create and key.revoke', () => {
+    it('audits key creation and revocation as key.create and key.revoke', async () => {
       expect(a.cli(['keys', 'create', '--name', 'audited', '--scopes', 'authorize']).code).to.equal(0);
       expect(a.cli(['keys', 'revoke', 'audited']).code).to.equal(0);
-      // The audit trail stores resource as JSON.
-      const found = readDb(a.dataDir, (db) =>
-        db
-          .prepare(
-            "SELECT kind, details FROM audit_events WHERE resource = ? AND kind LIKE 'key.%' ORDER BY seq",
-          )
-          .all(JSON.stringify('audited')),
-      ) as { kind: string; details: string }[];
+      const found = [
+        ...(await auditEvents(a.platform, { kind: 'key.create' })),
+        ...(await auditEvents(a.platform, { kind: 'key.revoke' })),
+      ].filter((e) => e.resource === 'audited');
       expect(found.map((r) => r.kind)).to.deep.equal(['key.create', 'key.revoke']);
-      for (const r of found) expect(r.details).to.not.match(/arb_[0-9a-f]{16}_/);
+      for (const r of found) expect(JSON.stringify(r)).to.not.match(/arb_[0-9a-f]{16}_/);
     });
   });
 });

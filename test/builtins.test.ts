@@ -1,13 +1,15 @@
 import { expect } from 'chai';
+import { onEveryBackend } from './helpers/backends.js';
 import { Arbiter, call } from './helpers/harness.js';
 import { expectError } from './helpers/expect-error.js';
 
+// Policies are stored and compiled through storage, decisions recorded: every backend.
 /**
  * The capabilities boundary: what the compiler admits must be what the evaluator can run.
  * Host builtins (time.*) and the SDK's JS builtins are exercised through the real pipeline; a
  * sample of builtins the evaluator lacks is refused at PUT time, naming the builtin.
  */
-describe('builtins', () => {
+onEveryBackend('builtins', () => {
   let a: Arbiter;
   before(async () => {
     a = await Arbiter.start();

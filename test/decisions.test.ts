@@ -1,7 +1,9 @@
 import { expect } from 'chai';
-import { AGENT, Arbiter, call, HUMAN, readDb } from './helpers/harness.js';
+import { onEveryBackend } from './helpers/backends.js';
+import { AGENT, Arbiter, auditCount, auditEvents, call, HUMAN } from './helpers/harness.js';
 
-describe('decisions over HTTP (real compiler, real SQLite)', () => {
+// Every decision is stored (decision, queue item, audit event): run on every backend.
+onEveryBackend('decisions over HTTP (real compiler, real storage)', () => {
   let a: Arbiter;
   before(async () => {
     a = await Arbiter.start();
@@ -10,35 +12,29 @@ describe('decisions over HTTP (real compiler, real SQLite)', () => {
     await a.close();
   });
 
-  const countRows = (table: string) =>
-    readDb(a.dataDir, (db) => db.prepare(`SELECT count(*) n FROM ${table}`).get()) as { n: number };
-
   for (const path of ['/v1/agent/authorize', '/api/v1/authorize']) {
     describe(`POST ${path}`, () => {
       it('answers 200 allow with request_id and trace_id', async () => {
         const r = await call('POST', a.engine + path, { body: AGENT.allow });
         expect(r.status).to.equal(200);
-        expect(r.json).to.have.keys('status', 'request_id', 'trace_id');
+        // SPEC §13: every decision carries the digest of the call it decided.
+        expect(r.json).to.have.keys('status', 'request_id', 'trace_id', 'request_digest');
+        expect(r.json.request_digest).to.match(/^[A-Za-z0-9_-]{43}$/);
         expect(r.json.status).to.equal('allow');
         expect(r.headers.get('x-request-id')).to.equal(r.json.request_id);
       });
 
       it('answers 202 requires_approval with message and expires_at, and queues the request', async () => {
-        const before = countRows('queue_items').n;
+        const before = await a.count('queue_items');
         const r = await call('POST', a.engine + path, { body: AGENT.approval });
         expect(r.status).to.equal(202);
         expect(r.json.status).to.equal('requires_approval');
         expect(r.json.message).to.be.a('string').and.not.equal('');
         expect(Date.parse(r.json.expires_at)).to.be.greaterThan(Date.now());
-        expect(countRows('queue_items').n).to.equal(before + 1);
-        const item = readDb(a.dataDir, (db) =>
-          db.prepare('SELECT * FROM queue_items WHERE id = ?').get(r.json.request_id),
-        ) as {
-          status: string;
-          trace_id: string;
-        };
-        expect(item.status).to.equal('pending');
-        expect(item.trace_id).to.equal(r.json.trace_id);
+        expect(await a.count('queue_items')).to.equal(before + 1);
+        const item = await call('GET', `${a.engine}/v1/queue/${r.json.request_id}`);
+        expect(item.status, item.text).to.equal(200);
+        expect(item.json).to.include({ id: r.json.request_id, status: 'pending', trace_id: r.json.trace_id });
       });
 
       it('answers 403 deny with the decision payload, not an error payload', async () => {
@@ -81,10 +77,11 @@ describe('decisions over HTTP (real compiler, real SQLite)', () => {
       headers: { traceparent: `00-${trace}-00f067aa0ba902b7-01` },
     });
     expect(r.json.trace_id).to.equal(trace);
-    const ev = readDb(a.dataDir, (db) =>
-      db.prepare('SELECT trace_id, outcome FROM audit_events WHERE request_id = ?').get(r.json.request_id),
-    );
-    expect(ev).to.deep.equal({ trace_id: trace, outcome: 'allow' });
+    const [ev] = await auditEvents(a.platform, { request_id: r.json.request_id });
+    expect({ trace_id: ev.trace_id, outcome: ev.outcome }).to.deep.equal({
+      trace_id: trace,
+      outcome: 'allow',
+    });
   });
 
   it('ignores a malformed traceparent and makes a new trace id', async () => {
@@ -112,12 +109,10 @@ describe('decisions over HTTP (real compiler, real SQLite)', () => {
   });
 
   it('records every decision in the audit trail before answering', async () => {
-    const before = countRows('audit_events').n;
+    const before = await auditCount(a.platform);
     const r = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.deny });
-    const ev = readDb(a.dataDir, (db) =>
-      db.prepare('SELECT * FROM audit_events WHERE request_id = ?').get(r.json.request_id),
-    ) as Record<string, unknown>;
-    expect(countRows('audit_events').n).to.equal(before + 1);
+    const [ev] = await auditEvents(a.platform, { request_id: r.json.request_id });
+    expect(await auditCount(a.platform)).to.equal(before + 1);
     expect(ev).to.include({
       kind: 'decision',
       outcome: 'deny',

@@ -2,9 +2,11 @@ import { expect } from 'chai';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { onEveryBackend } from './helpers/backends.js';
 import { AGENT, Arbiter, call, HUMAN, REPO } from './helpers/harness.js';
 
-describe('the authorize path', () => {
+// Compiled policy sets are stored and loaded back: every backend.
+onEveryBackend('the authorize path', () => {
   let a: Arbiter;
   let dir: string;
   let invocations: string;

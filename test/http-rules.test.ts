@@ -1,11 +1,15 @@
 import { expect } from 'chai';
+import { connect } from 'node:net';
+import { brotliCompressSync, gzipSync } from 'node:zlib';
+import { onceOnly, onEveryBackend } from './helpers/backends.js';
 import { bigJsonBody, expectError } from './helpers/expect-error.js';
 import {
+  ADMIN_KEY,
   AGENT,
   Arbiter,
+  auditCount,
   call,
   HUMAN,
-  readDb,
   type RequestOptions,
   type Response,
 } from './helpers/harness.js';
@@ -13,7 +17,8 @@ import {
 const MiB = 1024 * 1024;
 const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
-describe('common HTTP rules (SPEC §3) on both listeners', () => {
+// Refused requests must store nothing, and accepted ones are stored: run on every backend.
+onEveryBackend('common HTTP rules (SPEC §3) on both listeners', () => {
   let a: Arbiter;
   let metricsKey: string;
   let authorizeOnlyKey: string;
@@ -164,11 +169,11 @@ describe('common HTTP rules (SPEC §3) on both listeners', () => {
   });
 
   describe('authorize: bad input is a 400-class {"error"} that records nothing', () => {
-    const counts = () =>
-      readDb(a.dataDir, (db) => ({
-        audit: (db.prepare('SELECT count(*) n FROM audit_events').get() as { n: number }).n,
-        queue: (db.prepare('SELECT count(*) n FROM queue_items').get() as { n: number }).n,
-      }));
+    const counts = async () => ({
+      audit: await auditCount(a.platform),
+      decisions: await a.count('decisions'),
+      queue: await a.count('queue_items'),
+    });
 
     const refuse = (
       title: string,
@@ -179,11 +184,11 @@ describe('common HTTP rules (SPEC §3) on both listeners', () => {
       api: 'engine' | 'platform' = 'engine',
     ) =>
       it(title, async () => {
-        const before = counts();
+        const before = await counts();
         const r: Response = await call('POST', base(api) + path, opts);
         expectError(r, status, message);
         expect(r.headers.get('x-request-id')).to.match(UUID_V7);
-        expect(counts()).to.deep.equal(before);
+        expect(await counts()).to.deep.equal(before);
       });
 
     const json = (raw: string): RequestOptions => ({ raw, headers: { 'content-type': 'application/json' } });
@@ -273,11 +278,11 @@ describe('common HTTP rules (SPEC §3) on both listeners', () => {
           'confidence out of range: must be between 0.0 and 1.0, got 1.0000001',
         );
         refuse(
-          'answers 400 naming confidence and its range for confidence 1e999',
+          'answers 400 naming confidence for confidence 1e999 (a number JSON cannot represent)',
           path,
           json('{"agent_id":"deploy-bot","action":"read","resource":"repo/arbiter","confidence":1e999}'),
           400,
-          /^confidence out of range: must be between 0\.0 and 1\.0/,
+          /^confidence holds a number too large to represent$/,
         );
         refuse(
           'answers 400 naming context when it is a string',
@@ -405,7 +410,114 @@ describe('common HTTP rules (SPEC §3) on both listeners', () => {
   });
 });
 
-describe('ARBITER_METRICS_PUBLIC=true', () => {
+// Encoded ingest bodies are stored once decoded: run on every backend.
+onEveryBackend('request bodies and headers Node or the body parser would mishandle', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start();
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  const ingestWith = (encoding: string, body: Buffer) =>
+    call('POST', `${a.platform}/api/v1/audit/ingest`, {
+      raw: body,
+      headers: { 'content-type': 'application/json', 'content-encoding': encoding },
+    });
+
+  for (const encoding of ['gzip', 'br', 'deflate']) {
+    it(`answers 400 when Content-Encoding: ${encoding} is claimed but the body is not so encoded`, async () => {
+      expectError(
+        await ingestWith(encoding, Buffer.from('{"kind":"x.y"}')),
+        400,
+        new RegExp(`not valid ${encoding}`),
+      );
+    });
+  }
+
+  it('accepts a body that really is gzip- or br-encoded', async () => {
+    const text = Buffer.from('{"kind":"encoded.ok"}');
+    expect((await ingestWith('gzip', gzipSync(text))).status).to.equal(202);
+    expect((await ingestWith('br', brotliCompressSync(text))).status).to.equal(202);
+  });
+
+  it('answers 415 {"error"} for an unknown Content-Encoding', async () => {
+    expectError(await ingestWith('x-unknown', Buffer.from('{}')), 415);
+  });
+
+  it('answers an Expect it cannot meet with 417 {"error"} and a request id (not a bare 417)', async () => {
+    const raw = await rawRequest(
+      new URL(a.engine),
+      'GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nConnection: close\r\n\r\n',
+    );
+    const [head, body] = raw.split('\r\n\r\n') as [string, string];
+    expect(head).to.match(/^HTTP\/1\.1 417 /);
+    expect(head).to.match(/\r\nX-Request-Id: [0-9a-f-]{36}\r\n/i);
+    expect(head).to.match(/\r\nContent-Type: application\/json/i);
+    expect(Object.keys(JSON.parse(body))).to.deep.equal(['error']);
+  });
+
+  it('answers an HTTP/1.1 request without Host with 400 {"error"} and a request id (not a bare 400)', async () => {
+    const raw = await rawRequest(new URL(a.engine), 'GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n');
+    const [head, body] = raw.split('\r\n\r\n') as [string, string];
+    expect(head).to.match(/^HTTP\/1\.1 400 /);
+    expect(head).to.match(/\r\nX-Request-Id: [0-9a-f-]{36}\r\n/i);
+    expect(JSON.parse(body)).to.deep.equal({ error: 'missing Host header' });
+  });
+
+  it('answers CONNECT with 400 {"error"} instead of dropping the connection', async () => {
+    const raw = await rawRequest(new URL(a.engine), 'CONNECT /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+    const [head, body] = raw.split('\r\n\r\n') as [string, string];
+    expect(head).to.match(/^HTTP\/1\.1 400 /);
+    expect(head).to.match(/\r\nX-Request-Id: /i);
+    expect(Object.keys(JSON.parse(body))).to.deep.equal(['error']);
+  });
+
+  it('refuses a number JSON cannot represent (1e400 would be stored as null) with 400', async () => {
+    const r = await call('PUT', `${a.platform}/api/v1/data/huge`, {
+      raw: '{"id":1e400}',
+      headers: { 'content-type': 'application/json' },
+    });
+    expectError(r, 400, /^id holds a number too large to represent$/);
+    expect((await call('GET', `${a.platform}/api/v1/data/huge`)).status).to.equal(404);
+  });
+
+  it('refuses ingested integers beyond 2^53 with 400 (never a 500 from the database)', async () => {
+    for (const field of ['latency_us', 'policy_revision']) {
+      const r = await call('POST', `${a.platform}/api/v1/audit/ingest`, {
+        raw: `{"kind":"x.y","${field}":1e19}`,
+        headers: { 'content-type': 'application/json' },
+      });
+      expectError(r, 400, new RegExp(`^${field} out of range`));
+    }
+  });
+
+  it('still honours Expect: 100-continue', async () => {
+    const body = JSON.stringify(AGENT.allow);
+    const raw = await rawRequest(
+      new URL(a.engine),
+      `POST /v1/agent/authorize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${ADMIN_KEY}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\n` +
+        `Connection: close\r\n\r\n${body}`,
+    );
+    expect(raw).to.match(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 OK\r\n/);
+  });
+});
+
+/** Sends `request` as raw bytes and returns everything the server wrote until it closed. */
+function rawRequest(url: URL, request: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(url.port), url.hostname, () => socket.write(request));
+    let out = '';
+    socket.on('data', (d) => (out += d.toString('utf8')));
+    socket.on('end', () => resolve(out));
+    socket.on('error', reject);
+  });
+}
+
+// Who may read /metrics: nothing is stored, so once (on the SQLite run) is enough.
+onceOnly('ARBITER_METRICS_PUBLIC=true', () => {
   let a: Arbiter;
   before(async () => {
     a = await Arbiter.start({ ARBITER_METRICS_PUBLIC: 'true' });

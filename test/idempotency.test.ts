@@ -1,8 +1,10 @@
 import { expect } from 'chai';
 import { expectError } from './helpers/expect-error.js';
-import { ADMIN_KEY, AGENT, Arbiter, call, HUMAN, readDb } from './helpers/harness.js';
+import { onEveryBackend } from './helpers/backends.js';
+import { ADMIN_KEY, AGENT, Arbiter, auditCount, auditEvents, call, HUMAN } from './helpers/harness.js';
 
-describe('Idempotency-Key on authorize', () => {
+// Idempotency records are stored (and must survive a restart): run on every backend.
+onEveryBackend('Idempotency-Key on authorize', () => {
   let a: Arbiter;
   let agentKey: string;
   before(async () => {
@@ -13,12 +15,11 @@ describe('Idempotency-Key on authorize', () => {
     await a.close();
   });
 
-  const count = (sql: string, ...params: unknown[]) =>
-    (readDb(a.dataDir, (db) => db.prepare(sql).get(...params)) as { n: number }).n;
-  const counts = () => ({
-    decisions: count("SELECT count(*) n FROM audit_events WHERE kind = 'decision'"),
-    queue: count('SELECT count(*) n FROM queue_items'),
-    audit: count('SELECT count(*) n FROM audit_events'),
+  /** What was written: decision events and all events (as the audit API shows them), queue rows. */
+  const counts = async () => ({
+    decisions: (await auditEvents(a.platform, { kind: 'decision' })).length,
+    queue: await a.count('queue_items'),
+    audit: await auditCount(a.platform),
   });
 
   const authorize = (body: unknown, idem: string, key: string = agentKey, path = '/v1/agent/authorize') =>
@@ -28,7 +29,7 @@ describe('Idempotency-Key on authorize', () => {
     const first = await authorize(AGENT.approval, 'deploy-2024-06-01-a');
     expect(first.status).to.equal(202);
     expect(first.headers.get('idempotent-replayed')).to.equal(null);
-    const before = counts();
+    const before = await counts();
 
     for (let i = 0; i < 2; i++) {
       const again = await authorize(AGENT.approval, 'deploy-2024-06-01-a');
@@ -39,17 +40,14 @@ describe('Idempotency-Key on authorize', () => {
       expect(again.json.trace_id).to.equal(first.json.trace_id);
       expect(again.json.expires_at).to.equal(first.json.expires_at);
     }
-    expect(counts()).to.deep.equal(before);
+    expect(await counts()).to.deep.equal(before);
+    const item = await call('GET', `${a.engine}/v1/queue/${first.json.request_id}`);
+    expect(item.status, item.text).to.equal(200);
+    expect(item.json.status).to.equal('pending');
     expect(
-      count('SELECT count(*) n FROM queue_items WHERE id = ?', first.json.request_id),
-      'one queue item',
-    ).to.equal(1);
-    expect(
-      count(
-        "SELECT count(*) n FROM audit_events WHERE kind = 'decision' AND request_id = ?",
-        first.json.request_id,
-      ),
-    ).to.equal(1);
+      await auditEvents(a.platform, { kind: 'decision', request_id: first.json.request_id }),
+      'one decision event',
+    ).to.have.length(1);
   });
 
   it('replays allow and deny decisions with their status codes', async () => {
@@ -69,24 +67,24 @@ describe('Idempotency-Key on authorize', () => {
   it('replays human decisions too', async () => {
     const first = await authorize(HUMAN.approval, 'idem-human', ADMIN_KEY, '/v1/authorize');
     expect(first.status).to.equal(202);
-    const before = counts();
+    const before = await counts();
     const again = await authorize(HUMAN.approval, 'idem-human', ADMIN_KEY, '/v1/authorize');
     expect(again.status).to.equal(202);
     expect(again.json.request_id).to.equal(first.json.request_id);
     expect(again.headers.get('idempotent-replayed')).to.equal('true');
-    expect(counts()).to.deep.equal(before);
+    expect(await counts()).to.deep.equal(before);
   });
 
   it('answers 422 for the same key with a different body, and writes nothing', async () => {
     const first = await authorize(AGENT.approval, 'idem-conflict');
     expect(first.status).to.equal(202);
-    const before = counts();
+    const before = await counts();
     const r = await authorize({ ...AGENT.approval, resource: 'prod/web' }, 'idem-conflict');
     expectError(r, 422);
     expect(r.headers.get('idempotent-replayed')).to.equal(null);
     const r2 = await authorize({ ...AGENT.approval, confidence: 0.96 }, 'idem-conflict');
     expectError(r2, 422);
-    expect(counts()).to.deep.equal(before);
+    expect(await counts()).to.deep.equal(before);
     // The original is still replayable.
     const again = await authorize(AGENT.approval, 'idem-conflict');
     expect(again.json.request_id).to.equal(first.json.request_id);
@@ -95,13 +93,13 @@ describe('Idempotency-Key on authorize', () => {
   it('treats the same Idempotency-Key from a different API key as a new request', async () => {
     const mine = await authorize(AGENT.approval, 'shared-idem-key');
     expect(mine.status).to.equal(202);
-    const before = counts();
+    const before = await counts();
     const theirs = await authorize(AGENT.approval, 'shared-idem-key', ADMIN_KEY);
     expect(theirs.status).to.equal(202);
     expect(theirs.headers.get('idempotent-replayed')).to.equal(null);
     expect(theirs.json.request_id).to.not.equal(mine.json.request_id);
-    expect(counts().decisions).to.equal(before.decisions + 1);
-    expect(counts().queue).to.equal(before.queue + 1);
+    expect((await counts()).decisions).to.equal(before.decisions + 1);
+    expect((await counts()).queue).to.equal(before.queue + 1);
     // And a different body from the other key is not a conflict with the first key's body.
     const other = a.createKey('other-caller', ['authorize']);
     const third = await authorize(AGENT.allow, 'shared-idem-key', other);
@@ -110,10 +108,10 @@ describe('Idempotency-Key on authorize', () => {
   });
 
   it('rejects an Idempotency-Key of 256 characters or with a space with 400', async () => {
-    const before = counts();
+    const before = await counts();
     expectError(await authorize(AGENT.allow, 'k'.repeat(256)), 400, /Idempotency-Key/i);
     expectError(await authorize(AGENT.allow, 'has space'), 400, /Idempotency-Key/i);
-    expect(counts()).to.deep.equal(before);
+    expect(await counts()).to.deep.equal(before);
     const max = await authorize(AGENT.allow, 'k'.repeat(255));
     expect(max.status).to.equal(200);
   });
@@ -122,12 +120,12 @@ describe('Idempotency-Key on authorize', () => {
     const first = await authorize(AGENT.approval, 'idem-restart');
     expect(first.status).to.equal(202);
     await a.restart();
-    const before = counts();
+    const before = await counts();
     const again = await authorize(AGENT.approval, 'idem-restart');
     expect(again.status).to.equal(202);
     expect(again.headers.get('idempotent-replayed')).to.equal('true');
     expect(again.json.request_id).to.equal(first.json.request_id);
-    expect(counts()).to.deep.equal(before);
+    expect(await counts()).to.deep.equal(before);
     expectError(await authorize(AGENT.allow, 'idem-restart'), 422);
   });
 });

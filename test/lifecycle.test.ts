@@ -3,7 +3,9 @@ import { expect } from 'chai';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ADMIN_KEY, AGENT, Arbiter, call, HUMAN, readDb } from './helpers/harness.js';
+import pg from 'pg';
+import { onceOnly, onEveryBackend, onSqliteOnly } from './helpers/backends.js';
+import { ADMIN_KEY, AGENT, Arbiter, auditEvents, call, HUMAN } from './helpers/harness.js';
 import { baseEnv, runSync, ServeProcess, sleep } from './helpers/process.js';
 
 const text = (body: string) => ({ body, headers: { 'content-type': 'text/plain' } });
@@ -21,8 +23,33 @@ function lockDatabase(dataDir: string): { release(): void } {
   };
 }
 
-describe('process lifecycle', () => {
-  describe('configuration is validated at start-up', () => {
+/**
+ * Makes the instance's audit writes wait until released, on either backend: SQLite's write lock,
+ * or on PostgreSQL the chain head row that every writing transaction locks first.
+ */
+async function holdAuditWrites(a: Arbiter): Promise<{ release(): Promise<void> }> {
+  if (!a.databaseUrl) {
+    const lock = lockDatabase(a.dataDir);
+    return { release: async () => lock.release() };
+  }
+  const c = new pg.Client({ connectionString: a.databaseUrl });
+  await c.connect();
+  await c.query('BEGIN');
+  await c.query("SELECT value FROM meta WHERE key IN ('audit_head', 'audit_count') FOR UPDATE");
+  return {
+    async release() {
+      await c.query('ROLLBACK');
+      await c.end();
+    },
+  };
+}
+
+// Start-up, restarts, crashes and shutdown with whatever storage the run uses: every backend,
+// except the configuration checks and --role (nothing stored: once) and the test that locks the
+// SQLite file to make the audit unwritable (SQLite itself; PostgreSQL outages are covered by
+// test/postgres-cluster.test.ts).
+onEveryBackend('process lifecycle', () => {
+  onceOnly('configuration is validated at start-up', () => {
     const tmp = mkdtempSync(path.join(os.tmpdir(), 'arbiter-config-'));
     after(() => rmSync(tmp, { recursive: true, force: true }));
 
@@ -131,7 +158,7 @@ describe('process lifecycle', () => {
     });
   });
 
-  describe('serve --role engine', () => {
+  onceOnly('serve --role engine', () => {
     it('serves only the Engine API', async () => {
       const env = baseEnv();
       const p = new ServeProcess(['--role', 'engine'], env);
@@ -186,19 +213,20 @@ describe('process lifecycle', () => {
       const listBefore = (await call('GET', a.platform + '/api/v1/policies')).json as {
         policies: { name: string; sha256: string }[];
       };
-      const auditBefore = readDb(a.dataDir, (db) =>
-        db.prepare('SELECT id, hash FROM audit_events ORDER BY seq').all(),
-      ) as { id: string; hash: string }[];
+      // The whole chain, oldest first.
+      const chain = async () =>
+        (await auditEvents(a.platform))
+          .reverse()
+          .map((e) => ({ id: e.id as string, hash: e.hash as string }));
+      const auditBefore = await chain();
+      expect(auditBefore.length).to.be.greaterThan(3);
 
       await a.restart();
 
-      const item = readDb(a.dataDir, (db) =>
-        db.prepare('SELECT status FROM queue_items WHERE id = ?').get(approval.json.request_id),
-      );
-      expect(item).to.deep.equal({ status: 'pending' });
-      const auditAfter = readDb(a.dataDir, (db) =>
-        db.prepare('SELECT id, hash FROM audit_events ORDER BY seq').all(),
-      ) as { id: string; hash: string }[];
+      const item = await call('GET', `${a.engine}/v1/queue/${approval.json.request_id}`);
+      expect(item.status, item.text).to.equal(200);
+      expect(item.json.status).to.equal('pending');
+      const auditAfter = await chain();
       expect(auditAfter.slice(0, auditBefore.length)).to.deep.equal(auditBefore);
 
       const h = await call('GET', a.engine + '/healthz', { key: null });
@@ -220,10 +248,7 @@ describe('process lifecycle', () => {
       expect(stillFrozen.json.message).to.match(/reads are frozen/);
       const stillNoHuman = await call('POST', a.engine + '/v1/authorize', { body: HUMAN.allow });
       expect(stillNoHuman.status).to.equal(403);
-      const seeds = readDb(a.dataDir, (db) =>
-        db.prepare("SELECT count(*) n FROM audit_events WHERE kind = 'policy.seed'").get(),
-      ) as { n: number };
-      expect(seeds.n).to.equal(1);
+      expect(await auditEvents(a.platform, { kind: 'policy.seed' })).to.have.length(1);
       const loaded = a.logs
         .map((l) => {
           try {
@@ -254,23 +279,19 @@ describe('process lifecycle', () => {
 
         b = await Arbiter.start({}, a.dataDir);
         const ids = answers.map((r) => r.json.request_id as string);
-        const stored = readDb(b.dataDir, (db) =>
-          db
-            .prepare(
-              `SELECT request_id, outcome FROM audit_events WHERE kind = 'decision' AND request_id IN (${ids.map(() => '?').join(',')})`,
-            )
-            .all(...ids),
-        ) as { request_id: string; outcome: string }[];
+        const stored = (await auditEvents(b.platform, { kind: 'decision' }))
+          .filter((e) => ids.includes(e.request_id))
+          .map((e) => ({ request_id: e.request_id as string, outcome: e.outcome as string }));
         const byId = new Map(stored.map((s) => [s.request_id, s.outcome]));
         for (const r of answers)
           expect(byId.get(r.json.request_id), r.json.request_id).to.equal(r.json.status);
         const queued = answers.filter((r) => r.status === 202).map((r) => r.json.request_id as string);
-        const items = readDb(b.dataDir, (db) =>
-          db
-            .prepare(`SELECT id FROM queue_items WHERE id IN (${queued.map(() => '?').join(',')})`)
-            .all(...queued),
-        );
-        expect(items).to.have.length(queued.length);
+        expect(queued.length).to.be.greaterThan(0);
+        for (const id of queued) {
+          const item = await call('GET', `${b.engine}/v1/queue/${id}`);
+          expect(item.status, `${id}: ${item.text}`).to.equal(200);
+          expect(item.json.status).to.equal('pending');
+        }
         const h = await call('GET', b.engine + '/healthz', { key: null });
         expect(h.status).to.equal(200);
       } finally {
@@ -287,30 +308,6 @@ describe('process lifecycle', () => {
     });
     after(async () => {
       await a.close();
-    });
-
-    it('answers 503 and never allow when the audit cannot be written, then recovers', async () => {
-      const lock = lockDatabase(a.dataDir);
-      let r;
-      try {
-        // The service waits out its busy timeout (5 s), then must refuse to answer the decision.
-        r = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
-      } finally {
-        lock.release();
-      }
-      expect(r.status).to.equal(503);
-      expect(r.json).to.have.all.keys('error');
-      expect(r.json.error).to.be.a('string').and.not.equal('');
-      const requestId = r.headers.get('x-request-id');
-      expect(requestId).to.be.a('string');
-      const rows = readDb(a.dataDir, (db) =>
-        db.prepare('SELECT count(*) n FROM audit_events WHERE request_id = ?').get(requestId),
-      ) as { n: number };
-      expect(rows.n).to.equal(0);
-
-      const ok = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
-      expect(ok.status).to.equal(200);
-      expect(ok.json.status).to.equal('allow');
     });
 
     it('denies with "evaluation failed" and records the error when a policy fails at run time', async () => {
@@ -333,11 +330,9 @@ describe('process lifecycle', () => {
         expect(r.status).to.equal(403);
         expect(r.json.status).to.equal('deny');
         expect(r.json.message).to.match(/evaluation failed/);
-        const ev = readDb(a.dataDir, (db) =>
-          db.prepare('SELECT outcome, details FROM audit_events WHERE request_id = ?').get(r.json.request_id),
-        ) as { outcome: string; details: string };
+        const [ev] = await auditEvents(a.platform, { request_id: r.json.request_id });
         expect(ev.outcome).to.equal('deny');
-        const details = JSON.parse(ev.details) as { error?: unknown };
+        const details = ev.details as { error?: unknown };
         expect(details.error).to.be.a('string').and.not.equal('');
       } finally {
         const del = await call('DELETE', a.platform + '/api/v1/policies/eval-fault');
@@ -358,6 +353,31 @@ describe('process lifecycle', () => {
         expect(h.json.revision).to.be.a('number').and.at.least(1);
       }
     });
+
+    // Locks the SQLite file from outside to make the audit unwritable (on PostgreSQL, see
+    // test/postgres-cluster.test.ts for an unreachable database).
+    onSqliteOnly('when the database file is locked', () => {
+      it('answers 503 and never allow when the audit cannot be written, then recovers', async () => {
+        const lock = lockDatabase(a.dataDir);
+        let r;
+        try {
+          // The service waits out its busy timeout (5 s), then must refuse to answer the decision.
+          r = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
+        } finally {
+          lock.release();
+        }
+        expect(r.status).to.equal(503);
+        expect(r.json).to.have.all.keys('error');
+        expect(r.json.error).to.be.a('string').and.not.equal('');
+        const requestId = r.headers.get('x-request-id');
+        expect(requestId).to.be.a('string');
+        expect(await auditEvents(a.platform, { request_id: requestId! })).to.deep.equal([]);
+
+        const ok = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
+        expect(ok.status).to.equal(200);
+        expect(ok.json.status).to.equal('allow');
+      });
+    });
   });
 
   describe('graceful shutdown', () => {
@@ -365,31 +385,27 @@ describe('process lifecycle', () => {
       const a = await Arbiter.start();
       try {
         // Holding the write lock keeps the authorize request in flight (its audit write waits).
-        const lock = lockDatabase(a.dataDir);
+        const lock = await holdAuditWrites(a);
         let released = false;
         try {
           const inFlight = call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
           await sleep(1000);
           const stopped = a.stop();
           await sleep(500);
-          lock.release();
+          await lock.release();
           released = true;
           const r = await inFlight;
           expect(r.status).to.equal(200);
           expect(r.json.status).to.equal('allow');
           expect(await stopped).to.equal(0);
         } finally {
-          if (!released) lock.release();
+          if (!released) await lock.release();
         }
         for (let i = 0; i < 20 && !a.logs.some((l) => /shutting down/i.test(l)); i++) await sleep(100);
         expect(a.logs.join('\n')).to.match(/shutting down/i);
         // The decision answered during shutdown was recorded.
-        const n = readDb(a.dataDir, (db) =>
-          db.prepare("SELECT count(*) n FROM audit_events WHERE kind = 'decision'").get(),
-        ) as {
-          n: number;
-        };
-        expect(n.n).to.equal(1);
+        // (Read with the service stopped: straight from storage.)
+        expect(await a.count('audit_events', "kind = 'decision'")).to.equal(1);
       } finally {
         await a.close();
       }

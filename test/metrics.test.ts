@@ -1,10 +1,12 @@
 import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
+import { onEveryBackend } from './helpers/backends.js';
 import { AGENT, Arbiter, call, HUMAN } from './helpers/harness.js';
 
 const hasPromtool = spawnSync('promtool', ['--version']).status === 0;
 
-describe('GET /metrics', () => {
+// Gauges and counters read or follow storage (queue, revision, audit appends): every backend.
+onEveryBackend('GET /metrics', () => {
   let a: Arbiter;
   before(async () => {
     a = await Arbiter.start();

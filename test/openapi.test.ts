@@ -1,12 +1,14 @@
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { expect } from 'chai';
 import { agentRequestSchema, humanRequestSchema } from '../src/decisions/schemas.js';
-import type { RouteDeps } from '../src/http/routes.js';
-import { routeTable } from '../src/http/routes.js';
+import type { RouteDeps } from '../src/http/routes/index.js';
+import { routeTable } from '../src/http/routes/index.js';
 import { loadConfig } from '../src/config.js';
+import { onceOnly } from './helpers/backends.js';
 import { Arbiter, call } from './helpers/harness.js';
 
-describe('GET /openapi.json', () => {
+// The OpenAPI document is built from the route table, whatever the storage: once (on the SQLite run).
+onceOnly('GET /openapi.json', () => {
   let a: Arbiter;
   before(async () => {
     a = await Arbiter.start();

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { expect } from 'chai';
+import { onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
-import { AGENT, Arbiter, call, HUMAN, readDb, type Response } from './helpers/harness.js';
+import { AGENT, Arbiter, auditEvents, call, HUMAN, type Response } from './helpers/harness.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -24,10 +25,9 @@ interface AuditRow {
   outcome: string;
 }
 
-function auditFor(a: Arbiter, requestId: string): AuditRow[] {
-  return readDb(a.dataDir, (db) =>
-    db.prepare('SELECT * FROM audit_events WHERE request_id = ? ORDER BY rowid').all(requestId),
-  ) as AuditRow[];
+/** The audit events of one request, oldest first, as the API shows them. */
+async function auditFor(a: Arbiter, requestId: string): Promise<AuditRow[]> {
+  return ((await auditEvents(a.platform, { request_id: requestId })) as AuditRow[]).reverse();
 }
 
 /** Asks for an agent (or, with `human`, a human) decision that must come back 202, and returns its ids. */
@@ -47,7 +47,8 @@ async function requestApproval(
 
 const ids = (r: Response) => (r.json.items as { id: string }[]).map((i) => i.id);
 
-describe('human-review queue', () => {
+// The queue, long-polls and expiry live in storage: every backend.
+onEveryBackend('human-review queue', () => {
   let a: Arbiter;
   let reviewer: string;
   let reviewer2: string;
@@ -443,7 +444,9 @@ describe('human-review queue', () => {
       for (const r of results.filter((x) => x.status === 409)) {
         expectError(r, 409, new RegExp(`already ${winner.json.status}`));
       }
-      const decisions = auditFor(a, id).filter((e) => e.kind === 'queue.approve' || e.kind === 'queue.deny');
+      const decisions = (await auditFor(a, id)).filter(
+        (e) => e.kind === 'queue.approve' || e.kind === 'queue.deny',
+      );
       expect(decisions).to.have.length(1);
       expect(decisions[0]!.outcome).to.equal(winner.json.status);
       const item = await call('GET', `${a.engine}/v1/queue/${id}`, { key: reader });
@@ -462,11 +465,11 @@ describe('human-review queue', () => {
         body: { note: 'ok' },
       });
       await call('POST', `${a.engine}/v1/queue/${denied.id}/deny`, { key: reviewer2 });
-      const a1 = auditFor(a, approved.id);
+      const a1 = await auditFor(a, approved.id);
       expect(a1.map((e) => e.kind)).to.deep.equal(['decision', 'queue.approve']);
       for (const e of a1) expect(e.trace_id).to.equal(approved.trace_id);
       expect(a1[1]).to.include({ actor: 'alice-reviewer', outcome: 'approved' });
-      const d1 = auditFor(a, denied.id);
+      const d1 = await auditFor(a, denied.id);
       expect(d1.map((e) => e.kind)).to.deep.equal(['decision', 'queue.deny']);
       for (const e of d1) expect(e.trace_id).to.equal(denied.trace_id);
       expect(d1[1]).to.include({ actor: 'bob-reviewer', outcome: 'denied' });
@@ -520,7 +523,7 @@ describe('human-review queue', () => {
   });
 });
 
-describe('human-review queue expiry', () => {
+onEveryBackend('human-review queue expiry', () => {
   let a: Arbiter;
   let reviewer: string;
   before(async () => {
@@ -551,7 +554,7 @@ describe('human-review queue expiry', () => {
     // The admin key made the request, so it may try to exchange it.
     expectError(await call('POST', `${a.engine}/v1/tokens/mint`, { body: { request_id: id } }), 403);
 
-    const events = auditFor(a, id);
+    const events = await auditFor(a, id);
     const expired = events.filter((e) => e.kind === 'queue.expire');
     expect(expired).to.have.length(1);
     expect(expired[0]).to.include({ trace_id, outcome: 'expired' });

@@ -2,10 +2,12 @@ import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
+import { onEveryBackend } from './helpers/backends.js';
 import { Arbiter, REPO } from './helpers/harness.js';
 
+// The README's walk-through stores decisions, queue items and tokens: every backend.
 /** The README's walk-through, run as written against a real instance (only the URLs and key differ). */
-describe('README walk-through', () => {
+onEveryBackend('README walk-through', () => {
   let a: Arbiter;
   before(async () => {
     a = await Arbiter.start({ ARBITER_ADMIN_KEY: 'dev-admin-key-change-me' });

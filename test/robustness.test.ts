@@ -1,11 +1,7 @@
 import { expect } from 'chai';
-import { mkdtempSync, rmSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import type { DecisionRecord, RecordOutcome } from '../src/decisions/store.js';
-import { openDatabase } from '../src/storage/sqlite/db.js';
-import { SqliteDecisionStore, type BatchCommitter, type RecordArgs } from '../src/storage/sqlite/stores.js';
-import { AGENT, Arbiter, call, readDb } from './helpers/harness.js';
+import { GroupCommit } from '../src/storage/group-commit.js';
+import { onceOnly, onEveryBackend } from './helpers/backends.js';
+import { AGENT, Arbiter, auditCount, call } from './helpers/harness.js';
 import { expectError } from './helpers/expect-error.js';
 
 const nested = (depth: number): unknown => {
@@ -14,7 +10,8 @@ const nested = (depth: number): unknown => {
   return v;
 };
 
-describe('robustness against hostile bodies', () => {
+// A refused body must store nothing: run on every backend.
+onEveryBackend('robustness against hostile bodies', () => {
   let a: Arbiter;
   before(async () => {
     a = await Arbiter.start();
@@ -24,8 +21,11 @@ describe('robustness against hostile bodies', () => {
   });
 
   it('refuses JSON nested deeper than 64 levels with 400, writing nothing', async () => {
-    const count = () => readDb(a.dataDir, (db) => db.prepare('SELECT count(*) n FROM audit_events').get());
-    const before = count();
+    const count = async () => ({
+      audit: await auditCount(a.platform),
+      decisions: await a.count('decisions'),
+    });
+    const before = await count();
     for (const depth of [64, 5000]) {
       const r = await call('POST', a.engine + '/v1/agent/authorize', {
         // Built as text: JSON.stringify itself recurses.
@@ -38,7 +38,7 @@ describe('robustness against hostile bodies', () => {
       expectError(r, 400);
       expect(r.json.error).to.match(/deeper than 64/);
     }
-    expect(count()).to.deep.equal(before);
+    expect(await count()).to.deep.equal(before);
     const data = await call('PUT', a.platform + '/api/v1/data/deep', { body: nested(100) });
     expectError(data, 400);
   });
@@ -51,30 +51,41 @@ describe('robustness against hostile bodies', () => {
   });
 });
 
-describe('decision batches', () => {
-  it('isolate a decision that cannot be recorded: the others in its batch are still recorded', async () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-batch-'));
-    const db = openDatabase(dir, 'normal');
-    try {
-      const committed: string[] = [];
-      // A committer that refuses any batch holding the poisoned request, as a storage fault would.
-      const committer: BatchCommitter = {
-        commit: async (batch: RecordArgs[]): Promise<RecordOutcome[]> => {
-          if (batch.some(([d]) => d.request_id === 'poison')) throw new Error('cannot record');
-          committed.push(...batch.map(([d]) => d.request_id));
-          return batch.map(([d]) => ({ replay: d }));
-        },
-        close: async () => undefined,
-      };
-      const store = new SqliteDecisionStore(db, committer);
-      const record = (id: string) =>
-        store.record({ request_id: id } as DecisionRecord, { kind: 'decision' }, undefined, '');
-      const results = await Promise.allSettled(['a', 'b', 'poison', 'c'].map(record));
-      expect(results.map((r) => r.status)).to.deep.equal(['fulfilled', 'fulfilled', 'rejected', 'fulfilled']);
-      expect(committed.sort()).to.deep.equal(['a', 'b', 'c']);
-    } finally {
-      db.close();
-      rmSync(dir, { recursive: true, force: true });
-    }
+// GroupCommit in memory, with no database: once.
+onceOnly('group commit', () => {
+  it('isolates an item that cannot be committed: the others in its batch are still committed', async () => {
+    const committed: string[] = [];
+    // A commit that refuses any batch holding the poisoned item, as a storage fault would.
+    const group = new GroupCommit<string, string>(async (batch) => {
+      if (batch.includes('poison')) throw new Error('cannot record');
+      committed.push(...batch);
+      return batch.map((id) => `ok:${id}`);
+    });
+    const results = await Promise.allSettled(['a', 'b', 'poison', 'c'].map((id) => group.submit(id)));
+    expect(results.map((r) => r.status)).to.deep.equal(['fulfilled', 'fulfilled', 'rejected', 'fulfilled']);
+    expect(results.map((r) => (r.status === 'fulfilled' ? r.value : 'x'))).to.deep.equal([
+      'ok:a',
+      'ok:b',
+      'x',
+      'ok:c',
+    ]);
+    expect(committed.sort()).to.deep.equal(['a', 'b', 'c']);
+  });
+
+  it('commits items that arrive during a commit together, in the next batch', async () => {
+    const batches: string[][] = [];
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const group = new GroupCommit<string, string>(async (batch) => {
+      batches.push(batch);
+      if (batches.length === 1) await gate;
+      return batch;
+    });
+    const first = group.submit('a');
+    await new Promise((resolve) => setImmediate(resolve));
+    const rest = ['b', 'c', 'd'].map((id) => group.submit(id));
+    release();
+    await Promise.all([first, ...rest]);
+    expect(batches).to.deep.equal([['a'], ['b', 'c', 'd']]);
   });
 });

@@ -10,8 +10,9 @@ import {
   SignJWT,
   type JSONWebKeySet,
 } from 'jose';
+import { onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
-import { AGENT, Arbiter, call, HUMAN, readDb } from './helpers/harness.js';
+import { AGENT, Arbiter, auditEvents, call, HUMAN } from './helpers/harness.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -23,10 +24,9 @@ interface AuditRow {
   actor: string;
 }
 
-function auditForTrace(a: Arbiter, traceId: string): AuditRow[] {
-  return readDb(a.dataDir, (db) =>
-    db.prepare('SELECT * FROM audit_events WHERE trace_id = ? ORDER BY rowid').all(traceId),
-  ) as AuditRow[];
+/** The audit events of one trace, oldest first, as the API shows them. */
+async function auditForTrace(a: Arbiter, traceId: string): Promise<AuditRow[]> {
+  return (await call('GET', `${a.platform}/api/v1/audit/trace/${traceId}`)).json.events as AuditRow[];
 }
 
 /** What a downstream service does: verify offline against the published JWKS, nothing else. */
@@ -50,7 +50,8 @@ async function decide(a: Arbiter, body: Record<string, unknown>, key?: string) {
   return call('POST', a.engine + path, { body, key });
 }
 
-describe('scoped tokens', () => {
+// Tokens, their revocations and the signing key are stored: run on every backend.
+onEveryBackend('scoped tokens', () => {
   let a: Arbiter;
   let agentKey: string;
   let reviewer: string;
@@ -149,7 +150,7 @@ describe('scoped tokens', () => {
     expect(dead.json).to.deep.equal({ active: false });
 
     // 6. One trace ties the whole flow together in the audit trail.
-    const events = auditForTrace(a, traceId);
+    const events = await auditForTrace(a, traceId);
     const kinds = events.map((e) => e.kind);
     expect(kinds).to.include.members(['decision', 'queue.approve', 'token.mint', 'token.revoke']);
     expect(kinds.filter((k) => k === 'token.revoke')).to.have.length(1);
@@ -168,12 +169,7 @@ describe('scoped tokens', () => {
       expect(first.json).to.include({ subject: 'deploy-bot', token_type: 'Bearer' });
       expect(first.json.scopes).to.deep.equal(['read:repo/arbiter']);
       expectError(await mint({ request_id: id }, agentKey), 409);
-      const rows = readDb(a.dataDir, (db) =>
-        db
-          .prepare("SELECT count(*) n FROM audit_events WHERE kind = 'token.mint' AND request_id = ?")
-          .get(id),
-      ) as { n: number };
-      expect(rows.n).to.equal(1);
+      expect(await auditEvents(a.platform, { kind: 'token.mint', request_id: id })).to.have.length(1);
     });
 
     it('answers 409 while the request is pending approval', async () => {
@@ -351,7 +347,7 @@ describe('scoped tokens', () => {
   });
 });
 
-describe('scoped tokens across a restart', () => {
+onEveryBackend('scoped tokens across a restart', () => {
   let a: Arbiter;
   before(async () => {
     a = await Arbiter.start();
@@ -408,9 +404,10 @@ describe('scoped tokens across a restart', () => {
     expect(item.status).to.equal(200);
     expect(item.json).to.include({ id: queued.json.request_id, status: 'pending' });
 
-    const decisions = readDb(a.dataDir, (db) =>
-      db.prepare("SELECT request_id, outcome FROM audit_events WHERE kind = 'decision' ORDER BY rowid").all(),
-    ) as { request_id: string; outcome: string }[];
+    const decisions = (await auditEvents(a.platform, { kind: 'decision' })).map((e) => ({
+      request_id: e.request_id as string,
+      outcome: e.outcome as string,
+    }));
     expect(decisions).to.deep.include({ request_id: allowedDecision.json.request_id, outcome: 'allow' });
     expect(decisions).to.deep.include({ request_id: queued.json.request_id, outcome: 'requires_approval' });
     expect(decisions).to.deep.include({ request_id: denied.json.request_id, outcome: 'deny' });

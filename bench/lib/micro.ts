@@ -4,7 +4,7 @@ import { RegoCompiler } from '../../src/policy/compiler.js';
 import { Evaluator } from '../../src/policy/evaluator.js';
 import { dataTree, readPolicyDir } from '../../src/policy/service.js';
 import { openDatabase } from '../../src/storage/sqlite/db.js';
-import { sqliteStores } from '../../src/storage/sqlite/stores.js';
+import { sqliteStores } from '../../src/storage/sqlite/index.js';
 import { QueueService } from '../../src/queue/service.js';
 import { TokenService } from '../../src/tokens/service.js';
 import { ADMIN_PRINCIPAL } from '../../src/keys/service.js';

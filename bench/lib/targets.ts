@@ -43,7 +43,10 @@ export interface ArbiterProc {
  * settings: only ports, keys, the data directory and the log level are set. ARBITER_WORKERS is
  * passed through when the caller set it. The load uses an agent key made with the CLI.
  */
-export async function startArbiter(nodeFlags: string[] = []): Promise<ArbiterProc> {
+export async function startArbiter(
+  nodeFlags: string[] = [],
+  opts: { databaseUrl?: string; agentKey?: string } = {},
+): Promise<ArbiterProc> {
   const dataDir = tempDir('arbiter-bench-');
   const [enginePort, platformPort] = [await freePort(), await freePort()];
   // Inherit nothing ARBITER_* from the caller's shell except the two settings that say where
@@ -61,14 +64,19 @@ export async function startArbiter(nodeFlags: string[] = []): Promise<ArbiterPro
   });
   const workers = process.env.ARBITER_WORKERS;
   if (workers) env.ARBITER_WORKERS = workers;
+  if (opts.databaseUrl) env.ARBITER_DATABASE_URL = opts.databaseUrl;
 
-  const created = spawnSync(
-    process.execPath,
-    [MAIN, 'keys', 'create', '--name', 'bench', '--scopes', 'authorize'],
-    { env, encoding: 'utf8' },
-  );
-  if (created.status !== 0) throw new Error(`arbiter keys create failed: ${created.stderr}`);
-  const agentKey = (JSON.parse(created.stdout) as { key: string }).key;
+  // A second process on a shared database uses the key the first one made.
+  let agentKey = opts.agentKey;
+  if (agentKey === undefined) {
+    const created = spawnSync(
+      process.execPath,
+      [MAIN, 'keys', 'create', '--name', 'bench', '--scopes', 'authorize'],
+      { env, encoding: 'utf8' },
+    );
+    if (created.status !== 0) throw new Error(`arbiter keys create failed: ${created.stderr}`);
+    agentKey = (JSON.parse(created.stdout) as { key: string }).key;
+  }
 
   // Started through a symlink so that its command line is not `…/dist/src/main.js serve`: a full
   // run takes minutes, and someone stopping their own dev server with `pkill -f main.js` on the

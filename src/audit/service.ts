@@ -1,9 +1,17 @@
-import { badRequest, forbidden, notFound } from '../errors.js';
-import { decodeCursor, encodeCursor, parseLimit } from '../http/pagination.js';
-import { compileSchema, isRfc3339 } from '../http/validation.js';
+import { invalid, forbidden, notFound } from '../errors.js';
+import {
+  badCursor,
+  encodeCursor,
+  fetchPage,
+  readCursor,
+  type Page,
+  type PageQuery,
+} from '../common/pagination.js';
+import { compileSchema } from '../common/validation.js';
+import { admits, narrow } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
-import { eventHash, GENESIS_HASH } from './chain.js';
-import { AUDIT_EQUALITY_FILTERS, type AuditFilter, type AuditStore } from './store.js';
+import { checkStoredEvent, GENESIS_HASH } from './chain.js';
+import type { AuditFilter, AuditStore } from './store.js';
 import type { AuditEvent, NewAuditEvent } from './types.js';
 
 /** Every outcome an event may carry; filters and ingest accept exactly these. */
@@ -23,22 +31,24 @@ export const OUTCOMES = [
 
 export const MAX_INGEST_BATCH = 1000;
 
-/** Kinds of the events Arbiter writes itself: ingest cannot forge them. */
-export const RESERVED_KINDS: ReadonlySet<string> = new Set([
-  'decision',
-  'queue.approve',
-  'queue.deny',
-  'queue.expire',
-  'token.mint',
-  'token.revoke',
-  'policy.put',
-  'policy.delete',
-  'policy.seed',
-  'data.put',
-  'data.delete',
-  'key.create',
-  'key.revoke',
-]);
+/**
+ * The namespaces of the events Arbiter writes itself: an ingested event cannot use them, so it
+ * cannot pass for a decision, a transition or a change (nor make a webhook announce one).
+ */
+export const RESERVED_KIND_PREFIXES = [
+  'queue.',
+  'token.',
+  'policy.',
+  'data.',
+  'key.',
+  'webhook.',
+  'shadow.',
+  'limit.',
+];
+
+export function isReservedKind(kind: string): boolean {
+  return kind === 'decision' || RESERVED_KIND_PREFIXES.some((p) => kind.startsWith(p));
+}
 
 const str = (max: number) => ({ type: ['string', 'null'], maxLength: max });
 
@@ -60,8 +70,8 @@ export const ingestEventSchema = {
     outcome: { type: ['string', 'null'], enum: [...OUTCOMES, null] },
     message: str(4096),
     confidence: { type: ['number', 'null'], minimum: 0, maximum: 1 },
-    policy_revision: { type: ['integer', 'null'], minimum: 0 },
-    latency_us: { type: ['integer', 'null'], minimum: 0 },
+    policy_revision: { type: ['integer', 'null'], minimum: 0, maximum: Number.MAX_SAFE_INTEGER },
+    latency_us: { type: ['integer', 'null'], minimum: 0, maximum: Number.MAX_SAFE_INTEGER },
     details: { type: 'object' },
   },
 };
@@ -71,7 +81,12 @@ export const ingestBatchSchema = {
   required: ['events'],
   additionalProperties: false,
   properties: {
-    events: { type: 'array', minItems: 1, maxItems: MAX_INGEST_BATCH, items: ingestEventSchema },
+    events: {
+      type: 'array',
+      minItems: 1,
+      maxItems: MAX_INGEST_BATCH,
+      items: ingestEventSchema,
+    },
   },
 };
 
@@ -82,9 +97,8 @@ const KNOWN = new Set(Object.keys(ingestEventSchema.properties));
 /** Chain fields are Arbiter's to compute: a caller's values are dropped, never trusted. */
 const CHAIN_FIELDS = new Set(['hash', 'prev_hash', 'seq']);
 
-export type AuditQuery = Partial<
-  Record<keyof Omit<AuditFilter, 'before' | 'limit'> | 'limit' | 'cursor', string>
->;
+/** What an audit query asks for; the edge has parsed and checked each value (since/until: ISO 8601, UTC). */
+export type AuditQuery = Partial<Omit<AuditFilter, 'before' | 'limit'>> & PageQuery;
 
 export type VerifyResult =
   | { ok: true; checked: number; head: string }
@@ -102,58 +116,29 @@ export class AuditService {
   ) {}
 
   /** Newest first; the cursor is a sequence number, so new events never shift later pages. */
-  async query(
-    principal: Principal,
-    q: AuditQuery,
-  ): Promise<{ events: AuditEvent[]; next_cursor: string | null }> {
-    const limit = parseLimit(q.limit);
-    const f: AuditFilter = { limit: limit + 1 };
-    for (const k of AUDIT_EQUALITY_FILTERS) {
-      if (k === 'outcome') continue; // checked against OUTCOMES below
-      const v = q[k];
-      if (v === undefined) continue;
-      if (v === '' || v.length > 256) throw badRequest(`query parameter ${k} must be 1 to 256 characters`);
-      f[k] = v;
-    }
-    if (q.outcome !== undefined) {
-      if (!(OUTCOMES as readonly string[]).includes(q.outcome)) {
-        throw badRequest(`query parameter outcome must be one of ${OUTCOMES.join(', ')}`);
-      }
-      f.outcome = q.outcome;
-    }
-    for (const k of ['since', 'until'] as const) {
-      const v = q[k];
-      if (v === undefined) continue;
-      if (!isRfc3339(v)) throw badRequest(`query parameter ${k} must be an RFC 3339 date-time`);
-      f[k] = new Date(v).toISOString();
-    }
+  async query(principal: Principal, q: AuditQuery): Promise<Page<AuditEvent>> {
+    const { limit: _limit, cursor, ...filters } = q;
+    const f: Omit<AuditFilter, 'limit'> = filters;
     const byTime = f.since !== undefined || f.until !== undefined;
-    if (q.cursor !== undefined) {
+    if (cursor !== undefined) {
       // A cursor of the other ordering (with or without a time window) is refused, not guessed.
-      const pos = decodeCursor(q.cursor, byTime ? 'audit-t' : 'audit');
       const m = byTime
-        ? /^(\d{4}-\d\d-\d\dT[\d:.]+Z)\|([1-9]\d{0,15})$/.exec(pos)
-        : /^()([1-9]\d{0,15})$/.exec(pos);
-      if (!m) throw badRequest('query parameter cursor is not a valid cursor for this list');
+        ? readCursor(cursor, 'audit-t', /^(\d{4}-\d\d-\d\dT[\d:.]+Z)\|([1-9]\d{0,15})$/)
+        : readCursor(cursor, 'audit', /^()([1-9]\d{0,15})$/);
       f.before = byTime ? { time: m[1] as string, seq: Number(m[2]) } : { seq: Number(m[2]) };
     }
-    if (principal.tenant !== null) {
-      if (f.tenant_id !== undefined && f.tenant_id !== principal.tenant) {
-        throw forbidden(`API key is bound to tenant ${principal.tenant}`);
-      }
-      f.tenant_id = principal.tenant;
-    }
-    const rows = await this.store.query(f);
-    const page = rows.slice(0, limit);
-    const last = page[page.length - 1];
+    f.tenant_id = narrow(principal, 'tenant', f.tenant_id);
+    const page = await fetchPage(
+      q,
+      (limit) => this.store.query({ ...f, limit }),
+      (last) =>
+        byTime
+          ? encodeCursor('audit-t', `${last.event.time}|${last.seq}`)
+          : encodeCursor('audit', String(last.seq)),
+    );
     return {
-      events: page.map((r) => r.event),
-      next_cursor:
-        rows.length > limit && last
-          ? byTime
-            ? encodeCursor('audit-t', `${last.event.time}|${last.seq}`)
-            : encodeCursor('audit', String(last.seq))
-          : null,
+      items: page.items.map((r) => r.event),
+      next_cursor: page.next_cursor,
     };
   }
 
@@ -164,29 +149,51 @@ export class AuditService {
   async trace(
     principal: Principal,
     traceId: string,
-    q: { limit?: string; cursor?: string } = {},
-  ): Promise<{ trace_id: string; events: AuditEvent[]; next_cursor: string | null }> {
-    if (traceId === '' || traceId.length > 128) throw badRequest('trace id must be 1 to 128 characters');
-    const limit = parseLimit(q.limit);
+    q: PageQuery = {},
+  ): Promise<{
+    trace_id: string;
+    events: AuditEvent[];
+    next_cursor: string | null;
+  }> {
+    if (traceId === '' || traceId.length > 128) throw invalid('trace id must be 1 to 128 characters');
     let after = 0;
     if (q.cursor !== undefined) {
-      const m = /^(.+)\|([1-9]\d{0,15})$/.exec(decodeCursor(q.cursor, 'trace'));
-      if (!m || m[1] !== traceId)
-        throw badRequest('query parameter cursor is not a valid cursor for this list');
+      const m = readCursor(q.cursor, 'trace', /^(.+)\|([1-9]\d{0,15})$/);
+      if (m[1] !== traceId) throw badCursor();
       after = Number(m[2]);
     }
-    const rows = await this.store.trace(traceId, after, limit + 1);
-    const page = rows.slice(0, limit);
-    let events = page.map((r) => r.event);
-    if (principal.tenant !== null) events = events.filter((e) => e.tenant_id === principal.tenant);
-    if (after === 0 && events.length === 0 && rows.length <= limit) {
+    const page = await fetchPage(
+      q,
+      (limit) => this.store.trace(traceId, after, limit),
+      (last) => encodeCursor('trace', `${traceId}|${last.seq}`),
+    );
+    let events = page.items.map((r) => r.event);
+    events = events.filter((e) => admits(principal, 'tenant', e.tenant_id));
+    if (after === 0 && events.length === 0 && page.next_cursor === null) {
       throw notFound(`no audit events for trace ${traceId}`);
     }
-    const last = page[page.length - 1];
+    return { trace_id: traceId, events, next_cursor: page.next_cursor };
+  }
+
+  /**
+   * Every event of one request (decision, queue transition, token mint and revoke), oldest first,
+   * paginated like a trace. No binding check here: the caller has shown the request is visible.
+   */
+  async requestTrail(requestId: string, q: PageQuery = {}): Promise<Page<AuditEvent>> {
+    let after = 0;
+    if (q.cursor !== undefined) {
+      const m = readCursor(q.cursor, 'request', /^(.+)\|([1-9]\d{0,15})$/);
+      if (m[1] !== requestId) throw badCursor();
+      after = Number(m[2]);
+    }
+    const page = await fetchPage(
+      q,
+      (limit) => this.store.byRequest(requestId, after, limit),
+      (last) => encodeCursor('request', `${requestId}|${last.seq}`),
+    );
     return {
-      trace_id: traceId,
-      events,
-      next_cursor: rows.length > limit && last ? encodeCursor('trace', `${traceId}|${last.seq}`) : null,
+      items: page.items.map((r) => r.event),
+      next_cursor: page.next_cursor,
     };
   }
 
@@ -200,14 +207,11 @@ export class AuditService {
   }
 
   private toEvent(principal: Principal, e: Record<string, unknown>): NewAuditEvent {
-    if (principal.tenant !== null && e.tenant_id != null && e.tenant_id !== principal.tenant) {
-      throw forbidden(`API key is bound to tenant ${principal.tenant}`);
-    }
-    if (principal.agent !== null && e.agent_id != null && e.agent_id !== principal.agent) {
-      throw forbidden(`API key is bound to agent ${principal.agent}`);
-    }
-    if (RESERVED_KINDS.has(e.kind as string)) {
-      throw badRequest(`kind ${String(e.kind)} is reserved for events Arbiter records itself`);
+    // A bound key forwards events of its own tenant and agent only, and those are filled in.
+    const tenantId = narrow(principal, 'tenant', (e.tenant_id as string | null | undefined) ?? undefined);
+    const agentId = narrow(principal, 'agent', (e.agent_id as string | null | undefined) ?? undefined);
+    if (isReservedKind(e.kind as string)) {
+      throw invalid(`kind ${String(e.kind)} is reserved for events Arbiter records itself`);
     }
     // Unknown fields are kept under details; so is the caller's own `actor`: the event's actor
     // is the key that ingested it, which is the only identity Arbiter can vouch for.
@@ -227,9 +231,9 @@ export class AuditService {
       trace_id: (e.trace_id as string | null) ?? null,
       request_id: (e.request_id as string | null) ?? null,
       actor: principal.name,
-      agent_id: principal.agent ?? (e.agent_id as string | null) ?? null,
+      agent_id: agentId ?? null,
       user_id: (e.user_id as string | null) ?? null,
-      tenant_id: principal.tenant ?? (e.tenant_id as string | null) ?? null,
+      tenant_id: tenantId ?? null,
       action: (e.action as string | null) ?? null,
       resource: e.resource ?? null,
       outcome: (e.outcome as string | null) ?? null,
@@ -247,7 +251,7 @@ export class AuditService {
    */
   async verify(principal?: Principal): Promise<VerifyResult> {
     // The chain spans every tenant: its length and head are not one tenant's to read.
-    if (principal && principal.tenant !== null) {
+    if (principal && !admits(principal, 'tenant', null)) {
       throw forbidden('verifying the audit chain needs an API key that is not bound to a tenant');
     }
     // One walk at a time: concurrent callers share it instead of multiplying the work.
@@ -269,26 +273,10 @@ export class AuditService {
     let after = 0;
     for (;;) {
       const rows = (await this.store.chunk(after, VERIFY_CHUNK)).slice(0, head.count - checked);
-      for (const e of rows) {
-        const { seq: _seq, hash, ...content } = e;
-        if (content.prev_hash !== prev) {
-          return {
-            ok: false,
-            checked,
-            first_bad: e.id,
-            reason:
-              'prev_hash does not match the event before it: an event was deleted, inserted or reordered',
-          };
-        }
-        if (eventHash(content) !== hash) {
-          return {
-            ok: false,
-            checked,
-            first_bad: e.id,
-            reason: 'event content does not match its hash: it was modified',
-          };
-        }
-        prev = hash;
+      for (const row of rows) {
+        const r = checkStoredEvent(row, prev);
+        if (!r.ok) return { ok: false, checked, first_bad: r.id, reason: r.reason };
+        prev = r.hash;
         checked++;
       }
       if (rows.length < VERIFY_CHUNK || checked >= head.count) break;

@@ -1,3 +1,4 @@
+import type { ChainHead, StoredEvent } from './chain.js';
 import type { AuditEvent, NewAuditEvent } from './types.js';
 
 /** Filters that match a column exactly (each has an index ending in seq). */
@@ -44,8 +45,14 @@ export interface AuditStore {
   query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent }[]>;
   /** Up to `limit` events of one trace after sequence number `afterSeq`, oldest first. */
   trace(traceId: string, afterSeq: number, limit: number): Promise<{ seq: number; event: AuditEvent }[]>;
-  /** Up to `limit` events after sequence number `afterSeq`, in chain order (for verification). */
-  chunk(afterSeq: number, limit: number): Promise<(AuditEvent & { seq: number })[]>;
+  /** Up to `limit` events of one request (its decision, queue transition, tokens) after `afterSeq`, oldest first. */
+  byRequest(
+    requestId: string,
+    afterSeq: number,
+    limit: number,
+  ): Promise<{ seq: number; event: AuditEvent }[]>;
+  /** Up to `limit` stored rows after sequence number `afterSeq`, in chain order (verification). */
+  chunk(afterSeq: number, limit: number): Promise<StoredEvent[]>;
   /** The head hash and event count recorded with the last append. */
-  head(): Promise<{ hash: string; count: number }>;
+  head(): Promise<ChainHead>;
 }

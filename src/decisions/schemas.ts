@@ -1,4 +1,4 @@
-import { TOKEN_SAFE, type JsonSchema } from '../http/validation.js';
+import { TOKEN_SAFE, type JsonSchema } from '../common/validation.js';
 
 const shortString = { type: 'string', minLength: 1, maxLength: 256, pattern: TOKEN_SAFE };
 
@@ -13,6 +13,13 @@ export const agentRequestSchema: JsonSchema = {
     resource: { type: 'string', minLength: 1, maxLength: 1024, pattern: TOKEN_SAFE },
     confidence: { type: 'number', minimum: 0, maximum: 1 },
     context: { type: 'object' },
+    on_behalf_of: {
+      type: 'object',
+      description: 'the user the agent acts for: the stricter of both decisions applies (SPEC §13)',
+      required: ['tenant_id', 'user_id'],
+      additionalProperties: false,
+      properties: { tenant_id: shortString, user_id: shortString },
+    },
   },
 };
 
@@ -44,6 +51,7 @@ export interface AgentRequest {
   resource: string;
   confidence: number;
   context?: Record<string, unknown>;
+  on_behalf_of?: { tenant_id: string; user_id: string };
 }
 
 export interface HumanRequest {
@@ -64,5 +72,10 @@ export const decisionResponseSchema: JsonSchema = {
     trace_id: { type: 'string', description: 'W3C trace id (from traceparent when given)' },
     message: { type: 'string', description: 'present with requires_approval and deny' },
     expires_at: { type: 'string', format: 'date-time', description: 'present with requires_approval' },
+    request_digest: {
+      type: 'string',
+      description:
+        'base64url SHA-256 of the call as received (SPEC §13; see README, "Approvals bound to the call")',
+    },
   },
 };

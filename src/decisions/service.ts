@@ -1,12 +1,15 @@
 import { createHash } from 'node:crypto';
-import { canonicalJson } from '../audit/chain.js';
+import { canonicalJson } from '../common/canonical-json.js';
 import type { NewAuditEvent } from '../audit/types.js';
-import { AppError, badRequest, forbidden } from '../errors.js';
-import { compileSchema } from '../http/validation.js';
+import { unavailable, unprocessable } from '../errors.js';
+import { checkAdmits } from '../keys/binding.js';
+import { compileSchema } from '../common/validation.js';
 import type { Principal } from '../keys/types.js';
 import type { DecisionStatus, PolicyDecision } from '../policy/evaluator.js';
 import type { PolicyService } from '../policy/service.js';
-import type { QueueItem } from '../queue/types.js';
+import type { LimitDeclaration, LimitUse, QueueItem } from '../queue/types.js';
+import { requestDigest } from './digest.js';
+import { chargeAt, fromMicro, parseLimits } from './limits.js';
 import { agentRequestSchema, humanRequestSchema, type AgentRequest, type HumanRequest } from './schemas.js';
 import type { DecisionRecord, DecisionStore, RecordOutcome } from './store.js';
 
@@ -21,13 +24,14 @@ export interface DecisionBody {
   trace_id: string;
   message?: string;
   expires_at?: string;
+  request_digest?: string;
 }
 
+/** A decision as answered: the HTTP edge picks the status from `decision.status`. */
 export interface DecisionResult {
-  httpStatus: 200 | 202 | 403;
-  body: DecisionBody;
+  decision: DecisionBody;
   /** True when this answers a retry with the first response (Idempotency-Key). */
-  replayed?: boolean;
+  replayed: boolean;
 }
 
 /** An Idempotency-Key is honoured for 24 hours (SPEC §5). */
@@ -37,14 +41,47 @@ export interface DecisionObserver {
   decided(kind: 'agent' | 'human', outcome: DecisionStatus, evalSeconds: number): void;
 }
 
-const HTTP_STATUS = { allow: 200, requires_approval: 202, deny: 403 } as const;
+/** What a decision is about, as queued, recorded and audited. */
+type Subject = Pick<
+  QueueItem,
+  'agent_id' | 'user_id' | 'tenant_id' | 'action' | 'resource' | 'confidence' | 'context'
+> & { on_behalf_of: { tenant_id: string; user_id: string } | null };
+
+/** An Idempotency-Key with the hash of the body it was first sent with. */
+interface Idempotency {
+  key: string;
+  hash: string;
+  /** Records older than this are not replayed. */
+  since: string;
+}
+
+/** The policy's answer, the budgets it declared, and what it cost. */
+interface Evaluation {
+  decision: PolicyDecision;
+  limits: LimitDeclaration[];
+  revision: number | null;
+  latencyNs: number;
+}
+
+/** What one request adds to its decision beyond the subject: its digest and extra input. */
+interface Call {
+  digest: string;
+  /** AuthZEN requests carry themselves verbatim as input.authzen (SPEC §14). */
+  extras: DecisionExtras;
+}
+
+/** Input a caller other than the plain authorize routes adds (AuthZEN). */
+export interface DecisionExtras {
+  authzen?: Record<string, unknown>;
+}
 
 const validateAgent = compileSchema<AgentRequest>(agentRequestSchema);
 const validateHuman = compileSchema<HumanRequest>(humanRequestSchema);
 
 /**
  * Agent and human authorization: validate, evaluate the live policy set (in-process, no spawn,
- * no network, no compile), record the decision (and queue item) durably, then answer.
+ * no network, no compile), record the decision (with its queue item and its budgets) durably,
+ * then answer.
  */
 export class DecisionService {
   constructor(
@@ -60,29 +97,35 @@ export class DecisionService {
     principal: Principal,
     ids: FlowIds,
     idemKey?: string,
+    extras: DecisionExtras = {},
   ): Promise<DecisionResult> {
     const req = validateAgent(body);
-    if (principal.agent !== null && principal.agent !== req.agent_id) {
-      throw forbidden(`API key is bound to agent ${principal.agent} and cannot authorize as ${req.agent_id}`);
+    checkAdmits(principal, 'agent', req.agent_id, `cannot authorize as ${req.agent_id}`);
+    const obo = req.on_behalf_of;
+    if (obo) {
+      checkAdmits(principal, 'tenant', obo.tenant_id, `cannot act on behalf of users of ${obo.tenant_id}`);
     }
     const context = req.context ?? {};
-    const input = {
-      kind: 'agent',
+    const digest = requestDigest({
       agent_id: req.agent_id,
+      ...(obo ? { user_id: obo.user_id } : {}),
+      tenant_id: obo?.tenant_id ?? null,
       action: req.action,
       resource: req.resource,
-      confidence: req.confidence,
       context,
-      principal: principalInput(principal),
-    };
-    return this.decide('agent', req, input, principal, ids, idemKey, {
-      agent_id: req.agent_id,
-      user_id: null,
-      tenant_id: principal.tenant,
-      action: req.action,
-      resource: req.resource,
-      confidence: req.confidence,
-      context,
+    });
+    return this.decide('agent', req, agentInput(req, principal, extras), principal, ids, idemKey, {
+      subject: {
+        agent_id: req.agent_id,
+        user_id: null,
+        tenant_id: obo?.tenant_id ?? principal.tenant,
+        action: req.action,
+        resource: req.resource,
+        confidence: req.confidence,
+        context,
+        on_behalf_of: obo ? { tenant_id: obo.tenant_id, user_id: obo.user_id } : null,
+      },
+      call: { digest, extras },
     });
   }
 
@@ -91,37 +134,39 @@ export class DecisionService {
     principal: Principal,
     ids: FlowIds,
     idemKey?: string,
+    extras: DecisionExtras = {},
   ): Promise<DecisionResult> {
     const req = validateHuman(body);
-    if (principal.agent !== null) {
-      throw forbidden(`API key is bound to agent ${principal.agent} and cannot authorize human users`);
-    }
-    if (principal.tenant !== null && principal.tenant !== req.tenant_id) {
-      throw forbidden(
-        `API key is bound to tenant ${principal.tenant} and cannot authorize in ${req.tenant_id}`,
-      );
-    }
+    checkAdmits(principal, 'agent', null, 'cannot authorize human users');
+    checkAdmits(principal, 'tenant', req.tenant_id, `cannot authorize in ${req.tenant_id}`);
+    const resource = { type: req.resource.type, id: req.resource.id };
     const context = req.context ?? {};
-    const input = {
-      kind: 'human',
-      tenant_id: req.tenant_id,
-      user_id: req.user_id,
-      action: req.action,
-      resource: { type: req.resource.type, id: req.resource.id },
-      context,
-      principal: principalInput(principal),
-    };
-    return this.decide('human', req, input, principal, ids, idemKey, {
-      agent_id: null,
+    const digest = requestDigest({
       user_id: req.user_id,
       tenant_id: req.tenant_id,
       action: req.action,
-      resource: input.resource,
-      confidence: null,
+      resource,
       context,
+    });
+    return this.decide('human', req, humanInput(req, principal, extras), principal, ids, idemKey, {
+      subject: {
+        agent_id: null,
+        user_id: req.user_id,
+        tenant_id: req.tenant_id,
+        action: req.action,
+        resource,
+        confidence: null,
+        context,
+        on_behalf_of: null,
+      },
+      call: { digest, extras },
     });
   }
 
+  /**
+   * Replays an earlier answer to the same Idempotency-Key, or evaluates, records (decision, queue
+   * item, budgets and audit event in one transaction) and answers. Nothing is answered unrecorded.
+   */
   private async decide(
     kind: 'agent' | 'human',
     req: AgentRequest | HumanRequest,
@@ -129,21 +174,72 @@ export class DecisionService {
     principal: Principal,
     ids: FlowIds,
     idemKey: string | undefined,
-    subject: Pick<
-      QueueItem,
-      'agent_id' | 'user_id' | 'tenant_id' | 'action' | 'resource' | 'confidence' | 'context'
-    >,
+    { subject, call }: { subject: Subject; call: Call },
   ): Promise<DecisionResult> {
-    const key = checkIdempotencyKey(idemKey);
-    const idem = key === undefined ? undefined : { key, hash: bodyHash(kind, req) };
-    const idemSince = new Date(Date.now() - IDEMPOTENCY_WINDOW_MS).toISOString();
+    const idem = idempotency(kind, req, idemKey);
     if (idem) {
-      const prior = await this.store.findByIdempotencyKey(principal.keyId, idem.key, idemSince);
+      const prior = await this.store.findByIdempotencyKey(principal.keyId, idem.key, idem.since);
       if (prior) return replay(prior, idem.hash);
     }
+    const evaluation = this.evaluate(input);
+    const shadow = this.shadow(input, evaluation.decision);
+    const now = new Date();
+    const masked: Subject = { ...subject, context: this.maskContext(subject.context) };
+    const made = (decision: PolicyDecision) => {
+      const item =
+        decision.status === 'requires_approval'
+          ? this.queueItem(kind, masked, decision, evaluation, principal, ids, now, call)
+          : undefined;
+      return {
+        decision: decisionRecord(kind, masked, decision, evaluation, principal, ids, now, item, idem, call),
+        event: decisionEvent(
+          kind,
+          masked,
+          input,
+          decision,
+          evaluation,
+          principal,
+          ids,
+          now,
+          item,
+          call,
+          shadow,
+        ),
+        item,
+      };
+    };
+    const chosen = made(evaluation.decision);
+    // An allow consumes its budgets with its audit event; an exhausted one turns it into a deny.
+    const charge =
+      evaluation.decision.status === 'allow' && evaluation.limits.length > 0
+        ? (() => {
+            const limits = chargeAt(evaluation.limits, now.getTime());
+            return { limits, denials: limits.map((l) => made(exhaustedDenial(l))) };
+          })()
+        : undefined;
+    let outcome: RecordOutcome;
+    try {
+      outcome = await this.store.record({
+        decision: chosen.decision,
+        event: chosen.event,
+        item: chosen.item,
+        idemSince: idem?.since ?? idempotencySince(),
+        charge,
+      });
+    } catch {
+      // Fail closed: an unrecorded decision is never answered, least of all with allow.
+      throw unavailable('decision could not be recorded in the audit trail; try again');
+    }
+    if ('replay' in outcome) return replay(outcome.replay, idem?.hash ?? '');
+    this.observer.decided(kind, outcome.decision.status, evaluation.latencyNs / 1e9);
+    return { decision: answer(outcome.decision), replayed: false };
+  }
+
+  /** The live policy set's answer and budgets; with no set loaded, a fail-closed deny. */
+  private evaluate(input: Record<string, unknown>): Evaluation {
     const evaluator = this.policies.evaluator;
     const started = process.hrtime.bigint();
-    const decision: PolicyDecision = evaluator
+    let decision: PolicyDecision = evaluator
       ? evaluator.evaluate(input)
       : {
           status: 'deny',
@@ -152,109 +248,234 @@ export class DecisionService {
           error: 'no policy set',
         };
     const latencyNs = Number(process.hrtime.bigint() - started);
-
-    const now = new Date();
-    const at = now.toISOString();
-    const context = this.mask({ context: subject.context }).context as Record<string, unknown>;
-    let item: QueueItem | undefined;
-    if (decision.status === 'requires_approval') {
-      item = {
-        id: ids.requestId,
-        status: 'pending',
-        kind,
-        ...subject,
-        context,
-        message: decision.message,
-        trace_id: ids.traceId,
-        created_at: at,
-        expires_at: new Date(now.getTime() + this.queueTtlSeconds * 1000).toISOString(),
-        decided_at: null,
-        decided_by: null,
-        note: null,
-        requested_by: principal.keyId,
-      };
-    }
-    const event: NewAuditEvent = {
-      kind: 'decision',
-      time: at,
-      trace_id: ids.traceId,
-      request_id: ids.requestId,
-      actor: principal.name,
-      agent_id: subject.agent_id,
-      user_id: subject.user_id,
-      tenant_id: subject.tenant_id,
-      action: subject.action,
-      resource: subject.resource,
-      outcome: decision.status,
-      message: decision.message,
-      confidence: subject.confidence,
-      policy_revision: evaluator?.revision ?? null,
-      latency_us: Math.round(latencyNs / 1000),
-      details: {
-        subject_kind: kind,
-        reasons: decision.reasons,
-        context,
-        ...(decision.error ? { error: decision.error } : {}),
-      },
-    };
-    const record: DecisionRecord = {
-      request_id: ids.requestId,
-      kind,
-      status: decision.status,
-      key_id: principal.keyId,
-      tenant_id: subject.tenant_id,
-      subject: (kind === 'agent' ? subject.agent_id : subject.user_id) as string,
-      action: subject.action,
-      resource: subject.resource,
-      message: decision.status === 'allow' ? null : decision.message,
-      trace_id: ids.traceId,
-      created_at: at,
-      expires_at: item?.expires_at ?? null,
-      idem_key: idem?.key ?? null,
-      body_hash: idem?.hash ?? null,
-      token_id: null,
-    };
-    let outcome: RecordOutcome;
+    let limits: LimitDeclaration[] = [];
     try {
-      outcome = await this.store.record(record, event, item, idemSince);
-    } catch {
-      // Fail closed: an unrecorded decision is never answered, least of all with allow.
-      throw new AppError(503, 'decision could not be recorded in the audit trail; try again');
+      limits = parseLimits(decision.limits);
+    } catch (e) {
+      // A malformed budget is a policy fault: fail closed, naming it, never allow unlimited.
+      const error = `invalid limit: ${(e as Error).message}`;
+      decision = { status: 'deny', message: error, reasons: ['invalid_limit'], error };
     }
-    if ('replay' in outcome) return replay(outcome.replay, idem?.hash ?? '');
-    this.observer.decided(kind, decision.status, latencyNs / 1e9);
-    return render(record);
+    return { decision, limits, revision: evaluator?.revision ?? null, latencyNs };
+  }
+
+  /**
+   * The shadow set's answer beside the live one (SPEC §11), computed after the live answer is
+   * fixed and never changing it; undefined when no shadow set is active.
+   */
+  private shadow(input: Record<string, unknown>, live: PolicyDecision): ShadowOutcome | undefined {
+    const evaluator = this.policies.shadowEvaluator;
+    if (!evaluator) return undefined;
+    const d = evaluator.evaluate(input);
+    if (d.error) return { result: 'error', status: d.status, message: d.message };
+    return { result: d.status === live.status ? 'agree' : 'disagree', status: d.status, message: d.message };
+  }
+
+  private maskContext(context: Record<string, unknown>): Record<string, unknown> {
+    return this.mask({ context }).context as Record<string, unknown>;
+  }
+
+  /** The pending item a requires_approval answer puts in the review queue (id = request id). */
+  private queueItem(
+    kind: 'agent' | 'human',
+    { on_behalf_of, ...subject }: Subject,
+    decision: PolicyDecision,
+    evaluation: Evaluation,
+    principal: Principal,
+    ids: FlowIds,
+    now: Date,
+    call: Call,
+  ): QueueItem {
+    return {
+      id: ids.requestId,
+      status: 'pending',
+      kind,
+      ...subject,
+      message: decision.message,
+      trace_id: ids.traceId,
+      created_at: now.toISOString(),
+      expires_at: new Date(now.getTime() + this.queueTtlSeconds * 1000).toISOString(),
+      decided_at: null,
+      decided_by: null,
+      note: null,
+      requested_by: principal.keyId,
+      request_digest: call.digest,
+      policy_revision: evaluation.revision,
+      on_behalf_of,
+      // Budgets are consumed when the request is approved (SPEC §13).
+      limits: evaluation.limits.length > 0 ? evaluation.limits : null,
+    };
   }
 }
 
-/** The response for a stored decision: the first answer, or its replay. */
-function render(d: DecisionRecord): DecisionResult {
-  const body: DecisionBody = { status: d.status, request_id: d.request_id, trace_id: d.trace_id };
+/** The shadow set's outcome for one decision. */
+interface ShadowOutcome {
+  result: 'agree' | 'disagree' | 'error';
+  status: DecisionStatus;
+  message: string;
+}
+
+/** The deny recorded instead of an allow when budget `l` cannot take its cost. */
+function exhaustedDenial(l: LimitUse): PolicyDecision {
+  return {
+    status: 'deny',
+    message:
+      `budget exhausted: limit ${JSON.stringify(l.key)} allows ${fromMicro(l.max)} per ${l.window} ` +
+      `(window from ${l.windowStart})`,
+    reasons: ['limit_exhausted'],
+  };
+}
+
+/** What is kept of the decision: enough to replay it and to exchange it for a token. */
+function decisionRecord(
+  kind: 'agent' | 'human',
+  subject: Subject,
+  decision: PolicyDecision,
+  evaluation: Evaluation,
+  principal: Principal,
+  ids: FlowIds,
+  now: Date,
+  item: QueueItem | undefined,
+  idem: Idempotency | undefined,
+  call: Call,
+): DecisionRecord {
+  return {
+    request_id: ids.requestId,
+    kind,
+    status: decision.status,
+    key_id: principal.keyId,
+    tenant_id: subject.tenant_id,
+    subject: (kind === 'agent' ? subject.agent_id : subject.user_id) as string,
+    action: subject.action,
+    resource: subject.resource,
+    message: decision.status === 'allow' ? null : decision.message,
+    trace_id: ids.traceId,
+    created_at: now.toISOString(),
+    expires_at: item?.expires_at ?? null,
+    idem_key: idem?.key ?? null,
+    body_hash: idem?.hash ?? null,
+    token_id: null,
+    request_digest: call.digest,
+    policy_revision: evaluation.revision,
+  };
+}
+
+/**
+ * The decision's audit event: who asked what, the outcome and the policy's reasons, the call's
+ * digest, and the policy input (masked; `context` under details.context) so that the decision
+ * can be explained and replayed against a candidate set.
+ */
+function decisionEvent(
+  kind: 'agent' | 'human',
+  subject: Subject,
+  input: Record<string, unknown>,
+  decision: PolicyDecision,
+  { revision, latencyNs, limits }: Evaluation,
+  principal: Principal,
+  ids: FlowIds,
+  now: Date,
+  item: QueueItem | undefined,
+  call: Call,
+  shadow: ShadowOutcome | undefined,
+): NewAuditEvent {
+  const { context: _context, ...inputWithoutContext } = input;
+  return {
+    kind: 'decision',
+    time: now.toISOString(),
+    trace_id: ids.traceId,
+    request_id: ids.requestId,
+    actor: principal.name,
+    agent_id: subject.agent_id,
+    user_id: subject.user_id,
+    tenant_id: subject.tenant_id,
+    action: subject.action,
+    resource: subject.resource,
+    outcome: decision.status,
+    message: decision.message,
+    confidence: subject.confidence,
+    policy_revision: revision,
+    latency_us: Math.round(latencyNs / 1000),
+    details: {
+      subject_kind: kind,
+      reasons: decision.reasons,
+      context: subject.context,
+      input: inputWithoutContext,
+      request_digest: call.digest,
+      ...(subject.on_behalf_of ? { on_behalf_of: subject.on_behalf_of } : {}),
+      ...(limits.length > 0
+        ? { limits: limits.map((l) => ({ ...l, max: fromMicro(l.max), cost: fromMicro(l.cost) })) }
+        : {}),
+      ...(item ? { expires_at: item.expires_at } : {}),
+      ...(shadow ? { shadow_result: shadow.result } : {}),
+      ...(shadow && shadow.result !== 'agree'
+        ? { shadow: { status: shadow.status, message: shadow.message } }
+        : {}),
+      ...(decision.error ? { error: decision.error } : {}),
+    },
+  };
+}
+
+/** The answer for a stored decision: the first answer, or its replay. */
+function answer(d: DecisionRecord): DecisionBody {
+  const body: DecisionBody = {
+    status: d.status,
+    request_id: d.request_id,
+    trace_id: d.trace_id,
+  };
   if (d.message !== null) body.message = d.message;
   if (d.expires_at !== null) body.expires_at = d.expires_at;
-  return { httpStatus: HTTP_STATUS[d.status], body };
+  if (d.request_digest) body.request_digest = d.request_digest;
+  return body;
 }
 
 function replay(prior: DecisionRecord, hash: string): DecisionResult {
   if (prior.body_hash !== hash) {
-    throw new AppError(422, 'Idempotency-Key was already used with a different request body');
+    throw unprocessable('Idempotency-Key was already used with a different request body');
   }
-  return { ...render(prior), replayed: true };
+  return { decision: answer(prior), replayed: true };
 }
 
-/** Keys are opaque to us; bounded so they cannot be used to bloat the store. */
-function checkIdempotencyKey(k: string | undefined): string | undefined {
-  if (k === undefined) return undefined;
-  if (!/^[\x21-\x7e]{1,255}$/.test(k)) {
-    throw badRequest('Idempotency-Key must be 1 to 255 visible ASCII characters');
-  }
-  return k;
+const idempotencySince = () => new Date(Date.now() - IDEMPOTENCY_WINDOW_MS).toISOString();
+
+/** The Idempotency-Key (its format checked at the edge) and the hash of this body. */
+function idempotency(kind: string, req: unknown, key: string | undefined): Idempotency | undefined {
+  return key === undefined ? undefined : { key, hash: bodyHash(kind, req), since: idempotencySince() };
 }
 
 function bodyHash(kind: string, req: unknown): string {
   return createHash('sha256').update(kind).update('\n').update(canonicalJson(req)).digest('hex');
 }
 
+/** The policy input of an agent request (SPEC §4). */
+function agentInput(req: AgentRequest, p: Principal, extras: DecisionExtras): Record<string, unknown> {
+  return {
+    kind: 'agent',
+    agent_id: req.agent_id,
+    action: req.action,
+    resource: req.resource,
+    confidence: req.confidence,
+    context: req.context ?? {},
+    principal: principalInput(p),
+    ...(req.on_behalf_of ? { on_behalf_of: { ...req.on_behalf_of } } : {}),
+    ...(extras.authzen ? { authzen: extras.authzen } : {}),
+  };
+}
+
+/** The policy input of a human request (SPEC §4). */
+function humanInput(req: HumanRequest, p: Principal, extras: DecisionExtras): Record<string, unknown> {
+  return {
+    kind: 'human',
+    tenant_id: req.tenant_id,
+    user_id: req.user_id,
+    action: req.action,
+    resource: { type: req.resource.type, id: req.resource.id },
+    context: req.context ?? {},
+    principal: principalInput(p),
+    ...(extras.authzen ? { authzen: extras.authzen } : {}),
+  };
+}
+
+/** `principal` in the policy input: the calling key, never its secret. */
 function principalInput(p: Principal) {
   return { name: p.name, tenant: p.tenant, agent: p.agent };
 }

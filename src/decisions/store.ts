@@ -1,5 +1,5 @@
 import type { AuditEvent, NewAuditEvent } from '../audit/types.js';
-import type { QueueItem } from '../queue/types.js';
+import type { LimitUse, QueueItem } from '../queue/types.js';
 
 /** What is kept of an answered decision: enough to replay it and to exchange it for a token. */
 export interface DecisionRecord {
@@ -20,22 +20,58 @@ export interface DecisionRecord {
   idem_key: string | null;
   body_hash: string | null;
   token_id: string | null;
+  request_digest?: string | null;
+  policy_revision?: number | null;
 }
 
-export type RecordOutcome = { recorded: AuditEvent } | { replay: DecisionRecord };
+/** What the decision store records for one decision, atomically. */
+export interface DecisionToRecord {
+  decision: DecisionRecord;
+  event: NewAuditEvent;
+  /** The queue item of a requires_approval. */
+  item?: QueueItem | undefined;
+  /** An Idempotency-Key replays only decisions made at or after this instant. */
+  idemSince: string;
+  /**
+   * Budgets an allow consumes. If any is exhausted, nothing is consumed and `denials[i]` (for the
+   * first exhausted limit i) is recorded instead of `decision`.
+   */
+  charge?: LimitCharge | undefined;
+}
+
+export interface LimitCharge {
+  limits: LimitUse[];
+  denials: { decision: DecisionRecord; event: NewAuditEvent }[];
+}
+
+/** The decision actually recorded (the denial when a budget was exhausted), or the replay. */
+export type RecordOutcome =
+  { recorded: AuditEvent; decision: DecisionRecord; exhausted?: LimitUse } | { replay: DecisionRecord };
 
 export interface DecisionStore {
   /**
-   * Records a decision, its audit event and (for requires_approval) its queue item atomically.
-   * When the decision carries an idempotency key already used by the same API key since
-   * `idemSince`, nothing is written and the earlier decision is returned to be replayed.
+   * Records a decision, its audit event and (for requires_approval) its queue item atomically,
+   * consuming its budgets in the same transaction. When the decision carries an idempotency key
+   * already used by the same API key since `idemSince`, nothing is written and the earlier
+   * decision is returned to be replayed.
    */
-  record(
-    decision: DecisionRecord,
-    event: NewAuditEvent,
-    queueItem: QueueItem | undefined,
-    idemSince: string,
-  ): Promise<RecordOutcome>;
+  record(r: DecisionToRecord): Promise<RecordOutcome>;
   findByIdempotencyKey(keyId: string, idemKey: string, since: string): Promise<DecisionRecord | undefined>;
   get(requestId: string): Promise<DecisionRecord | undefined>;
+}
+
+/** Current budget counters (SPEC §13), for GET /api/v1/limits. */
+export interface LimitCounter {
+  key: string;
+  window: string;
+  windowMs: number;
+  windowStart: string;
+  /** Micro-units. */
+  used: number;
+  max: number;
+}
+
+export interface LimitStore {
+  /** The newest counter of every (key, window), for one key or all. */
+  latest(key: string | undefined): Promise<LimitCounter[]>;
 }

@@ -1,6 +1,7 @@
 import type { ParameterizedContext } from 'koa';
 import type { Principal, Scope } from '../keys/types.js';
-import type { JsonSchema } from './validation.js';
+import type { JsonSchema } from '../common/validation.js';
+import type { QueryParam } from './query.js';
 
 export type Api = 'engine' | 'platform';
 
@@ -11,6 +12,13 @@ export type BodyKind =
   | 'optional-object' // JSON object, or no body at all
   | 'json' // any JSON value
   | 'policy'; // JSON object, or text/plain Rego
+
+/** A request header a route reads, as the OpenAPI document describes it. */
+export interface HeaderParam {
+  name: string;
+  description: string;
+  schema: JsonSchema;
+}
 
 export interface RouteDef {
   method: 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -25,9 +33,14 @@ export interface RouteDef {
   summary: string;
   /** Status and meaning of the successful answer (errors are derived from the route). */
   ok: { status: number; description: string; schema?: JsonSchema };
+  /** Media types of a successful answer other than JSON (the OpenAPI document names them). */
+  produces?: string[];
   /** The JSON Schema the body is validated with (the same object the service uses). */
   requestSchema?: JsonSchema;
-  query?: { name: string; description: string; schema: JsonSchema }[];
+  /** The query parameters it takes (any other is a 400), each with its schema and parser. */
+  query?: readonly QueryParam[];
+  /** Request headers with a meaning for this route (documented; the handler reads them). */
+  headers?: readonly HeaderParam[];
   handler: (ctx: Ctx) => Promise<void> | void;
 }
 
@@ -36,6 +49,8 @@ export interface State {
   traceId: string;
   principal?: Principal;
   route?: RouteDef;
+  /** The query parameters, parsed by the route's definitions (src/http/query.ts). */
+  query?: Record<string, unknown>;
   started: bigint;
 }
 

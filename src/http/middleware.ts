@@ -1,6 +1,8 @@
 import bodyParser from 'koa-bodyparser';
 import type { Middleware, Next } from 'koa';
-import { AppError } from '../errors.js';
+import { AppError, forbidden, invalid, notFound } from '../errors.js';
+import { HttpError, toHttpError } from './errors.js';
+import { findUnstorable, isStorableString, MAY_HOLD_UNSTORABLE } from '../common/validation.js';
 import { newId, newSpanId, newTraceId } from '../ids.js';
 import { hasScope, type KeyService } from '../keys/service.js';
 import type { Logger } from '../observability/logger.js';
@@ -22,42 +24,46 @@ export const requestContext: Middleware<State> = async (ctx, next) => {
 };
 
 /**
- * Counts and times every request under its route template (bounded labels), and logs it at
- * debug level with its request and trace ids (never headers or bodies: no keys, no tokens).
+ * Counts and times every request under its route template (bounded labels), and logs one line
+ * per request at info level: method, route, status, latency, request and trace ids and the key's
+ * name (never headers or bodies: no keys, no tokens).
  */
 export function metricsMiddleware(api: Api, metrics: Metrics, log: Logger): Middleware<State> {
-  const logRequests = log.isLevelEnabled('debug');
   return async (ctx, next) => {
     try {
       await next();
     } finally {
       const seconds = Number(process.hrtime.bigint() - ctx.state.started) / 1e9;
-      if (logRequests) {
-        log.debug(
+      const route = ctx.state.route?.template ?? 'unmatched';
+      if (log.isLevelEnabled('info')) {
+        log.info(
           {
             api,
-            requestId: ctx.state.requestId,
-            traceId: ctx.state.traceId,
             method: ctx.method,
-            route: ctx.state.route?.template ?? 'unmatched',
+            route,
             status: ctx.status,
             ms: Math.round(seconds * 1e6) / 1e3,
-            principal: ctx.state.principal?.name,
+            requestId: ctx.state.requestId,
+            traceId: ctx.state.traceId,
+            keyName: ctx.state.principal?.name,
           },
           'request',
         );
       }
-      const labels = {
-        api,
-        route: ctx.state.route?.template ?? 'unmatched',
-        method: ctx.method,
-        status: String(ctx.status),
-      };
+      const labels = { api, route, method: ctx.method, status: String(ctx.status) };
       metrics.httpRequests.inc(labels);
       metrics.httpDuration.observe(labels, seconds);
     }
   };
 }
+
+/** HTTP/1.1 requires a Host header (RFC 9112 §3.2); Node is told to let us refuse it in JSON. */
+export const requireHost: Middleware<State> = async (ctx, next) => {
+  if (ctx.req.httpVersionMajor === 1 && ctx.req.httpVersionMinor >= 1 && ctx.get('host') === '') {
+    throw invalid('missing Host header');
+  }
+  await next();
+};
 
 /** The one error middleware: every error becomes `{"error": "…"}` with the right status. */
 export function errorMiddleware(log: Logger, maxBodyBytes: number): Middleware<State> {
@@ -76,26 +82,11 @@ export function errorMiddleware(log: Logger, maxBodyBytes: number): Middleware<S
   };
 }
 
-function toHttpError(
-  err: unknown,
-  maxBodyBytes: number,
-): { status: number; message: string; headers: Record<string, string> } {
-  if (err instanceof AppError) return { status: err.status, message: err.message, headers: err.headers };
-  const e = err as { status?: number; expose?: boolean; message?: string; type?: string };
-  if (typeof e?.status === 'number' && e.status >= 400 && e.status < 500) {
-    if (e.status === 413)
-      return { status: 413, message: `request body exceeds ${maxBodyBytes} bytes`, headers: {} };
-    if (e.status === 415) return { status: 415, message: e.message ?? 'unsupported media type', headers: {} };
-    if (e.status === 400)
-      return { status: 400, message: `malformed JSON body: ${e.message ?? 'invalid'}`, headers: {} };
-    return { status: e.status, message: e.expose && e.message ? e.message : 'bad request', headers: {} };
-  }
-  return { status: 500, message: 'internal error', headers: {} };
-}
-
-const challenge = (error?: string) => ({
-  'WWW-Authenticate': error ? `Bearer realm="arbiter", error="${error}"` : 'Bearer realm="arbiter"',
-});
+/** A 401 with its Bearer challenge (RFC 6750), naming the error when there is one. */
+const unauthenticated = (message: string, error?: string) =>
+  new HttpError('unauthenticated', message, {
+    'WWW-Authenticate': error ? `Bearer realm="arbiter", error="${error}"` : 'Bearer realm="arbiter"',
+  });
 
 /** Bearer-key authentication and the route's scope. Public routes (scope null) skip it. */
 export function authMiddleware(keys: KeyService, route: RouteDef): Middleware<State> {
@@ -104,20 +95,14 @@ export function authMiddleware(keys: KeyService, route: RouteDef): Middleware<St
     ctx.state.route = route;
     if (scope === null) return next();
     const header = ctx.get('authorization');
-    if (header === '')
-      throw new AppError(401, 'missing API key: send Authorization: Bearer <key>', challenge());
+    if (header === '') throw unauthenticated('missing API key: send Authorization: Bearer <key>');
     const m = /^Bearer +(\S+) *$/i.exec(header);
-    if (!m)
-      throw new AppError(
-        401,
-        'malformed Authorization header: expected Bearer <key>',
-        challenge('invalid_request'),
-      );
+    if (!m) throw unauthenticated('malformed Authorization header: expected Bearer <key>', 'invalid_request');
     const principal = await keys.authenticate(m[1] as string);
-    if (!principal) throw new AppError(401, 'invalid or revoked API key', challenge('invalid_token'));
+    if (!principal) throw unauthenticated('invalid or revoked API key', 'invalid_token');
     ctx.state.principal = principal;
     if (scope !== 'authenticated' && !hasScope(principal, scope)) {
-      throw new AppError(403, `API key lacks scope ${scope}`);
+      throw forbidden(`API key lacks scope ${scope}`);
     }
     return next();
   };
@@ -164,27 +149,50 @@ export function bodyMiddleware(kind: BodyKind, maxBodyBytes: number): Middleware
         ctx.request.body = {};
         return next();
       }
-      throw new AppError(
-        400,
+      throw invalid(
         kind === 'json' ? 'request body must be a JSON value' : 'request body must be a JSON object',
       );
     }
     const type = ctx.request.type;
     const allowed = kind === 'policy' ? ['application/json', 'text/plain'] : ['application/json'];
     if (!allowed.includes(type)) {
-      throw new AppError(415, `Content-Type must be ${allowed.join(' or ')}, got ${type || 'none'}`);
+      throw new AppError(
+        'unsupported_media',
+        `Content-Type must be ${allowed.join(' or ')}, got ${type || 'none'}`,
+      );
     }
-    await parser(ctx as unknown as Parameters<typeof parser>[0], async () => undefined);
+    try {
+      await parser(ctx as unknown as Parameters<typeof parser>[0], async () => undefined);
+    } catch (e) {
+      // zlib's own errors (a body that is not what Content-Encoding says) carry no status.
+      const code = (e as { code?: unknown }).code;
+      if ((e as { status?: unknown }).status === undefined && typeof code === 'string') {
+        throw invalid(`request body is not valid ${ctx.get('content-encoding') || 'encoded data'}`);
+      }
+      throw e;
+    }
     const body = ctx.request.body;
     if (nestingExceeds(body, MAX_JSON_DEPTH)) {
-      throw new AppError(400, `request body nests deeper than ${MAX_JSON_DEPTH} levels`);
+      throw invalid(`request body nests deeper than ${MAX_JSON_DEPTH} levels`);
+    }
+    const raw = (ctx.request as { rawBody?: string }).rawBody;
+    if (typeof body === 'string') {
+      if (!isStorableString(body)) throw invalid('request body holds a U+0000 character');
+    } else if (raw === undefined || MAY_HOLD_UNSTORABLE.test(raw)) {
+      const bad = findUnstorable(body);
+      if (bad?.what === 'string') {
+        throw invalid(
+          `${bad.at} holds a lone UTF-16 surrogate or a U+0000 character: strings must be well-formed Unicode without NUL`,
+        );
+      }
+      if (bad) throw invalid(`${bad.at} holds a number too large to represent`);
     }
     if (
       kind !== 'json' &&
       type === 'application/json' &&
       (typeof body !== 'object' || body === null || Array.isArray(body))
     ) {
-      throw new AppError(400, 'request body must be a JSON object');
+      throw invalid('request body must be a JSON object');
     }
     return next();
   };
@@ -195,10 +203,10 @@ export function fallthrough(match: (path: string, method: string) => string[]): 
   return async (ctx) => {
     const allowed = match(ctx.path, ctx.method);
     if (allowed.length > 0) {
-      throw new AppError(405, `method ${ctx.method} not allowed on ${ctx.path}`, {
+      throw new HttpError('method_not_allowed', `method ${ctx.method} not allowed on ${ctx.path}`, {
         Allow: allowed.join(', '),
       });
     }
-    throw new AppError(404, `no route for ${ctx.method} ${ctx.path}`);
+    throw notFound(`no route for ${ctx.method} ${ctx.path}`);
   };
 }

@@ -1,6 +1,6 @@
 import type { Config } from '../config.js';
 import type { RouteDef } from './context.js';
-import type { JsonSchema } from './validation.js';
+import type { JsonSchema } from '../common/validation.js';
 
 const ERROR_SCHEMA = {
   type: 'object',
@@ -39,17 +39,16 @@ export function openApiDocument(
     const responses: Record<string, unknown> = {
       [String(r.ok.status)]: {
         description: r.ok.description,
-        ...(r.ok.status === 204
+        ...(r.ok.status === 204 || (r.ok.status >= 300 && r.ok.status < 400)
           ? {}
           : {
-              content:
-                r.template === '/metrics'
-                  ? { 'text/plain': { schema: { type: 'string' } } }
-                  : {
-                      'application/json': {
-                        schema: r.ok.schema ? asSchema(r.ok.schema) : { type: 'object' },
-                      },
+              content: r.produces
+                ? Object.fromEntries(r.produces.map((t) => [t, { schema: { type: 'string' } }]))
+                : {
+                    'application/json': {
+                      schema: r.ok.schema ? asSchema(r.ok.schema) : { type: 'object' },
                     },
+                  },
             }),
       },
     };
@@ -99,21 +98,13 @@ export function openApiDocument(
           description: q.description,
           schema: q.schema,
         })),
-        ...(r.template.endsWith('authorize')
-          ? [
-              {
-                name: 'Idempotency-Key',
-                in: 'header',
-                required: false,
-                schema: { type: 'string', maxLength: 255 },
-              },
-            ]
-          : []),
-        ...(r.method === 'PUT' || r.method === 'DELETE'
-          ? r.template.startsWith('/api/v1/policies/')
-            ? [{ name: 'If-Match', in: 'header', required: false, schema: { type: 'string' } }]
-            : []
-          : []),
+        ...(r.headers ?? []).map((h) => ({
+          name: h.name,
+          in: 'header',
+          required: false,
+          description: h.description,
+          schema: h.schema,
+        })),
       ],
       responses,
     };

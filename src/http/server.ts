@@ -1,5 +1,8 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import Router from '@koa/router';
 import Koa from 'koa';
+import { newId } from '../ids.js';
 import type { KeyService } from '../keys/service.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -11,7 +14,9 @@ import {
   fallthrough,
   metricsMiddleware,
   requestContext,
+  requireHost,
 } from './middleware.js';
+import { queryMiddleware } from './query.js';
 
 export interface AppDeps {
   keys: KeyService;
@@ -33,6 +38,7 @@ export function buildApp(api: Api, routes: RouteDef[], deps: AppDeps): Koa<State
       [r.method],
       [
         authMiddleware(deps.keys, r),
+        queryMiddleware(r),
         bodyMiddleware(r.body, deps.maxBodyBytes),
         (ctx) => r.handler(ctx as Ctx),
       ],
@@ -46,7 +52,61 @@ export function buildApp(api: Api, routes: RouteDef[], deps: AppDeps): Koa<State
   app.use(requestContext);
   app.use(metricsMiddleware(api, deps.metrics, deps.log));
   app.use(errorMiddleware(deps.log, deps.maxBodyBytes));
+  app.use(requireHost);
   app.use(router.routes());
   app.use(fallthrough((path) => allowedFor(path)));
   return app;
+}
+
+/** A raw HTTP/1.1 answer in the `{"error"}` shape, for what Node answers before Koa runs. */
+function rawError(status: number, reason: string, message: string): string {
+  const body = JSON.stringify({ error: message });
+  return (
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${newId()}\r\nConnection: close\r\n\r\n${body}`
+  );
+}
+
+/**
+ * The node:http server of one API. Answers that Node's HTTP layer would otherwise give on its own
+ * (a parse error, oversized headers, a timed-out request, an `Expect` it cannot meet) take the
+ * same `{"error"}` JSON shape with a request id as every other error. `isClosing` makes every
+ * response ask the client to close its connection once shutdown has begun.
+ */
+export function createApiServer(app: Koa<State>, isClosing: () => boolean): Server {
+  // A missing Host is refused by Koa's chain (JSON, with a request id), not by Node's bare 400.
+  const server = createServer({ requireHostHeader: false }, app.callback());
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    if (!socket.writable) return socket.destroy();
+    socket.end(
+      err.code === 'HPE_HEADER_OVERFLOW'
+        ? rawError(431, 'Request Header Fields Too Large', 'request headers too large')
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? rawError(408, 'Request Timeout', 'request was not received in time')
+          : rawError(400, 'Bad Request', 'malformed HTTP request'),
+    );
+  });
+  // CONNECT (a proxy tunnel) is nothing Arbiter serves: without this listener Node drops the socket.
+  server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+    socket.on('error', () => undefined);
+    socket.end(rawError(400, 'Bad Request', 'CONNECT is not supported: Arbiter is not a proxy'));
+  });
+  // With a listener, Node hands an unmeetable Expect to us instead of answering a bare 417.
+  server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+    const body = JSON.stringify({
+      error: `Expect: ${String(req.headers.expect)} is not supported (only 100-continue)`,
+    });
+    res.writeHead(417, {
+      'Content-Type': 'application/json; charset=utf-8',
+      'Content-Length': Buffer.byteLength(body),
+      'X-Request-Id': newId(),
+      Connection: 'close',
+    });
+    res.end(body);
+  });
+  server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+    if (isClosing()) res.shouldKeepAlive = false;
+  });
+  server.keepAliveTimeout = 65_000;
+  return server;
 }

@@ -1,5 +1,5 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { AppError, badRequest } from '../errors.js';
+import { conflict, invalid, notFound } from '../errors.js';
 import { newId } from '../ids.js';
 import { SCOPES, type ApiKeyRecord, type KeyStore, type Principal, type Scope } from './types.js';
 
@@ -41,11 +41,11 @@ export class KeyService {
 
   /** Creates a key; the returned `key` is the only time the secret exists outside the caller. */
   async create(req: NewKey, actor: string): Promise<{ key: string; record: ApiKeyRecord }> {
-    if (!NAME_FORMAT.test(req.name)) throw badRequest('key name must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}');
-    if (req.scopes.length === 0) throw badRequest(`at least one scope is required (${SCOPES.join(', ')})`);
+    if (!NAME_FORMAT.test(req.name)) throw invalid('key name must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}');
+    if (req.scopes.length === 0) throw invalid(`at least one scope is required (${SCOPES.join(', ')})`);
     for (const s of req.scopes) {
       if (!(SCOPES as readonly string[]).includes(s)) {
-        throw badRequest(`unknown scope ${s}: must be one of ${SCOPES.join(', ')}`);
+        throw invalid(`unknown scope ${s}: must be one of ${SCOPES.join(', ')}`);
       }
     }
     for (const [field, v] of [
@@ -53,10 +53,9 @@ export class KeyService {
       ['agent', req.agent],
     ] as const) {
       if (v !== undefined && !BINDING_FORMAT.test(v))
-        throw badRequest(`${field} must be 1-256 non-space characters`);
+        throw invalid(`${field} must be 1-256 non-space characters`);
     }
-    if (await this.store.findByName(req.name))
-      throw new AppError(409, `a key named ${req.name} already exists`);
+    if (await this.store.findByName(req.name)) throw conflict(`a key named ${req.name} already exists`);
     const id = randomBytes(8).toString('hex');
     const key = `arb_${id}_${randomBytes(32).toString('base64url')}`;
     const record: ApiKeyRecord = {
@@ -69,7 +68,7 @@ export class KeyService {
       created_at: new Date().toISOString(),
       revoked_at: null,
     };
-    await this.store.create(record, {
+    const created = await this.store.create(record, {
       kind: 'key.create',
       actor,
       outcome: 'success',
@@ -80,6 +79,7 @@ export class KeyService {
       trace_id: null,
       request_id: newId(),
     });
+    if (created === 'exists') throw conflict(`a key named ${req.name} already exists`);
     return { key, record };
   }
 
@@ -95,7 +95,7 @@ export class KeyService {
       resource: name,
       request_id: newId(),
     });
-    if (!r) throw new AppError(404, `no key named ${name}`);
+    if (!r) throw notFound(`no key named ${name}`);
     return r;
   }
 

@@ -39,7 +39,8 @@ export interface Principal {
 }
 
 export interface KeyStore {
-  create(rec: ApiKeyRecord, event: NewAuditEvent): Promise<void>;
+  /** Stores a new key with its audit event; 'exists' (and nothing written) if the name is taken. */
+  create(rec: ApiKeyRecord, event: NewAuditEvent): Promise<'ok' | 'exists'>;
   findById(id: string): Promise<ApiKeyRecord | undefined>;
   findByName(name: string): Promise<ApiKeyRecord | undefined>;
   list(): Promise<ApiKeyRecord[]>;

@@ -76,6 +76,24 @@ export function createMetrics() {
       help: 'Scoped tokens revoked.',
       registers: [registry],
     }),
+    webhookDeliveries: new Counter({
+      name: 'arbiter_webhook_deliveries_total',
+      help: 'Webhook delivery attempts, by result (delivered, retry, failed: given up after 24 h).',
+      labelNames: ['result'] as const,
+      registers: [registry],
+    }),
+    decisionBatchSize: new Histogram({
+      name: 'arbiter_decision_batch_size',
+      help: 'Decisions committed together in one transaction (group commit).',
+      buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256],
+      registers: [registry],
+    }),
+    decisionCommit: new Histogram({
+      name: 'arbiter_decision_commit_seconds',
+      help: 'Time to commit one batch of decisions, as the serving thread waits for it.',
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+      registers: [registry],
+    }),
     auditEvents: new Counter({
       name: 'arbiter_audit_events_total',
       help: 'Audit events written by this process, by kind.',
@@ -89,6 +107,7 @@ export function createMetrics() {
   }
   for (const result of ['success', 'failure']) m.compiles.inc({ result }, 0);
   for (const status of ['approved', 'denied', 'expired']) m.queueTransitions.inc({ status }, 0);
+  for (const result of ['delivered', 'retry', 'failed']) m.webhookDeliveries.inc({ result }, 0);
   return m;
 }
 
@@ -102,6 +121,27 @@ export function gaugeFrom(metrics: Metrics, name: string, help: string, read: ()
     registers: [metrics.registry],
     async collect() {
       this.set(await read());
+    },
+  });
+}
+
+/**
+ * `arbiter_thread_cpu_seconds{thread}`: CPU used so far by the serving thread and the decision
+ * writer thread (Linux). A thread that cannot tell is left out. Summed over workers.
+ */
+export function threadCpuGauge(
+  metrics: Metrics,
+  read: () => Promise<Record<'serving' | 'writer', number | undefined>>,
+): void {
+  new Gauge({
+    name: 'arbiter_thread_cpu_seconds',
+    help: "CPU seconds used so far by this process's serving thread and its decision writer thread.",
+    labelNames: ['thread'] as const,
+    aggregator: 'sum',
+    registers: [metrics.registry],
+    async collect() {
+      const values = await read();
+      for (const [thread, v] of Object.entries(values)) if (v !== undefined) this.set({ thread }, v);
     },
   });
 }

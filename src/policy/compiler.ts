@@ -10,6 +10,8 @@ import { ALLOWED_BUILTINS, restrictCapabilities } from './capabilities.js';
 /** The reserved package of the built-in decision module, and the one entrypoint we evaluate. */
 export const RESERVED_PACKAGE = 'data.authz';
 export const ENTRYPOINT = 'authz/decision';
+/** The built-in module's list of malformed thresholds, checked after every change (not per decision). */
+export const THRESHOLD_ERRORS = 'authz/threshold_errors';
 export const BUILTIN_MODULE_PATH = path.join(repoRoot, 'src', 'policy', 'rego', 'authz.rego');
 
 export interface Module {
@@ -107,6 +109,8 @@ export class RegoCompiler {
           'wasm',
           '-e',
           ENTRYPOINT,
+          '-e',
+          THRESHOLD_ERRORS,
           '--capabilities',
           this.capsFile,
           '-o',

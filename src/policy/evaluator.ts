@@ -1,5 +1,5 @@
 import { loadPolicy, type LoadedPolicy } from '@open-policy-agent/opa-wasm';
-import { ENTRYPOINT } from './compiler.js';
+import { ENTRYPOINT, THRESHOLD_ERRORS } from './compiler.js';
 import { hostBuiltins, type EvalClock } from './host-builtins.js';
 
 export type DecisionStatus = 'allow' | 'requires_approval' | 'deny';
@@ -10,6 +10,8 @@ export interface PolicyDecision {
   reasons: string[];
   /** Set when evaluation failed and the decision is the fail-closed deny. */
   error?: string;
+  /** The budgets the policies declared (`limits`), unchecked: the decision service checks them. */
+  limits?: unknown;
 }
 
 /** wasm memory: 2 MiB to start, 256 MiB at most; a policy that needs more fails closed. */
@@ -71,6 +73,24 @@ export class Evaluator {
     }
     return checkDecision(result);
   }
+
+  /**
+   * Every problem with the thresholds this set defines (built-in module, `threshold_errors`): a
+   * change that leaves any is refused. A set that cannot say is treated as having one.
+   */
+  thresholdErrors(): string[] {
+    try {
+      this.clock.nowNs = Date.now() * 1_000_000;
+      const r = this.policy.evaluate({}, THRESHOLD_ERRORS) as { result?: unknown }[];
+      const errors = r[0]?.result;
+      if (!Array.isArray(errors) || !errors.every((e) => typeof e === 'string')) {
+        return ['thresholds could not be checked: threshold_errors is malformed'];
+      }
+      return (errors as string[]).sort();
+    } catch (e) {
+      return [`thresholds could not be checked: ${errorText(e)}`];
+    }
+  }
 }
 
 function checkDecision(result: unknown): PolicyDecision {
@@ -91,7 +111,12 @@ function checkDecision(result: unknown): PolicyDecision {
   ) {
     return failClosed('policy evaluation failed: data.authz.decision is malformed');
   }
-  return { status: d.status as DecisionStatus, message: d.message, reasons: d.reasons as string[] };
+  return {
+    status: d.status as DecisionStatus,
+    message: d.message,
+    reasons: d.reasons as string[],
+    ...(d.limits !== undefined ? { limits: d.limits } : {}),
+  };
 }
 
 function failClosed(error: string): PolicyDecision {

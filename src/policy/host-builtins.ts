@@ -73,7 +73,7 @@ const DURATION_UNITS: Record<string, number> = {
 };
 
 /** Go's time.ParseDuration grammar: [-+]?([0-9]*(\.[0-9]*)?[a-z]+)+ */
-function parseDurationNs(s: unknown): number {
+export function parseDurationNs(s: unknown): number {
   if (typeof s !== 'string') throw new TypeError('time.parse_duration_ns: expected a string');
   const m = /^([-+]?)((?:\d*\.?\d+(?:ns|us|µs|μs|ms|s|m|h))+|0)$/.exec(s);
   if (!m) throw new TypeError(`time.parse_duration_ns: invalid duration ${s}`);

@@ -3,10 +3,12 @@ import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import YAML from 'yaml';
 import type { NewAuditEvent } from '../audit/types.js';
-import { AppError, badRequest, conflict, notFound } from '../errors.js';
+import { conflict, invalid, isKind, notFound, precondition, unavailable } from '../errors.js';
 import { CompileError, type Module, type RegoCompiler } from './compiler.js';
 import { Evaluator } from './evaluator.js';
+import { thresholdErrorMessage } from './thresholds.js';
 import type { DataDocument, PolicyRecord, PolicySnapshot, PolicyStore } from './types.js';
+import { canonicalJson } from '../common/canonical-json.js';
 
 export const POLICY_NAME = /^[a-z0-9][a-z0-9._-]{0,127}$/;
 const DATA_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9_-]{0,127}$/;
@@ -34,10 +36,34 @@ export interface CompileObserver {
 
 export type PolicyMeta = Omit<PolicyRecord, 'rego'>;
 
-export const etagOf = (p: Pick<PolicyRecord, 'version' | 'sha256'>) =>
-  `"${p.version}-${p.sha256.slice(0, 16)}"`;
+/**
+ * A condition a caller sets on a policy's current state (over HTTP: `If-Match`). `holds` sees the
+ * current policy (undefined when there is none); `failure` is the message when it does not hold.
+ */
+export interface Precondition {
+  holds(current: PolicyMeta | undefined): boolean;
+  failure: string;
+}
 export const metaOf = ({ rego: _rego, ...meta }: PolicyRecord): PolicyMeta => meta;
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
+/** A data document's content address: the sha256 of its canonical JSON (what history stores). */
+export const dataSha256 = (value: unknown) => sha256(canonicalJson(value));
+
+/** A change of nothing, to spread a change's own fields onto. */
+const NO_CHANGE = {
+  putPolicies: [],
+  deletePolicies: [],
+  putData: [],
+  deleteData: [],
+  message: null,
+} as const;
+/** An attempt's answer when the store's revision moved since its snapshot. */
+const STALE = Symbol('stale');
+/** Attempts of one change before giving up (each one lost a race to another process's change). */
+const MAX_CHANGE_ATTEMPTS = 5;
+const notFoundOf = (name: string): never => {
+  throw notFound(`${name} not found`);
+};
 
 /**
  * Owns the live policy set: compiles changes with the real OPA compiler, stores them, and swaps
@@ -45,6 +71,7 @@ const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
  */
 export class PolicyService {
   private live: Evaluator | undefined;
+  private shadowLive: Evaluator | undefined;
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -59,43 +86,61 @@ export class PolicyService {
     return this.live;
   }
 
+  /** The shadow set's evaluator (SPEC §11), when candidate modules are being shadowed. */
+  get shadowEvaluator(): Evaluator | undefined {
+    return this.shadowLive;
+  }
+
   /** Loads the stored set, seeding an empty never-seeded store from `policyDir` first. */
   async start(policyDir: string, ctx: ChangeContext): Promise<{ seeded: boolean; revision: number }> {
     return this.serialized(async () => {
-      let snap = await this.store.snapshot();
-      let seeded = false;
-      let seededModule: WebAssembly.Module | undefined;
+      const snap = await this.store.snapshot();
       if (!snap.seeded && snap.policies.length === 0 && snap.data.length === 0) {
         const initial = await readPolicyDir(policyDir);
-        // Refuse to seed a set that does not compile; keep the result to load it.
-        seededModule = await this.compileToModule(initial.modules);
-        seeded = await this.store.seed(
-          initial.modules.map((m) => ({
-            name: m.name,
-            rego: m.rego,
-            description: m.description,
-            sha256: sha256(m.rego),
-          })),
-          initial.data,
-          (revision) => ({
-            kind: 'policy.seed',
+        // Refuse to seed a set that does not compile or whose thresholds are malformed.
+        const module = await this.compileToModule(initial.modules);
+        const next = await this.prepare(module, dataTree(initial.data), snap.revision + 1, initial.modules);
+        const r = await this.store.commit(
+          {
+            expectedRevision: snap.revision,
+            putPolicies: initial.modules.map((m) => ({
+              name: m.name,
+              rego: m.rego,
+              description: m.description,
+              sha256: sha256(m.rego),
+            })),
+            deletePolicies: [],
+            putData: initial.data.map((d) => ({ ...d, sha256: dataSha256(d.value) })),
+            deleteData: [],
             actor: ctx.actor,
-            trace_id: ctx.traceId,
-            request_id: ctx.requestId,
-            outcome: 'success',
-            policy_revision: revision,
-            message: `seeded ${initial.modules.length} policies and ${initial.data.length} data documents from ${policyDir}`,
-            details: { policies: initial.modules.map((m) => m.name), data: initial.data.map((d) => d.path) },
-          }),
+            message: `seeded from ${policyDir}`,
+            seed: true,
+          },
+          (revision) => [
+            {
+              kind: 'policy.seed',
+              actor: ctx.actor,
+              trace_id: ctx.traceId,
+              request_id: ctx.requestId,
+              outcome: 'success',
+              policy_revision: revision,
+              message: `seeded ${initial.modules.length} policies and ${initial.data.length} data documents from ${policyDir}`,
+              details: {
+                policies: initial.modules.map((m) => m.name),
+                data: initial.data.map((d) => d.path),
+              },
+            },
+          ],
         );
-        snap = await this.store.snapshot();
+        // Another process seeded first: load what it stored.
+        if (r.ok) {
+          await this.install(next, r.revision);
+          return { seeded: true, revision: r.revision };
+        }
       }
-      if (seeded && seededModule) {
-        await this.swap(seededModule, dataTree(snap.data), snap.revision);
-        return { seeded, revision: snap.revision };
-      }
-      await this.load(snap);
-      return { seeded, revision: snap.revision };
+      const now = await this.store.snapshot();
+      await this.load(now);
+      return { seeded: false, revision: now.revision };
     });
   }
 
@@ -122,18 +167,18 @@ export class PolicyService {
     name: string,
     rego: string,
     description: string | undefined,
-    opts: { ifMatch?: string; dryRun: boolean },
+    opts: { precondition?: Precondition | undefined; dryRun: boolean },
     ctx: ChangeContext,
   ): Promise<{ policy: PolicyMeta; created: boolean; revision: number; dryRun: boolean }> {
     checkName(name);
-    if (rego.trim() === '') throw badRequest('rego must not be empty');
-    const r = await this.serialized(async () => {
-      const snap = await this.store.snapshot();
+    if (rego.trim() === '') throw invalid('rego must not be empty');
+    if (rego.includes('\0')) throw invalid('rego must not contain U+0000');
+    const r = await this.changing(async (snap) => {
       const existing = snap.policies.find((p) => p.name === name);
-      const ifVersion = expectedVersion(existing, opts.ifMatch);
+      const ifVersion = expectedVersion(existing, opts.precondition);
       const modules = [...snap.policies.filter((p) => p.name !== name), { name, rego }];
       const module = await this.compileToModule(modules);
-      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1);
+      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1, modules);
       const desc = description ?? existing?.description ?? '';
       if (opts.dryRun) {
         const version = (existing?.version ?? 0) + 1;
@@ -144,46 +189,76 @@ export class PolicyService {
           version,
           updated_at: new Date().toISOString(),
         };
-        return { policy, created: !existing, revision: snap.revision, dryRun: true };
+        return { done: { policy, created: !existing, revision: snap.revision, dryRun: true } };
       }
-      const r = await this.store.putPolicy(
-        { name, rego, description: desc, sha256: sha256(rego) },
-        ifVersion,
-        (revision) =>
+      const c = await this.store.commit(
+        {
+          ...NO_CHANGE,
+          expectedRevision: snap.revision,
+          ifVersions: ifVersion === undefined ? undefined : { [name]: ifVersion },
+          putPolicies: [{ name, rego, description: desc, sha256: sha256(rego) }],
+          actor: ctx.actor,
+        },
+        (revision) => [
           this.event('policy.put', name, revision, ctx, { sha256: sha256(rego), created: !existing }),
+        ],
       );
-      if (r === 'conflict') throw preconditionFailed(name);
-      await this.install(next, r.revision);
-      return { policy: metaOf(r.policy), created: r.created, revision: r.revision, dryRun: false };
+      if (!c.ok) {
+        if ('conflict' in c) throw preconditionFailed(name);
+        return 'stale' in c ? STALE : notFoundOf(c.absent);
+      }
+      await this.install(next, c.revision);
+      const policy = c.policies[0] as PolicyRecord;
+      return {
+        done: {
+          policy: metaOf(policy),
+          created: c.created.includes(name),
+          revision: c.revision,
+          dryRun: false,
+        },
+      };
     });
     if (!r.dryRun) await this.announce(r.revision);
     return r;
   }
 
-  async delete(name: string, ifMatch: string | undefined, ctx: ChangeContext): Promise<{ revision: number }> {
+  async delete(
+    name: string,
+    precondition: Precondition | undefined,
+    ctx: ChangeContext,
+  ): Promise<{ revision: number }> {
     checkName(name);
-    const result = await this.serialized(async () => {
-      const snap = await this.store.snapshot();
+    const result = await this.changing(async (snap) => {
       const existing = snap.policies.find((p) => p.name === name);
       if (!existing) throw notFound(`policy ${name} not found`);
-      const ifVersion = expectedVersion(existing, ifMatch);
+      const ifVersion = expectedVersion(existing, precondition);
+      const remaining = snap.policies.filter((p) => p.name !== name);
       let module: WebAssembly.Module;
       try {
-        module = await this.compileToModule(snap.policies.filter((p) => p.name !== name));
+        module = await this.compileToModule(remaining);
       } catch (e) {
-        if (e instanceof AppError && e.status === 400) {
-          throw badRequest(`deleting policy ${name} would leave a set that does not compile: ${e.message}`);
+        if (isKind(e, 'invalid')) {
+          throw invalid(`deleting policy ${name} would leave a set that does not compile: ${e.message}`);
         }
         throw e;
       }
-      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1);
-      const r = await this.store.deletePolicy(name, ifVersion, (revision) =>
-        this.event('policy.delete', name, revision, ctx, {}),
+      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1, remaining);
+      const c = await this.store.commit(
+        {
+          ...NO_CHANGE,
+          expectedRevision: snap.revision,
+          ifVersions: ifVersion === undefined ? undefined : { [name]: ifVersion },
+          deletePolicies: [name],
+          actor: ctx.actor,
+        },
+        (revision) => [this.event('policy.delete', name, revision, ctx, {})],
       );
-      if (r === 'absent') throw notFound(`policy ${name} not found`);
-      if (r === 'conflict') throw preconditionFailed(name);
-      await this.install(next, r.revision);
-      return r;
+      if (!c.ok) {
+        if ('conflict' in c) throw preconditionFailed(name);
+        return 'stale' in c ? STALE : notFoundOf(c.absent);
+      }
+      await this.install(next, c.revision);
+      return { done: { revision: c.revision } };
     });
     await this.announce(result.revision);
     return result;
@@ -210,20 +285,27 @@ export class PolicyService {
     ctx: ChangeContext,
   ): Promise<{ path: string; created: boolean; revision: number; updated_at: string }> {
     checkDataPath(dataPath);
-    const result = await this.serialized(async () => {
-      const snap = await this.store.snapshot();
+    const result = await this.changing(async (snap) => {
       const clash = snap.data.find((d) => d.path !== dataPath && overlaps(d.path, dataPath));
       if (clash) throw conflict(`data path ${dataPath} overlaps existing document ${clash.path}`);
-      const next = [
+      const docs = [
         ...snap.data.filter((d) => d.path !== dataPath),
         { path: dataPath, value, updated_at: '' },
       ];
-      const prepared = await this.requireLive().withData(dataTree(next), snap.revision + 1);
-      const r = await this.store.putData(dataPath, value, (revision) =>
-        this.event('data.put', dataPath, revision, ctx, {}),
+      const prepared = checked(await this.withData(snap, dataTree(docs)), snap.policies);
+      const c = await this.store.commit(
+        {
+          ...NO_CHANGE,
+          expectedRevision: snap.revision,
+          putData: [{ path: dataPath, value, sha256: dataSha256(value) }],
+          actor: ctx.actor,
+        },
+        (revision) => [this.event('data.put', dataPath, revision, ctx, {})],
       );
-      await this.install(prepared, r.revision);
-      return { path: dataPath, created: r.created, revision: r.revision, updated_at: r.doc.updated_at };
+      if (!c.ok) return 'stale' in c ? STALE : notFoundOf(dataPath);
+      await this.install(prepared, c.revision);
+      const created = !snap.data.some((d) => d.path === dataPath);
+      return { done: { path: dataPath, created, revision: c.revision, updated_at: c.time } };
     });
     await this.announce(result.revision);
     return result;
@@ -231,22 +313,45 @@ export class PolicyService {
 
   async deleteData(dataPath: string, ctx: ChangeContext): Promise<{ revision: number }> {
     checkDataPath(dataPath);
-    const result = await this.serialized(async () => {
-      const snap = await this.store.snapshot();
+    const result = await this.changing(async (snap) => {
       if (!snap.data.some((d) => d.path === dataPath)) throw notFound(`data document ${dataPath} not found`);
-      const prepared = await this.requireLive().withData(
-        dataTree(snap.data.filter((d) => d.path !== dataPath)),
-        snap.revision + 1,
+      const docs = snap.data.filter((d) => d.path !== dataPath);
+      const prepared = checked(await this.withData(snap, dataTree(docs)), snap.policies);
+      const c = await this.store.commit(
+        { ...NO_CHANGE, expectedRevision: snap.revision, deleteData: [dataPath], actor: ctx.actor },
+        (revision) => [this.event('data.delete', dataPath, revision, ctx, {})],
       );
-      const r = await this.store.deleteData(dataPath, (revision) =>
-        this.event('data.delete', dataPath, revision, ctx, {}),
-      );
-      if (r === 'absent') throw notFound(`data document ${dataPath} not found`);
-      await this.install(prepared, r.revision);
-      return r;
+      if (!c.ok) return 'stale' in c ? STALE : notFoundOf(dataPath);
+      await this.install(prepared, c.revision);
+      return { done: { revision: c.revision } };
     });
     await this.announce(result.revision);
     return result;
+  }
+
+  /**
+   * Runs a change: `attempt` reads the snapshot it is given, compiles against it and commits on
+   * the condition that the live revision is still the snapshot's. When another process changed
+   * the set meanwhile, the store answers stale and the change is made again against the new set
+   * (so whatever is committed was compiled as a whole). Serialized within this process.
+   */
+  private changing<T>(attempt: (snap: PolicySnapshot) => Promise<{ done: T } | typeof STALE>): Promise<T> {
+    return this.serialized(async () => {
+      for (let tries = 1; ; tries++) {
+        const r = await attempt(await this.store.snapshot());
+        if (r !== STALE) return r.done;
+        if (tries >= MAX_CHANGE_ATTEMPTS) {
+          throw unavailable('the policy set kept changing under this change; try again');
+        }
+      }
+    });
+  }
+
+  /** An evaluator for the snapshot's modules with other data (reusing the live module when it is that set). */
+  private async withData(snap: PolicySnapshot, data: Record<string, unknown>): Promise<Evaluator> {
+    const live = this.requireLive();
+    if (live.revision === snap.revision) return live.withData(data, snap.revision + 1);
+    return this.prepare(await this.compileToModule(snap.policies), data, snap.revision + 1);
   }
 
   private async announce(revision: number): Promise<void> {
@@ -254,7 +359,7 @@ export class PolicyService {
   }
 
   private requireLive(): Evaluator {
-    if (!this.live) throw new AppError(503, 'no policy set is loaded');
+    if (!this.live) throw unavailable('no policy set is loaded');
     return this.live;
   }
 
@@ -273,14 +378,17 @@ export class PolicyService {
 
   /**
    * Builds the next evaluator before anything is stored, so that a set which cannot be
-   * instantiated is refused with the live set and the store untouched.
+   * instantiated, or whose thresholds are malformed (when `modules` is given), is refused with
+   * the live set and the store untouched.
    */
-  private prepare(
+  private async prepare(
     module: WebAssembly.Module,
     data: Record<string, unknown>,
     revision: number,
+    modules?: Module[],
   ): Promise<Evaluator> {
-    return Evaluator.create(module, data, revision, this.evalBudgetMs);
+    const e = await Evaluator.create(module, data, revision, this.evalBudgetMs);
+    return modules ? checked(e, modules) : e;
   }
 
   /** Swaps in `e`; if the store assigned another revision than expected, relabels it first. */
@@ -312,7 +420,7 @@ export class PolicyService {
       return wasm;
     } catch (e) {
       this.observer.compiled(false, Number(process.hrtime.bigint() - started) / 1e9);
-      if (e instanceof CompileError) throw badRequest(`policy set does not compile: ${e.message}`);
+      if (e instanceof CompileError) throw invalid(`policy set does not compile: ${e.message}`);
       throw e;
     }
   }
@@ -344,48 +452,52 @@ export class PolicyService {
   }
 }
 
+/** `e` if its thresholds are well-formed; else the 400 that names each error and its source. */
+function checked(e: Evaluator, modules: Module[]): Evaluator {
+  const errors = e.thresholdErrors();
+  if (errors.length > 0) throw invalid(thresholdErrorMessage(modules, errors));
+  return e;
+}
+
 function checkName(name: string): void {
   if (!POLICY_NAME.test(name)) {
-    throw badRequest(`invalid policy name ${JSON.stringify(name)}: must match [a-z0-9][a-z0-9._-]{0,127}`);
+    throw invalid(`invalid policy name ${JSON.stringify(name)}: must match [a-z0-9][a-z0-9._-]{0,127}`);
   }
-  if (name === 'authz') throw badRequest('policy name authz is reserved for the built-in decision module');
+  if (name === 'authz') throw invalid('policy name authz is reserved for the built-in decision module');
 }
 
 export function checkDataPath(p: string): void {
   const segs = p.split('/');
   if (segs.length > MAX_DATA_DEPTH || !segs.every((s) => DATA_SEGMENT.test(s))) {
-    throw badRequest(
+    throw invalid(
       `invalid data path ${JSON.stringify(p)}: 1 to ${MAX_DATA_DEPTH} segments of [A-Za-z0-9_-] separated by /`,
     );
   }
-  if (segs[0] === 'authz') throw badRequest('data path authz is reserved for policies (data.authz.*)');
+  if (segs[0] === 'authz') throw invalid('data path authz is reserved for policies (data.authz.*)');
   const bad = segs.find((s) => RESERVED_SEGMENTS.has(s));
-  if (bad) throw badRequest(`data path segment ${bad} is not allowed`);
+  if (bad) throw invalid(`data path segment ${bad} is not allowed`);
 }
 
 function overlaps(a: string, b: string): boolean {
   return a.startsWith(b + '/') || b.startsWith(a + '/');
 }
 
-function preconditionFailed(name: string): AppError {
-  return new AppError(412, `policy ${name} has changed: If-Match does not match its current ETag`);
+/** A conditional write that lost a race: the policy changed after the precondition was checked. */
+function preconditionFailed(name: string): Error {
+  return precondition(`policy ${name} has changed: If-Match does not match its current ETag`);
 }
 
-/** The version a conditional write must find, from an If-Match header (undefined = unconditional). */
+/**
+ * The version a conditional write must find (0: none), or undefined when it is unconditional. A
+ * precondition that does not hold now is refused before anything is compiled or stored.
+ */
 function expectedVersion(
   existing: PolicyRecord | undefined,
-  ifMatch: string | undefined,
+  pre: Precondition | undefined,
 ): number | undefined {
-  if (ifMatch === undefined) return undefined;
-  if (ifMatch.trim() === '*') {
-    if (!existing) throw new AppError(412, 'If-Match: * but the policy does not exist');
-    return existing.version;
-  }
-  const tags = ifMatch.split(',').map((t) => t.trim().replace(/^W\//, ''));
-  if (!existing || !tags.includes(etagOf(existing))) {
-    throw new AppError(412, `If-Match does not match the current ETag of this policy`);
-  }
-  return existing.version;
+  if (pre === undefined) return undefined;
+  if (!pre.holds(existing === undefined ? undefined : metaOf(existing))) throw precondition(pre.failure);
+  return existing?.version ?? 0;
 }
 
 /** Builds the `data` document from stored documents placed at their paths. */
@@ -406,6 +518,9 @@ export function dataTree(docs: Pick<DataDocument, 'path' | 'value'>[]): Record<s
   }
   return root;
 }
+
+/** The copy of the built-in module a policy directory may hold at its root (never a policy). */
+export const BUNDLED_BUILTIN = 'authz.rego';
 
 /**
  * Reads an OPA-bundle-style directory: every `*.rego` except `*_test.rego` becomes a policy named
@@ -429,6 +544,9 @@ export async function readPolicyDir(
     if (!ent.isFile()) continue;
     const full = path.join(ent.parentPath, ent.name);
     const rel = path.relative(dir, full).split(path.sep).join('/');
+    // The root authz.rego is the copy of the built-in module that makes the directory a complete
+    // OPA bundle for stock opa; the service always uses its own built-in module instead.
+    if (rel === BUNDLED_BUILTIN) continue;
     if (rel.endsWith('.rego') && !rel.endsWith('_test.rego')) {
       const name = rel.slice(0, -'.rego'.length).replace(/\//g, '.');
       if (!POLICY_NAME.test(name)) throw new Error(`${full}: ${name} is not a valid policy name`);

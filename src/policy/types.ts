@@ -23,40 +23,107 @@ export interface PolicySnapshot {
   seeded: boolean;
 }
 
+/** One policy as a revision holds it (its text lives in the content-addressed blob store). */
+export interface RevisionPolicy {
+  name: string;
+  sha256: string;
+  version: number;
+  description: string;
+}
+
+/** One data document as a revision holds it. */
+export interface RevisionData {
+  path: string;
+  sha256: string;
+}
+
+export interface RevisionChange {
+  kind: 'policy' | 'data';
+  name: string;
+  op: 'put' | 'delete';
+}
+
+/** A revision as history keeps it: who, when, what changed, and the whole set it made live. */
+export interface RevisionRecord {
+  revision: number;
+  time: string;
+  actor: string;
+  message: string | null;
+  changes: RevisionChange[];
+  policies: RevisionPolicy[];
+  data: RevisionData[];
+}
+
+/** One version of one policy, as its history lists it. */
+export interface PolicyVersionRecord {
+  name: string;
+  version: number;
+  revision: number;
+  sha256: string;
+  time: string;
+  actor: string;
+  deleted: boolean;
+}
+
+/**
+ * Every change to policies and data is one of these, applied as ONE revision, all or nothing:
+ * a single PUT or DELETE, a bundle, a restore, the first seeding.
+ */
+export interface PolicyChange {
+  /** The live revision the change was compiled against; another one means `stale`. */
+  expectedRevision: number;
+  /** Policy name → the version it must have now (0: must not exist), from If-Match. */
+  ifVersions?: Record<string, number>;
+  putPolicies: readonly { name: string; rego: string; description: string; sha256: string }[];
+  deletePolicies: readonly string[];
+  putData: readonly { path: string; value: unknown; sha256: string }[];
+  deleteData: readonly string[];
+  actor: string;
+  message: string | null;
+  /** The first seeding: only into a never-seeded store, which it marks seeded. */
+  seed?: boolean;
+}
+
+export type CommitOutcome =
+  | {
+      ok: true;
+      revision: number;
+      time: string;
+      created: string[];
+      policies: PolicyRecord[];
+      data: DataDocument[];
+    }
+  /** The live revision moved since the change was compiled: compile again against the new one. */
+  | { ok: false; stale: true }
+  /** A policy's version is not the one `ifVersions` names. */
+  | { ok: false; conflict: string }
+  /** A delete names a policy or data document that does not exist. */
+  | { ok: false; absent: string };
+
 export interface PolicyStore {
+  /** The live set, its revision and whether the store was ever seeded, read consistently. */
   snapshot(): Promise<PolicySnapshot>;
   revision(): Promise<number>;
   /**
-   * Creates or updates a policy and bumps the revision, atomically with its audit event.
-   * `ifVersion` (when given) must equal the stored version (0 = must not exist), else 'conflict'.
+   * Applies a change as one revision in one transaction: the live tables, the content-addressed
+   * history (an unchanged module is not stored twice), the revision record and its audit events
+   * (made by `events(revision)`). Nothing is written unless every condition holds.
    */
-  putPolicy(
-    p: Omit<PolicyRecord, 'version' | 'updated_at'>,
-    ifVersion: number | undefined,
-    event: (revision: number) => NewAuditEvent,
-  ): Promise<{ policy: PolicyRecord; created: boolean; revision: number } | 'conflict'>;
-  deletePolicy(
-    name: string,
-    ifVersion: number | undefined,
-    event: (revision: number) => NewAuditEvent,
-  ): Promise<{ revision: number } | 'absent' | 'conflict'>;
-  putData(
-    path: string,
-    value: unknown,
-    event: (revision: number) => NewAuditEvent,
-  ): Promise<{ created: boolean; revision: number; doc: DataDocument }>;
-  deleteData(
-    path: string,
-    event: (revision: number) => NewAuditEvent,
-  ): Promise<{ revision: number } | 'absent'>;
+  commit(change: PolicyChange, events: (revision: number) => NewAuditEvent[]): Promise<CommitOutcome>;
   /** Compiled wasm for a policy-set hash, if any process compiled that set before. */
   getCompiled(setHash: string): Promise<Buffer | undefined>;
   /** Keeps compiled wasm (the newest few sets only). */
   putCompiled(setHash: string, wasm: Buffer): Promise<void>;
-  /** Loads the initial set into an empty, never-seeded store; a no-op once seeded. */
-  seed(
-    policies: Omit<PolicyRecord, 'version' | 'updated_at'>[],
-    data: { path: string; value: unknown }[],
-    event: (revision: number) => NewAuditEvent,
-  ): Promise<boolean>;
+  /** Revisions newest first, those below `before` when given. */
+  listRevisions(before: number | undefined, limit: number): Promise<RevisionRecord[]>;
+  getRevision(revision: number): Promise<RevisionRecord | undefined>;
+  /** The texts of policies and values of data documents by their sha256 (content-addressed). */
+  blobs(
+    policySha: string[],
+    dataSha: string[],
+  ): Promise<{ rego: Map<string, string>; data: Map<string, unknown> }>;
+  /** Versions of one policy, newest first, those below `before` when given. */
+  policyVersions(name: string, before: number | undefined, limit: number): Promise<PolicyVersionRecord[]>;
+  /** The first revision history has recorded (undefined for an empty history). */
+  firstRevision(): Promise<number | undefined>;
 }

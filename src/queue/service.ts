@@ -1,16 +1,30 @@
-import type { NewAuditEvent } from '../audit/types.js';
-import { AppError, badRequest, forbidden, notFound } from '../errors.js';
+import type { AuditEvent, NewAuditEvent } from '../audit/types.js';
+import { busy, conflict, forbidden, notFound } from '../errors.js';
+import { boundTo, checkBinding, narrowToBinding } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
-import { decodeCursor, encodeCursor, parseLimit } from '../http/pagination.js';
-import { compileSchema } from '../http/validation.js';
-import type { QueueStore } from './store.js';
+import {
+  decodeCursor,
+  encodeCursor,
+  fetchPage,
+  readCursor,
+  type Page,
+  type PageQuery,
+} from '../common/pagination.js';
+import { compileSchema } from '../common/validation.js';
+import type { DecidedStatus, QueueStore } from './store.js';
 import type { QueueItem } from './types.js';
+import { chargeAt, fromMicro } from '../decisions/limits.js';
 
 export const MAX_WAIT_SECONDS = 60;
 
 /** A queue item as the API shows it (SPEC §6): which key asked is Arbiter's business only. */
-export type QueueItemView = Omit<QueueItem, 'requested_by'>;
-export const present = ({ requested_by: _key, ...view }: QueueItem): QueueItemView => view;
+export type QueueItemView = Omit<QueueItem, 'requested_by' | 'limits'>;
+export const present = ({ requested_by: _key, limits: _limits, ...view }: QueueItem): QueueItemView => ({
+  ...view,
+  request_digest: view.request_digest ?? null,
+  policy_revision: view.policy_revision ?? null,
+  on_behalf_of: view.on_behalf_of ?? null,
+});
 
 /** Body of POST /v1/queue/{id}/approve and /deny (optional). */
 export const decideRequestSchema = {
@@ -19,8 +33,33 @@ export const decideRequestSchema = {
   properties: { note: { type: 'string', maxLength: 2000 } },
 };
 const validateDecideBody = compileSchema<{ note?: string }>(decideRequestSchema);
-/** How often a long-poll re-reads the store, to see decisions made by other processes. */
-const POLL_MS = 100;
+/**
+ * How often a long-poll re-reads the store, to see decisions made by other processes: often when
+ * nothing tells this process about them (SQLite workers), rarely when a change feed wakes it
+ * (PostgreSQL's LISTEN/NOTIFY) and the re-read only covers a lost notice.
+ */
+const POLL_MS = { unnotified: 100, notified: 500 };
+
+/** Every state an item can be in; `?status=` takes one, or several decided ones. */
+export const QUEUE_STATUSES = ['pending', 'approved', 'denied', 'expired'] as const;
+/** Pending pages share their cursor with GET /v1/queue/pending. */
+const PENDING_CURSOR = 'queue';
+
+/** What a queue list asks for; the edge has parsed and checked each value. */
+export interface QueueListQuery extends PageQuery {
+  /** One state, or several decided ones (default: pending). */
+  statuses?: 'pending' | readonly DecidedStatus[] | undefined;
+  agent_id?: string | undefined;
+  tenant_id?: string | undefined;
+  action?: string | undefined;
+  /** created_at at or after this instant (ISO 8601, UTC) */
+  since?: string | undefined;
+  /** created_at before this instant (ISO 8601, UTC) */
+  until?: string | undefined;
+}
+
+/** Reads the audit events of one request (the audit service's, so the queue needs no audit store). */
+export type RequestTrail = (requestId: string, q: PageQuery) => Promise<Page<AuditEvent>>;
 
 export interface QueueObserver {
   transitioned(to: 'approved' | 'denied' | 'expired'): void;
@@ -36,12 +75,15 @@ export class QueueService {
   private stopping = false;
 
   private longPolls = 0;
+  private readonly maxLongPolls: number;
 
   constructor(
     private readonly store: QueueStore,
     private readonly observer: QueueObserver,
-    private readonly maxLongPolls = 1000,
-  ) {}
+    private readonly opts: { maxLongPolls?: number; trail?: RequestTrail; notified?: boolean } = {},
+  ) {
+    this.maxLongPolls = opts.maxLongPolls ?? 1000;
+  }
 
   /** Starts the periodic sweep that records expirations (reads never wait for it). */
   startSweeper(intervalMs: number): void {
@@ -58,41 +100,74 @@ export class QueueService {
     for (const set of this.waiters.values()) for (const wake of set) wake();
   }
 
-  async listPending(
+  /** The pending list (GET /v1/queue/pending): `list` with status pending. */
+  listPending(
     principal: Principal,
-    q: { agent_id?: string; tenant_id?: string; action?: string; limit?: string; cursor?: string },
-  ): Promise<{ items: QueueItem[]; next_cursor: string | null }> {
-    const limit = parseLimit(q.limit);
-    const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor, 'queue');
-    for (const f of ['agent_id', 'tenant_id', 'action'] as const) {
-      if (q[f] !== undefined && (q[f] === '' || q[f].length > 256)) {
-        throw badRequest(`query parameter ${f} must be 1 to 256 characters`);
-      }
-    }
-    let tenant = q.tenant_id;
-    if (principal.tenant !== null) {
-      if (tenant !== undefined && tenant !== principal.tenant) {
-        throw forbidden(`API key is bound to tenant ${principal.tenant}`);
-      }
-      tenant = principal.tenant;
-    }
-    let agent = q.agent_id;
-    if (principal.agent !== null) {
-      if (agent !== undefined && agent !== principal.agent)
-        throw forbidden(`API key is bound to agent ${principal.agent}`);
-      agent = principal.agent;
-    }
-    const rows = await this.store.listPending({
-      agent_id: agent,
-      tenant_id: tenant,
+    q: Omit<QueueListQuery, 'statuses' | 'since' | 'until'>,
+  ): Promise<Page<QueueItem>> {
+    return this.list(principal, { ...q, statuses: 'pending' });
+  }
+
+  /**
+   * Items in one state, or in several decided states at once (`approved,denied`): pending
+   * oldest first, decided newest decision first. A bound key sees only its tenant and agent.
+   */
+  async list(principal: Principal, q: QueueListQuery): Promise<Page<QueueItem>> {
+    const statuses = q.statuses ?? 'pending';
+    const filter = {
+      ...narrowToBinding(principal, q),
       action: q.action,
-      after,
-      limit: limit + 1,
-      now: new Date().toISOString(),
-    });
-    const items = rows.slice(0, limit);
-    const last = items[items.length - 1];
-    return { items, next_cursor: rows.length > limit && last ? encodeCursor('queue', last.id) : null };
+      since: q.since,
+      until: q.until,
+    };
+    if (statuses === 'pending') {
+      const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor, PENDING_CURSOR);
+      const now = new Date().toISOString();
+      return fetchPage(
+        q,
+        (limit) => this.store.listPending({ ...filter, after, limit, now }),
+        (last) => encodeCursor(PENDING_CURSOR, last.id),
+      );
+    }
+    // A cursor names the states it pages through: replayed against other states it is refused.
+    const kind = `queue-${statuses.join(',')}`;
+    let before: { decided_at: string; id: string } | undefined;
+    if (q.cursor !== undefined) {
+      const m = readCursor(q.cursor, kind, /^(\d{4}-\d\d-\d\dT[\d:.]+Z)\|([^|]{1,128})$/);
+      before = { decided_at: m[1] as string, id: m[2] as string };
+    }
+    // Items past their expiry are recorded as expired before they are listed as such.
+    if (statuses.includes('expired')) await this.expire();
+    return fetchPage(
+      q,
+      (limit) => this.store.listDecided({ ...filter, statuses, before, limit }),
+      (last) => encodeCursor(kind, `${last.decided_at ?? ''}|${last.id}`),
+    );
+  }
+
+  /**
+   * The audit trail of one item, oldest first: its decision (with the policy's reasons), its
+   * approval, denial or expiry, and the tokens minted for it. Visible to whoever may see the item.
+   */
+  async events(
+    principal: Principal,
+    id: string,
+    q: PageQuery,
+  ): Promise<{
+    id: string;
+    trace_id: string;
+    events: AuditEvent[];
+    next_cursor: string | null;
+  }> {
+    const item = await this.visible(principal, id);
+    if (!this.opts.trail) throw new Error('QueueService was built without an audit trail reader');
+    const trail = await this.opts.trail(item.id, q);
+    return {
+      id: item.id,
+      trace_id: item.trace_id,
+      events: trail.items,
+      next_cursor: trail.next_cursor,
+    };
   }
 
   /** One item as it is now; with `waitSeconds`, held until it leaves pending or time runs out. */
@@ -101,15 +176,16 @@ export class QueueService {
     if (waitSeconds === undefined || item.status !== 'pending') return item;
     // Each held request re-reads the store while it waits: their number is bounded.
     if (this.longPolls >= this.maxLongPolls) {
-      throw new AppError(429, 'too many requests are waiting on the queue; retry shortly', {
-        'Retry-After': '1',
-      });
+      throw busy('too many requests are waiting on the queue; retry shortly');
     }
     this.longPolls++;
     try {
       const deadline = Date.now() + waitSeconds * 1000;
       while (item.status === 'pending' && Date.now() < deadline && !this.stopping) {
-        await this.sleepUntilWoken(id, Math.min(POLL_MS, deadline - Date.now()));
+        await this.sleepUntilWoken(
+          id,
+          Math.min(this.opts.notified ? POLL_MS.notified : POLL_MS.unnotified, deadline - Date.now()),
+        );
         item = await this.visible(principal, id);
       }
       return item;
@@ -126,29 +202,55 @@ export class QueueService {
   ): Promise<QueueItem> {
     const note = validateDecideBody(body).note ?? null;
     const item = await this.visible(principal, id);
-    if (
-      item.requested_by === principal.keyId ||
-      (principal.agent !== null && item.agent_id === principal.agent)
-    ) {
+    if (item.requested_by === principal.keyId || boundTo(principal, 'agent', item.agent_id)) {
       throw forbidden('the API key that made a request, or any key bound to its agent, cannot decide it');
     }
     if (item.status !== 'pending') throw conflictFor(item);
-    const now = new Date().toISOString();
-    const r = await this.store.decide(id, to, principal.name, note, now, (it) => ({
-      kind: to === 'approved' ? 'queue.approve' : 'queue.deny',
-      time: now,
-      trace_id: it.trace_id,
-      request_id: it.id,
-      actor: principal.name,
-      agent_id: it.agent_id,
-      user_id: it.user_id,
-      tenant_id: it.tenant_id,
-      action: it.action,
-      resource: it.resource,
-      outcome: to,
-      message: note,
-      details: { subject_kind: it.kind },
-    }));
+    const at = new Date();
+    const now = at.toISOString();
+    // An approval consumes the request's budgets (SPEC §13); a denial consumes nothing.
+    const charge = to === 'approved' && item.limits ? chargeAt(item.limits, at.getTime()) : undefined;
+    const r = await this.store.decide(
+      id,
+      to,
+      principal.name,
+      note,
+      now,
+      (it) => ({
+        kind: to === 'approved' ? 'queue.approve' : 'queue.deny',
+        time: now,
+        trace_id: it.trace_id,
+        request_id: it.id,
+        actor: principal.name,
+        agent_id: it.agent_id,
+        user_id: it.user_id,
+        tenant_id: it.tenant_id,
+        action: it.action,
+        resource: it.resource,
+        outcome: to,
+        message: note,
+        details: {
+          subject_kind: it.kind,
+          ...(it.request_digest ? { request_digest: it.request_digest } : {}),
+          ...(charge
+            ? {
+                limits_consumed: charge.map((l) => ({
+                  key: l.key,
+                  window: l.window,
+                  cost: fromMicro(l.cost),
+                })),
+              }
+            : {}),
+        },
+      }),
+      charge,
+    );
+    if (!r.won && r.exhausted) {
+      throw conflict(
+        `budget exhausted: limit ${JSON.stringify(r.exhausted.key)} allows ${fromMicro(r.exhausted.max)} per ` +
+          `${r.exhausted.window}; request ${id} stays pending`,
+      );
+    }
     if (!r.won) {
       if (!r.item) throw notFound(`queue item ${id} not found`);
       throw conflictFor(await this.settle(r.item));
@@ -176,12 +278,7 @@ export class QueueService {
   private async visible(principal: Principal, id: string): Promise<QueueItem> {
     const item = await this.store.get(id);
     if (!item) throw notFound(`queue item ${id} not found`);
-    if (principal.tenant !== null && item.tenant_id !== principal.tenant) {
-      throw forbidden(`API key is bound to tenant ${principal.tenant}`);
-    }
-    if (principal.agent !== null && item.agent_id !== principal.agent) {
-      throw forbidden(`API key is bound to agent ${principal.agent}`);
-    }
+    checkBinding(principal, item);
     return this.settle(item);
   }
 
@@ -208,13 +305,15 @@ export class QueueService {
     });
   }
 
-  private wake(id: string): void {
-    for (const wake of [...(this.waiters.get(id) ?? [])]) wake();
+  /** Ends the waits on item `id` (or on every item), so they re-read the store now. */
+  wake(id?: string): void {
+    const sets = id === undefined ? [...this.waiters.values()] : [this.waiters.get(id) ?? new Set()];
+    for (const set of sets) for (const wake of [...set]) wake();
   }
 }
 
-function conflictFor(item: QueueItem): AppError {
-  return new AppError(409, `queue item ${item.id} is already ${item.status}`);
+function conflictFor(item: QueueItem): Error {
+  return conflict(`queue item ${item.id} is already ${item.status}`);
 }
 
 function expireEvent(it: QueueItem): NewAuditEvent {
@@ -233,13 +332,4 @@ function expireEvent(it: QueueItem): NewAuditEvent {
     message: 'not decided before expires_at',
     details: { subject_kind: it.kind },
   };
-}
-
-/** Parses `?wait=`: whole or fractional seconds in [0, 60]. */
-export function parseWait(raw: string | string[] | undefined): number | undefined {
-  if (raw === undefined) return undefined;
-  if (Array.isArray(raw) || !/^\d+(\.\d+)?$/.test(raw) || Number(raw) > MAX_WAIT_SECONDS) {
-    throw badRequest(`query parameter wait must be a number of seconds between 0 and ${MAX_WAIT_SECONDS}`);
-  }
-  return Number(raw);
 }

@@ -21,4 +21,28 @@ export interface QueueItem {
   note: string | null;
   /** Id of the API key that asked; that key may not decide the item. */
   requested_by: string;
+  /** base64url SHA-256 of the call as received (SPEC §13): what an approval is bound to. */
+  request_digest?: string | null;
+  /** The policy revision that asked for approval. */
+  policy_revision?: number | null;
+  /** The user an agent acts for (SPEC §13). */
+  on_behalf_of?: { tenant_id: string; user_id: string } | null;
+  /** Budgets the request consumes when approved (internal: not shown). */
+  limits?: LimitDeclaration[] | null;
+}
+
+/** A budget as a policy declared it, in micro-units (SPEC §13 `limits`). */
+export interface LimitDeclaration {
+  key: string;
+  /** As declared, e.g. "1h". */
+  window: string;
+  windowMs: number;
+  /** Micro-units (1 = 1e-6): exact integer arithmetic across processes. */
+  max: number;
+  cost: number;
+}
+
+/** One budget charged at one instant: the declaration and the fixed window the instant is in. */
+export interface LimitUse extends LimitDeclaration {
+  windowStart: string;
 }

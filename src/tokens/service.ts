@@ -9,9 +9,10 @@ import {
   type JWTPayload,
 } from 'jose';
 import type { DecisionStore } from '../decisions/store.js';
-import { AppError, badRequest, conflict, forbidden, notFound } from '../errors.js';
-import { compileSchema } from '../http/validation.js';
+import { conflict, forbidden, internal, invalid, notFound } from '../errors.js';
+import { compileSchema } from '../common/validation.js';
 import { newId } from '../ids.js';
+import { admits, checkAdmits } from '../keys/binding.js';
 import { hasScope } from '../keys/service.js';
 import type { Principal } from '../keys/types.js';
 import type { QueueService } from '../queue/service.js';
@@ -63,7 +64,12 @@ export const mintRequestSchema = (maxTtl: number) => ({
       type: 'array',
       minItems: 1,
       maxItems: 64,
-      items: { type: 'string', minLength: 1, maxLength: 1024, pattern: '^\\S+$' },
+      items: {
+        type: 'string',
+        minLength: 1,
+        maxLength: 1024,
+        pattern: '^\\S+$',
+      },
     },
     ttl_seconds: { type: 'integer', minimum: 1, maximum: maxTtl },
     audience: { type: 'string', minLength: 1, maxLength: 256 },
@@ -111,12 +117,19 @@ export class TokenService {
   /** Loads the signing key, generating and persisting it on first start. */
   async init(): Promise<void> {
     const rec = await this.store.signingKey(async () => {
-      const { privateKey, publicKey } = await generateKeyPair(ALG, { crv: 'Ed25519', extractable: true });
+      const { privateKey, publicKey } = await generateKeyPair(ALG, {
+        crv: 'Ed25519',
+        extractable: true,
+      });
       const pub = await exportJWK(publicKey);
       const kid = await calculateJwkThumbprint(pub);
       return {
         kid,
-        private_jwk: JSON.stringify({ ...(await exportJWK(privateKey)), kid, alg: ALG }),
+        private_jwk: JSON.stringify({
+          ...(await exportJWK(privateKey)),
+          kid,
+          alg: ALG,
+        }),
         public_jwk: JSON.stringify({ ...pub, kid, alg: ALG, use: 'sig' }),
         created_at: new Date().toISOString(),
       };
@@ -139,12 +152,12 @@ export class TokenService {
     const audience = req.audience ?? this.cfg.issuer;
     if (req.request_id !== undefined) {
       if (req.subject !== undefined || req.scopes !== undefined) {
-        throw badRequest('give either request_id, or subject and scopes, not both');
+        throw invalid('give either request_id, or subject and scopes, not both');
       }
       return this.exchange(req.request_id, ttl, audience, principal);
     }
     if (req.subject === undefined || req.scopes === undefined) {
-      throw badRequest('missing required field: request_id (or subject and scopes for free-form minting)');
+      throw invalid('missing required field: request_id (or subject and scopes for free-form minting)');
     }
     if (!hasScope(principal, 'admin'))
       throw forbidden('free-form minting (subject and scopes) needs the admin scope');
@@ -163,9 +176,7 @@ export class TokenService {
   ): Promise<MintedToken> {
     const d = await this.decisions.get(requestId);
     if (!d) throw notFound(`no decision with request_id ${requestId}`);
-    if (principal.tenant !== null && d.tenant_id !== principal.tenant) {
-      throw forbidden(`API key is bound to tenant ${principal.tenant}`);
-    }
+    checkAdmits(principal, 'tenant', d.tenant_id);
     if (d.key_id !== principal.keyId && !hasScope(principal, 'admin')) {
       throw forbidden('only the API key that made the request can exchange it for a token');
     }
@@ -197,6 +208,9 @@ export class TokenService {
       d.trace_id,
     );
     token.tenant_id = d.tenant_id;
+    // Bound to the exact call that was allowed or approved, and the revision that decided it.
+    token.request_digest = d.request_digest ?? null;
+    token.policy_revision = d.policy_revision ?? null;
     const jwt = await this.sign(token);
     const r = await this.store.exchange(requestId, token, this.mintEvent(token, principal, {}));
     if (r === 'already') throw conflict(`request ${requestId} was already exchanged for a token`);
@@ -217,9 +231,11 @@ export class TokenService {
     } catch {
       return { active: false };
     }
-    if (typeof payload.jti !== 'string' || this.store.revokedAt(payload.jti) !== null)
+    if (typeof payload.jti !== 'string' || (await this.store.revokedAt(payload.jti)) !== null)
       return { active: false };
-    if (principal.tenant !== null && payload.tenant_id !== principal.tenant) return { active: false };
+    const tenant = typeof payload.tenant_id === 'string' ? payload.tenant_id : null;
+    // Another tenant's token is none of a bound key's business: inactive, as RFC 7662 §4 allows.
+    if (!admits(principal, 'tenant', tenant)) return { active: false };
     return {
       active: true,
       token_type: 'Bearer',
@@ -231,6 +247,8 @@ export class TokenService {
       iat: payload.iat,
       jti: payload.jti,
       request_id: payload.request_id ?? null,
+      request_digest: payload.request_digest ?? null,
+      policy_revision: payload.policy_revision ?? null,
     };
   }
 
@@ -241,9 +259,7 @@ export class TokenService {
   ): Promise<{ token_id: string; revoked: true; revoked_at: string }> {
     const t = await this.store.get(tokenId);
     if (!t) throw notFound(`token ${tokenId} not found`);
-    if (principal.tenant !== null && t.tenant_id !== principal.tenant) {
-      throw forbidden(`API key is bound to tenant ${principal.tenant}`);
-    }
+    checkAdmits(principal, 'tenant', t.tenant_id);
     const r = await this.store.revoke(tokenId, new Date().toISOString(), (tok) => ({
       kind: 'token.revoke',
       trace_id: tok.trace_id ?? traceId,
@@ -254,7 +270,7 @@ export class TokenService {
       outcome: 'revoked',
       details: { token_id: tok.id, subject: tok.subject },
     }));
-    if (!r || r.revoked_at === null) throw new AppError(500, 'revocation was not recorded');
+    if (!r || r.revoked_at === null) throw internal('revocation was not recorded');
     if (t.revoked_at === null) this.observer.revoked();
     return { token_id: r.id, revoked: true, revoked_at: r.revoked_at };
   }
@@ -287,9 +303,15 @@ export class TokenService {
   private sign(t: TokenRecord): Promise<string> {
     // Scopes are space-delimited in the claim: one that contains a space would read as several.
     if (t.scopes.some((s) => /\s/.test(s)))
-      throw new AppError(500, 'refusing to sign a scope that contains whitespace');
-    const claims: JWTPayload = { scope: t.scopes.join(' '), request_id: t.request_id };
+      throw internal('refusing to sign a scope that contains whitespace');
+    const claims: JWTPayload = {
+      scope: t.scopes.join(' '),
+      request_id: t.request_id,
+    };
     if (t.tenant_id !== null) claims.tenant_id = t.tenant_id;
+    if (t.request_digest) claims.request_digest = t.request_digest;
+    if (t.policy_revision !== null && t.policy_revision !== undefined)
+      claims.policy_revision = t.policy_revision;
     return new SignJWT(claims)
       .setProtectedHeader({ alg: ALG, kid: this.kid, typ: TYP })
       .setIssuer(this.cfg.issuer)
@@ -310,7 +332,14 @@ export class TokenService {
       tenant_id: t.tenant_id,
       resource: t.id,
       outcome: 'minted',
-      details: { token_id: t.id, subject: t.subject, scopes: t.scopes, expires_at: t.expires_at, ...details },
+      details: {
+        token_id: t.id,
+        subject: t.subject,
+        scopes: t.scopes,
+        expires_at: t.expires_at,
+        ...(t.request_digest ? { request_digest: t.request_digest, policy_revision: t.policy_revision } : {}),
+        ...details,
+      },
     };
   }
 

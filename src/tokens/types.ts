@@ -14,6 +14,9 @@ export interface TokenRecord {
   /** Name of the API key that minted it. */
   minted_by: string;
   trace_id: string | null;
+  /** The approved call's digest and deciding revision (SPEC §13), for exchanged decisions. */
+  request_digest?: string | null;
+  policy_revision?: number | null;
 }
 
 export interface SigningKeyRecord {
@@ -35,6 +38,6 @@ export interface TokenStore {
   get(id: string): Promise<TokenRecord | undefined>;
   /** Revokes (idempotently: keeps the first revoked_at); undefined if unknown. */
   revoke(id: string, at: string, event: (t: TokenRecord) => NewAuditEvent): Promise<TokenRecord | undefined>;
-  /** Indexed lookup used by introspection. */
-  revokedAt(id: string): string | null | undefined;
+  /** When the token was revoked (null: live), or undefined if unknown; read per introspection. */
+  revokedAt(id: string): Promise<string | null | undefined>;
 }

@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { createTestDatabase, queryDatabase, TEST_BACKEND, type TestDatabase } from './postgres.js';
 
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const MAIN = path.join(REPO, 'dist', 'src', 'main.js');
@@ -26,6 +27,9 @@ export interface RequestOptions {
   headers?: Record<string, string>;
 }
 
+/** Test databases by the data directory of the instance that created them. */
+const databases = new Map<string, TestDatabase>();
+
 /** A real Arbiter process on ports chosen by the OS, with its own data directory. */
 export class Arbiter {
   engine = '';
@@ -37,13 +41,57 @@ export class Arbiter {
     readonly dataDir: string,
     readonly env: Record<string, string>,
     private readonly ownsDir: boolean,
+    private readonly ownDatabase: TestDatabase | undefined,
   ) {}
 
+  /**
+   * Starts an instance with a fresh data directory, or over `dataDir` (another instance's state).
+   * With ARBITER_TEST_BACKEND=postgres each fresh instance gets a database of its own, and an
+   * instance over another's data directory shares that instance's database.
+   */
   static async start(env: Record<string, string> = {}, dataDir?: string): Promise<Arbiter> {
     const dir = dataDir ?? mkdtempSync(path.join(os.tmpdir(), 'arbiter-test-'));
-    const a = new Arbiter(dir, env, dataDir === undefined);
-    await a.spawn();
+    let own: TestDatabase | undefined;
+    const withDb = { ...env };
+    if (TEST_BACKEND === 'postgres' && env.ARBITER_DATABASE_URL === undefined) {
+      let db = databases.get(dir);
+      if (!db) {
+        own = db = await createTestDatabase();
+        databases.set(dir, db);
+      }
+      withDb.ARBITER_DATABASE_URL = db.url;
+    }
+    const a = new Arbiter(dir, withDb, dataDir === undefined, own);
+    try {
+      await a.spawn();
+    } catch (e) {
+      if (own) await own.drop().catch(() => undefined);
+      throw e;
+    }
     return a;
+  }
+
+  /** The PostgreSQL URL this instance uses, if any. */
+  get databaseUrl(): string | undefined {
+    return this.env.ARBITER_DATABASE_URL;
+  }
+
+  /**
+   * Runs a read-only query against this instance's database, whichever backend it is on: for what
+   * the API does not show (that nothing at all was stored, say). Placeholders are $1, $2, ….
+   */
+  async stored<T = Record<string, unknown>>(sql: string, params: unknown[] = []): Promise<T[]> {
+    if (this.databaseUrl) return queryDatabase<T>(this.databaseUrl, sql, params);
+    return readDb(this.dataDir, (db) => db.prepare(sql.replace(/\$\d+/g, '?')).all(...params) as T[]);
+  }
+
+  /** A count of rows, through `stored`. */
+  async count(table: string, where = 'true', params: unknown[] = []): Promise<number> {
+    const [r] = await this.stored<{ n: number | string }>(
+      `SELECT count(*) AS n FROM ${table} WHERE ${where}`,
+      params,
+    );
+    return Number(r?.n ?? 0);
   }
 
   fullEnv(): NodeJS.ProcessEnv {
@@ -124,6 +172,10 @@ export class Arbiter {
   async close(): Promise<void> {
     await this.stop();
     if (this.ownsDir) rmSync(this.dataDir, { recursive: true, force: true });
+    if (this.ownDatabase) {
+      databases.delete(this.dataDir);
+      await this.ownDatabase.drop();
+    }
   }
 
   /** Runs `arbiter <args>` (e.g. keys create) against this instance's data directory. */
@@ -194,4 +246,50 @@ export function readDb<T>(dataDir: string, fn: (db: import('better-sqlite3').Dat
   } finally {
     db.close();
   }
+}
+
+/** Every audit event matching `query` (GET /api/v1/audit, all pages), newest first, as the API shows it. */
+export async function auditEvents(
+  platform: string,
+  query: Record<string, string> = {},
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- audit events are read as plain JSON
+): Promise<any[]> {
+  const out: unknown[] = [];
+  let cursor: string | null = null;
+  do {
+    const q = new URLSearchParams({ ...query, limit: '1000', ...(cursor ? { cursor } : {}) });
+    const r = await call('GET', `${platform}/api/v1/audit?${q}`);
+    if (r.status !== 200) throw new Error(`audit query failed: ${r.status} ${r.text}`);
+    out.push(...(r.json.events as unknown[]));
+    cursor = r.json.next_cursor as string | null;
+  } while (cursor !== null);
+  return out;
+}
+
+/**
+ * How many audit events are stored, as the API shows it: GET /api/v1/audit/verify checks every
+ * event and reports how many it checked (and fails the test if the chain does not verify).
+ */
+export async function auditCount(platform: string): Promise<number> {
+  const r = await call('GET', `${platform}/api/v1/audit/verify`);
+  if (r.status !== 200 || r.json.ok !== true) throw new Error(`audit verify failed: ${r.status} ${r.text}`);
+  return r.json.checked as number;
+}
+
+/**
+ * Every row of every table of the instance's database as one JSON text, whichever backend it is
+ * on (compiled WebAssembly aside): to check that a secret was stored nowhere.
+ */
+export async function storedText(a: Arbiter): Promise<string> {
+  const tables = await a.stored<{ name: string }>(
+    a.databaseUrl
+      ? "SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public'"
+      : "SELECT name FROM sqlite_master WHERE type = 'table'",
+  );
+  const out: Record<string, unknown[]> = {};
+  for (const { name } of tables) {
+    if (name === 'compiled_sets') continue;
+    out[name] = await a.stored(`SELECT * FROM ${name}`);
+  }
+  return JSON.stringify(out);
 }

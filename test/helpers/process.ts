@@ -40,7 +40,11 @@ export interface LogLine {
   [field: string]: unknown;
 }
 
-/** An `arbiter serve …` process started by hand, with every log line kept in arrival order. */
+/**
+ * An `arbiter serve …` process started by hand, with every log line kept in arrival order.
+ * `command` replaces the node arguments, and may set the working directory and user (e.g. to run
+ * an image's ENTRYPOINT + CMD).
+ */
 export class ServeProcess {
   readonly lines: string[] = [];
   readonly records: LogLine[] = [];
@@ -48,8 +52,16 @@ export class ServeProcess {
   private readonly child: ChildProcess;
   private waiters: (() => void)[] = [];
 
-  constructor(args: string[], env: NodeJS.ProcessEnv) {
-    this.child = spawn(process.execPath, [MAIN, 'serve', ...args], {
+  constructor(
+    args: string[],
+    env: NodeJS.ProcessEnv,
+    command: { argv: string[]; cwd?: string; uid?: number; gid?: number } = {
+      argv: [MAIN, 'serve', ...args],
+    },
+  ) {
+    const { argv, ...options } = command;
+    this.child = spawn(process.execPath, argv, {
+      ...options,
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -35,7 +35,7 @@ test_allow if {
 		with data.authz.agent.require_approval as set()
 		with data.authz.agent.allow as true
 		with data.authz.agent.thresholds as {}
-	d == {"status": "allow", "message": "allowed", "reasons": []}
+	d == {"status": "allow", "message": "allowed", "reasons": [], "limits": []}
 }
 
 test_deny_reasons_sorted_and_joined if {
@@ -44,7 +44,7 @@ test_deny_reasons_sorted_and_joined if {
 		with data.authz.agent.require_approval as set()
 		with data.authz.agent.allow as true
 		with data.authz.agent.thresholds as {}
-	d == {"status": "deny", "message": "alpha; zeta", "reasons": ["alpha", "zeta"]}
+	d == {"status": "deny", "message": "alpha; zeta", "reasons": ["alpha", "zeta"], "limits": []}
 }
 
 test_deny_rule_beats_everything if {
@@ -74,7 +74,7 @@ test_default_deny_without_allow_or_approval if {
 		with data.authz.agent.require_approval as set()
 		with data.authz.agent.allow as false
 		with data.authz.agent.thresholds as {}
-	d == {"status": "deny", "message": "no policy allows read on this resource", "reasons": []}
+	d == {"status": "deny", "message": "no policy allows read on this resource", "reasons": [], "limits": []}
 }
 
 test_allow_must_be_boolean_true if {
@@ -92,7 +92,7 @@ test_approval_reason_without_allow_requires_approval if {
 		with data.authz.agent.require_approval as {"b", "a"}
 		with data.authz.agent.allow as false
 		with data.authz.agent.thresholds as {}
-	d == {"status": "requires_approval", "message": "a; b", "reasons": ["a", "b"]}
+	d == {"status": "requires_approval", "message": "a; b", "reasons": ["a", "b"], "limits": []}
 }
 
 test_approval_reasons_beat_approval_threshold if {
@@ -222,15 +222,18 @@ test_partial_thresholds_fall_back_per_key if {
 		with data.authz.agent.thresholds as th2
 }
 
-test_non_numeric_threshold_ignored if {
+# A mistyped stricter gate must not become the looser default: deny, naming both problems.
+test_non_numeric_threshold_denies if {
 	th := {"read": {"deny_below": "0.99", "approval_below": null}, "*": {"deny_below": 0.3}}
 	d := data.authz.decision with input as agent_req("read", 0.4)
 		with data.authz.agent.deny as set()
 		with data.authz.agent.require_approval as set()
 		with data.authz.agent.allow as true
 		with data.authz.agent.thresholds as th
-	d.status == "requires_approval"
-	d.message == "confidence 0.4 is below the approval threshold 0.9 for action read"
+	d.status == "deny"
+	d.reasons == ["invalid_threshold"]
+	contains(d.message, `thresholds["read"].deny_below must be a number between 0 and 1, got "0.99"`)
+	contains(d.message, `thresholds["read"].approval_below must be a number between 0 and 1, got null`)
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -334,4 +337,190 @@ test_unknown_kind_denied if {
 		with data.authz.human.allow as true
 		with data.authz.human.require_approval as {"x"}
 	d.status == "deny"
+}
+
+# Malformed thresholds fail closed: deny, never the looser defaults.
+test_string_threshold_denies if {
+	d := data.authz.decision with input as {"kind": "agent", "agent_id": "a", "action": "x", "resource": "r", "confidence": 0.95}
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {"x": {"deny_below": "0.99"}}
+	d.status == "deny"
+	d.reasons == ["invalid_threshold"]
+	contains(d.message, `thresholds["x"].deny_below must be a number between 0 and 1, got "0.99"`)
+}
+
+test_star_threshold_out_of_range_denies if {
+	d := data.authz.decision with input as {"kind": "agent", "agent_id": "a", "action": "x", "resource": "r", "confidence": 0.95}
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {"*": {"deny_below": 0.5, "approval_below": 1.5}}
+	d.status == "deny"
+	d.reasons == ["invalid_threshold"]
+}
+
+test_inverted_threshold_denies if {
+	d := data.authz.decision with input as {"kind": "agent", "agent_id": "a", "action": "x", "resource": "r", "confidence": 0.95}
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {"x": {"deny_below": 0.9, "approval_below": 0.5}}
+	d.status == "deny"
+	contains(d.message, "deny_below 0.9 exceeds approval_below 0.5")
+}
+
+test_unknown_threshold_key_denies if {
+	d := data.authz.decision with input as {"kind": "agent", "agent_id": "a", "action": "x", "resource": "r", "confidence": 0.95}
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {"x": {"deny_bellow": 0.9}}
+	d.status == "deny"
+	contains(d.message, `unknown key "deny_bellow"`)
+}
+
+test_non_object_thresholds_deny if {
+	d := data.authz.decision with input as {"kind": "agent", "agent_id": "a", "action": "x", "resource": "r", "confidence": 0.95}
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as 7
+	d.status == "deny"
+	d.reasons == ["invalid_threshold"]
+}
+
+test_malformed_entry_of_another_action_does_not_deny_this_one if {
+	d := data.authz.decision with input as {"kind": "agent", "agent_id": "a", "action": "read", "resource": "r", "confidence": 0.95}
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {"x": {"deny_below": "0.99"}}
+	d.status == "allow"
+}
+
+test_threshold_errors_lists_every_problem if {
+	errs := data.authz.threshold_errors with data.authz.agent.thresholds as {
+		"a": {"deny_below": "0.9"},
+		"b": {"deny_below": 0.9, "approval_below": 0.2},
+		"c": 3,
+		"d": {"deny_below": 0.2, "approval_below": 0.8},
+	}
+	count(errs) == 3
+}
+
+test_valid_thresholds_have_no_errors if {
+	count(data.authz.threshold_errors) == 0 with data.authz.agent.thresholds as {"*": {"deny_below": 0.5, "approval_below": 0.9}, "x": {"approval_below": 0.99}}
+}
+
+# ---------------------------------------------------------------------------------------------
+# on_behalf_of: the stricter of the agent's and the user's outcome, with both reasons
+
+obo_req(action, resource, user) := {
+	"kind": "agent",
+	"agent_id": "test-agent",
+	"action": action,
+	"resource": resource,
+	"confidence": 0.99,
+	"context": {},
+	"principal": {"name": "p", "tenant": "t", "agent": "test-agent"},
+	"on_behalf_of": {"tenant_id": "t", "user_id": user},
+}
+
+test_obo_both_allow_is_allow if {
+	d := data.authz.decision with input as obo_req("read", "doc/1", "alice")
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+		with data.authz.human.deny as set()
+		with data.authz.human.require_approval as set()
+		with data.authz.human.allow as true
+	d.status == "allow"
+	d.reasons == []
+}
+
+test_obo_user_denied_denies_an_allowed_agent if {
+	d := data.authz.decision with input as obo_req("delete", "doc/1", "bob")
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+		with data.authz.human.deny as {"bob may not delete"}
+		with data.authz.human.require_approval as set()
+		with data.authz.human.allow as true
+	d.status == "deny"
+	d.message == "on behalf of bob: bob may not delete"
+	d.reasons == ["on behalf of bob: bob may not delete"]
+}
+
+test_obo_user_without_allow_is_default_deny if {
+	d := data.authz.decision with input as obo_req("read", "doc/1", "mallory")
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+		with data.authz.human.deny as set()
+		with data.authz.human.require_approval as set()
+		with data.authz.human.allow as false
+	d.status == "deny"
+	contains(d.message, "on behalf of mallory: no policy allows read")
+}
+
+test_obo_deny_beats_approval_and_keeps_both_reasons if {
+	d := data.authz.decision with input as obo_req("deploy", "prod/api", "carol")
+		with data.authz.agent.deny as {"agent frozen"}
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+		with data.authz.human.deny as set()
+		with data.authz.human.require_approval as {"carol needs a second pair of eyes"}
+		with data.authz.human.allow as true
+	d.status == "deny"
+	d.reasons == ["agent frozen", "on behalf of carol: carol needs a second pair of eyes"]
+	d.message == "agent frozen; on behalf of carol: carol needs a second pair of eyes"
+}
+
+test_obo_user_approval_beats_agent_allow if {
+	d := data.authz.decision with input as obo_req("deploy", "prod/api", "carol")
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+		with data.authz.human.deny as set()
+		with data.authz.human.require_approval as {"needs review"}
+		with data.authz.human.allow as true
+	d.status == "requires_approval"
+	d.reasons == ["on behalf of carol: needs review"]
+}
+
+test_obo_agent_denial_stands_when_user_allowed if {
+	d := data.authz.decision with input as obo_req("read", "doc/1", "alice")
+		with data.authz.agent.deny as {"agent may not read"}
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+		with data.authz.human.deny as set()
+		with data.authz.human.require_approval as set()
+		with data.authz.human.allow as true
+	d.status == "deny"
+	d.reasons == ["agent may not read"]
+}
+
+test_split_resource if {
+	data.authz.split_resource("doc/1/2") == {"type": "doc", "id": "1/2"}
+	data.authz.split_resource("plain") == {"type": "", "id": "plain"}
+	data.authz.split_resource("/x") == {"type": "", "id": "x"}
+}
+
+test_limits_listed_for_the_subject_kind if {
+	d := data.authz.decision with input as agent_req("read", 0.99)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+		with data.authz.agent.limits as {{"key": "calls", "window": "1h", "max": 3}}
+		with data.authz.human.limits as {{"key": "human-only", "window": "1h", "max": 1}}
+	d.limits == [{"key": "calls", "window": "1h", "max": 3}]
 }

@@ -32,6 +32,7 @@ function migrate(db: Db): void {
     db.transaction(() => {
       if (isApplied.get(m.version)) return;
       db.exec(m.sql);
+      m.up?.(db);
       db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(
         m.version,
         m.name,

@@ -1,8 +1,20 @@
+import { createHash } from 'node:crypto';
+import { canonicalJson } from '../../common/canonical-json.js';
+import type { Db } from './db.js';
+
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+  /** Runs after `sql`, in the same transaction, for changes SQL alone cannot make. */
+  up?: (db: Db) => void;
+}
+
 /**
  * Versioned schema migrations. Append only: a released migration is never edited; a change is a
  * new entry. Each runs in its own transaction and is recorded in schema_migrations.
  */
-export const migrations: readonly { version: number; name: string; sql: string }[] = [
+export const migrations: readonly Migration[] = [
   {
     version: 1,
     name: 'initial schema',
@@ -181,6 +193,209 @@ export const migrations: readonly { version: number; name: string; sql: string }
       CREATE INDEX audit_agent ON audit_events (agent_id, seq) WHERE agent_id IS NOT NULL;
       CREATE INDEX audit_user ON audit_events (user_id, seq) WHERE user_id IS NOT NULL;
       CREATE INDEX audit_tenant ON audit_events (tenant_id, seq) WHERE tenant_id IS NOT NULL;
+    `,
+  },
+  {
+    version: 6,
+    name: 'audit events stored as the hashed text',
+    sql: `
+      -- Each event is kept as body: the canonical JSON text that its hash covers, byte for byte.
+      -- The other columns are copies of body's values that filters and their indexes use; audit
+      -- verification checks that they agree with body.
+      CREATE TABLE audit_log (
+        seq        INTEGER PRIMARY KEY,
+        time       TEXT NOT NULL,
+        kind       TEXT NOT NULL,
+        trace_id   TEXT,
+        request_id TEXT,
+        agent_id   TEXT,
+        user_id    TEXT,
+        tenant_id  TEXT,
+        action     TEXT,
+        outcome    TEXT,
+        body       TEXT NOT NULL,
+        hash       TEXT NOT NULL
+      ) STRICT;
+    `,
+    up: (db) => {
+      const insert = db.prepare(`INSERT INTO audit_log (seq, time, kind, trace_id, request_id, agent_id,
+        user_id, tenant_id, action, outcome, body, hash) VALUES (@seq, @time, @kind, @trace_id, @request_id,
+        @agent_id, @user_id, @tenant_id, @action, @outcome, @body, @hash)`);
+      let seq = 0;
+      for (const r of db.prepare('SELECT * FROM audit_events ORDER BY seq').iterate() as Iterable<
+        Record<string, unknown>
+      >) {
+        const { seq: _seq, hash, ...content } = r;
+        // The content exactly as it was hashed when it was written (see src/audit/chain.ts).
+        const body = canonicalJson({
+          ...content,
+          resource: r.resource === null ? null : (JSON.parse(r.resource as string) as unknown),
+          details: JSON.parse(r.details as string) as unknown,
+        });
+        insert.run({ ...content, seq: ++seq, body, hash });
+      }
+      db.exec(`
+        DROP TABLE audit_events;
+        ALTER TABLE audit_log RENAME TO audit_events;
+        CREATE INDEX audit_trace ON audit_events (trace_id, seq);
+        CREATE INDEX audit_request ON audit_events (request_id, seq);
+        CREATE INDEX audit_kind ON audit_events (kind, seq);
+        CREATE INDEX audit_action ON audit_events (action, seq);
+        CREATE INDEX audit_outcome ON audit_events (outcome, seq);
+        CREATE INDEX audit_time ON audit_events (time, seq);
+        CREATE INDEX audit_agent ON audit_events (agent_id, seq) WHERE agent_id IS NOT NULL;
+        CREATE INDEX audit_user ON audit_events (user_id, seq) WHERE user_id IS NOT NULL;
+        CREATE INDEX audit_tenant ON audit_events (tenant_id, seq) WHERE tenant_id IS NOT NULL;
+      `);
+      db.prepare("UPDATE meta SET value = ? WHERE key = 'audit_count'").run(String(seq));
+    },
+  },
+  {
+    version: 7,
+    name: 'queue history indexes',
+    sql: `
+      -- Decided items, newest decision first (GET /v1/queue?status=approved|denied|expired): one
+      -- index for a single status, one for several at once, each read backwards. Pending items
+      -- have no row in either, so a decision that queues an item pays nothing for them.
+      CREATE INDEX queue_decided_status ON queue_items (status, decided_at, id) WHERE status <> 'pending';
+      CREATE INDEX queue_decided ON queue_items (decided_at, id) WHERE status <> 'pending';
+    `,
+  },
+  {
+    version: 8,
+    name: 'policy history',
+    sql: `
+      -- Every revision's whole set, content-addressed: a module or data value is stored once by
+      -- its sha256 however many revisions hold it. data_documents gains the sha256 of its value.
+      CREATE TABLE policy_blobs (
+        sha256 TEXT PRIMARY KEY,
+        rego   TEXT NOT NULL
+      ) STRICT;
+      CREATE TABLE data_blobs (
+        sha256 TEXT PRIMARY KEY,
+        value  TEXT NOT NULL
+      ) STRICT;
+      CREATE TABLE revisions (
+        revision INTEGER PRIMARY KEY,
+        time     TEXT NOT NULL,
+        actor    TEXT NOT NULL,
+        message  TEXT,
+        changes  TEXT NOT NULL,
+        policies TEXT NOT NULL,
+        data     TEXT NOT NULL
+      ) STRICT;
+      CREATE TABLE policy_versions (
+        name     TEXT NOT NULL,
+        version  INTEGER NOT NULL,
+        revision INTEGER NOT NULL,
+        sha256   TEXT NOT NULL,
+        time     TEXT NOT NULL,
+        actor    TEXT NOT NULL,
+        deleted  INTEGER NOT NULL,
+        PRIMARY KEY (name, version)
+      ) STRICT;
+      ALTER TABLE data_documents ADD COLUMN sha256 TEXT NOT NULL DEFAULT '';
+    `,
+    up: (db) => {
+      // History begins with the live set as it stands: that revision is known exactly; earlier
+      // ones are not (explanations of older decisions say so).
+      const revision = Number(db.prepare("SELECT value FROM meta WHERE key = 'revision'").pluck().get());
+      const docs = db.prepare('SELECT path, value FROM data_documents').all() as {
+        path: string;
+        value: string;
+      }[];
+      for (const d of docs) {
+        const canonical = canonicalJson(JSON.parse(d.value));
+        const sha = createHash('sha256').update(canonical).digest('hex');
+        db.prepare('UPDATE data_documents SET sha256 = ? WHERE path = ?').run(sha, d.path);
+        db.prepare('INSERT OR IGNORE INTO data_blobs (sha256, value) VALUES (?, ?)').run(sha, d.value);
+      }
+      if (revision === 0) return;
+      const policies = db
+        .prepare('SELECT name, rego, sha256, version, description, updated_at FROM policies ORDER BY name')
+        .all() as {
+        name: string;
+        rego: string;
+        sha256: string;
+        version: number;
+        description: string;
+        updated_at: string;
+      }[];
+      const now = new Date().toISOString();
+      for (const p of policies) {
+        db.prepare('INSERT OR IGNORE INTO policy_blobs (sha256, rego) VALUES (?, ?)').run(p.sha256, p.rego);
+        db.prepare(
+          `INSERT INTO policy_versions (name, version, revision, sha256, time, actor, deleted)
+           VALUES (?, ?, ?, ?, ?, 'system', 0)`,
+        ).run(p.name, p.version, revision, p.sha256, p.updated_at);
+      }
+      db.prepare(
+        `INSERT INTO revisions (revision, time, actor, message, changes, policies, data) VALUES (?, ?, 'system', ?, '[]', ?, ?)`,
+      ).run(
+        revision,
+        now,
+        'history begins: the live set when history was first recorded',
+        JSON.stringify(
+          policies.map(({ name, sha256, version, description }) => ({ name, sha256, version, description })),
+        ),
+        JSON.stringify(db.prepare('SELECT path, sha256 FROM data_documents ORDER BY path').all()),
+      );
+    },
+  },
+  {
+    version: 9,
+    name: 'webhooks and their outbox',
+    sql: `
+      CREATE TABLE webhooks (
+        name       TEXT PRIMARY KEY,
+        url        TEXT NOT NULL,
+        events     TEXT NOT NULL,
+        format     TEXT NOT NULL,
+        secret     TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+      ) STRICT;
+      -- The outbox: a delivery is written in the transaction of the change that causes it.
+      CREATE TABLE webhook_deliveries (
+        id              TEXT PRIMARY KEY,
+        webhook         TEXT NOT NULL,
+        type            TEXT NOT NULL,
+        payload         TEXT NOT NULL,
+        status          TEXT NOT NULL,
+        attempts        INTEGER NOT NULL,
+        next_attempt_at TEXT NOT NULL,
+        last_status     INTEGER,
+        last_error      TEXT,
+        created_at      TEXT NOT NULL,
+        delivered_at    TEXT
+      ) STRICT;
+      CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';
+      CREATE INDEX webhook_deliveries_by_hook ON webhook_deliveries (webhook, id);
+    `,
+  },
+  {
+    version: 10,
+    name: 'budgets, call-bound approvals, delegation',
+    sql: `
+      -- Budget counters (SPEC §13): one row per key, window length and fixed window, in
+      -- micro-units so that sums are exact integers.
+      CREATE TABLE limit_counters (
+        key          TEXT NOT NULL,
+        window_ms    INTEGER NOT NULL,
+        window_start TEXT NOT NULL,
+        window       TEXT NOT NULL,
+        max          INTEGER NOT NULL,
+        used         INTEGER NOT NULL,
+        PRIMARY KEY (key, window_ms, window_start)
+      ) STRICT;
+      ALTER TABLE decisions ADD COLUMN request_digest TEXT;
+      ALTER TABLE decisions ADD COLUMN policy_revision INTEGER;
+      ALTER TABLE queue_items ADD COLUMN request_digest TEXT;
+      ALTER TABLE queue_items ADD COLUMN policy_revision INTEGER;
+      ALTER TABLE queue_items ADD COLUMN on_behalf_of TEXT;
+      ALTER TABLE queue_items ADD COLUMN limits TEXT;
+      ALTER TABLE tokens ADD COLUMN request_digest TEXT;
+      ALTER TABLE tokens ADD COLUMN policy_revision INTEGER;
     `,
   },
 ];

@@ -1,6 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import type { RecordOutcome } from '../../decisions/store.js';
-import type { BatchCommitter, RecordArgs } from './stores.js';
+import type { BatchCommitter, RecordArgs } from './decisions.js';
 
 /**
  * Commits decision batches on the writer thread (writer-thread.ts). A batch settles when the
@@ -15,6 +15,7 @@ export function threadCommitter(
   let worker: Worker | undefined;
   let nextId = 0;
   const waiting = new Map<number, { resolve: (o: RecordOutcome[]) => void; reject: (e: Error) => void }>();
+  const cpuAsks = new Map<number, (seconds: number | undefined) => void>();
 
   const failAll = (err: Error) => {
     for (const w of waiting.values()) w.reject(err);
@@ -24,17 +25,25 @@ export function threadCommitter(
 
   const start = (): Worker => {
     const w = new Worker(new URL('./writer-thread.js', import.meta.url), { workerData: { dataDir, sync } });
-    w.on('message', (m: { id: number; outcomes?: RecordOutcome[]; error?: string }) => {
-      const entry = waiting.get(m.id);
-      if (!entry) return;
-      waiting.delete(m.id);
-      if (m.outcomes) {
-        onCommitted(m.outcomes);
-        entry.resolve(m.outcomes);
-      } else {
-        entry.reject(new Error(m.error ?? 'decision batch failed'));
-      }
-    });
+    w.on(
+      'message',
+      (m: { id: number; outcomes?: RecordOutcome[]; error?: string } | { cpu: number; seconds?: number }) => {
+        if ('cpu' in m) {
+          cpuAsks.get(m.cpu)?.(m.seconds);
+          cpuAsks.delete(m.cpu);
+          return;
+        }
+        const entry = waiting.get(m.id);
+        if (!entry) return;
+        waiting.delete(m.id);
+        if (m.outcomes) {
+          onCommitted(m.outcomes);
+          entry.resolve(m.outcomes);
+        } else {
+          entry.reject(new Error(m.error ?? 'decision batch failed'));
+        }
+      },
+    );
     w.on('error', (err) => failAll(err));
     w.on('exit', (code) => {
       if (worker === w) failAll(new Error(`decision writer thread exited with code ${code}`));
@@ -52,6 +61,23 @@ export function threadCommitter(
       return new Promise((resolve, reject) => {
         waiting.set(id, { resolve, reject });
         w.postMessage({ id, batch });
+      });
+    },
+    /** The writer thread's CPU seconds so far (for the metric), if it can tell. */
+    cpuSeconds(): Promise<number | undefined> {
+      const w = worker;
+      if (!w) return Promise.resolve(undefined);
+      const id = nextId++;
+      return new Promise((resolve) => {
+        const timer = setTimeout(() => {
+          cpuAsks.delete(id);
+          resolve(undefined);
+        }, 1_000);
+        cpuAsks.set(id, (s) => {
+          clearTimeout(timer);
+          resolve(s);
+        });
+        w.postMessage({ cpu: id });
       });
     },
     async close(): Promise<void> {

@@ -5,17 +5,23 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { openDatabase } from './db.js';
-import { AuditWriter, DecisionWriter, type RecordArgs } from './stores.js';
+import { AuditWriter } from './audit.js';
+import { DecisionWriter, type RecordArgs } from './decisions.js';
+import { threadCpuSeconds } from '../../observability/thread-cpu.js';
 
 const { dataDir, sync } = workerData as { dataDir: string; sync: 'full' | 'normal' };
 // The serving thread has migrated already; this connection only writes decisions.
 const db = openDatabase(dataDir, sync, { migrate: false });
 const writer = new DecisionWriter(db, new AuditWriter(db, () => undefined));
 
-parentPort?.on('message', (m: { id: number; batch: RecordArgs[] } | { close: true }) => {
+parentPort?.on('message', (m: { id: number; batch: RecordArgs[] } | { close: true } | { cpu: number }) => {
   if ('close' in m) {
     db.close();
     parentPort?.close();
+    return;
+  }
+  if ('cpu' in m) {
+    parentPort?.postMessage({ cpu: m.cpu, seconds: threadCpuSeconds() });
     return;
   }
   try {

@@ -1,5 +1,5 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { badRequest } from '../errors.js';
+import { invalid } from '../errors.js';
 
 /**
  * JSON Schemas are the single source for request validation (and for the OpenAPI document).
@@ -24,14 +24,14 @@ export function isRfc3339(s: string): boolean {
  * token scopes (space-delimited, RFC 6749 §3.3) and in logs, where either would let one value
  * pass for several.
  */
-export const TOKEN_SAFE = '^[^\\s\\u0000-\\u001f\\u007f]+$';
+export const TOKEN_SAFE = '^[^\\s\\x00-\\x1f\\x7f]+$';
 
 export type JsonSchema = Record<string, unknown>;
 
 export function compileSchema<T>(schema: JsonSchema): (body: unknown) => T {
   const validate: ValidateFunction = ajv.compile(schema);
   return (body: unknown): T => {
-    if (!validate(body)) throw badRequest(describe(validate.errors?.[0], body));
+    if (!validate(body)) throw invalid(describe(validate.errors?.[0], body));
     return body as T;
   };
 }
@@ -65,7 +65,7 @@ function describe(e: ErrorObject | undefined, body: unknown): string {
       if (typeof v === 'number' && !Number.isFinite(v) && s.minimum !== undefined) {
         return `${where} out of range: must be between ${fmt(s.minimum)} and ${fmt(s.maximum)}, got ${String(v)}`;
       }
-      return `${where} must be ${article((e.params as { type: string }).type)}`;
+      return `${where} must be ${article((e.params as { type: string | string[] }).type)}`;
     }
     case 'minLength':
       return (e.params as { limit: number }).limit === 1
@@ -101,7 +101,48 @@ function fmt(n: number | undefined): string {
   return Number.isInteger(n) ? n.toFixed(1) : String(n);
 }
 
-function article(type: string): string {
-  const t = type.replace(/,/g, ' or ');
+function article(type: string | string[]): string {
+  // ajv reports a union type (["string", "null"]) as an array or a comma-joined string.
+  const t = (Array.isArray(type) ? type.join(',') : String(type)).replace(/,/g, ' or ');
   return /^[aeiou]/.test(t) ? `an ${t}` : `a ${t}`;
 }
+
+/**
+ * Whether a string is storable as it was received: well-formed UTF-16 (no lone surrogate, which
+ * UTF-8 storage would silently replace) and free of U+0000 (which PostgreSQL text cannot hold).
+ * Refusing both at the edge means every stored string is the string that was hashed and answered.
+ */
+export function isStorableString(s: string): boolean {
+  return s.isWellFormed() && !s.includes('\0');
+}
+
+/**
+ * The first value in `value` that cannot be stored as received, with its dotted path: a string or
+ * key holding a lone surrogate or U+0000, or a number JSON.parse turned into Infinity (1e400),
+ * which would be written back as null. The caller may skip the walk when the raw JSON text
+ * matches MAY_HOLD_UNSTORABLE.
+ */
+export function findUnstorable(value: unknown): { at: string; what: 'string' | 'number' } | undefined {
+  const stack: [unknown, string][] = [[value, '']];
+  while (stack.length > 0) {
+    const [v, at] = stack.pop() as [unknown, string];
+    if (typeof v === 'string') {
+      if (!isStorableString(v)) return { at: at || 'request body', what: 'string' };
+    } else if (typeof v === 'number') {
+      if (!Number.isFinite(v)) return { at: at || 'request body', what: 'number' };
+    } else if (typeof v === 'object' && v !== null) {
+      for (const [k, child] of Object.entries(v)) {
+        const here = at === '' ? k : `${at}.${k}`;
+        if (!isStorableString(k)) return { at: `a key in ${at || 'request body'}`, what: 'string' };
+        stack.push([child, here]);
+      }
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Raw JSON text that may decode to something unstorable: only escapes produce a lone surrogate or
+ * U+0000, and only an exponent of three digits or a run of 309 digits overflows a double.
+ */
+export const MAY_HOLD_UNSTORABLE = /\\u(?:[dD][89a-fA-F]|0000)|[eE][+-]?\d{3}|\d{309}/;

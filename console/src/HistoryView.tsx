@@ -1,0 +1,160 @@
+import { useEffect, useRef, useState } from 'preact/hooks';
+import { api, ApiError, type QueueItem } from './api.js';
+import { RequestLink, Resource, StatusBadge, Subject, Time } from './components.js';
+
+const PAGE = 50;
+
+const FILTERS = [
+  { status: 'approved,denied,expired', label: 'All decided' },
+  { status: 'approved', label: 'Approved' },
+  { status: 'denied', label: 'Denied' },
+  { status: 'expired', label: 'Expired' },
+] as const;
+
+export function HistoryView({
+  apiKey,
+  now,
+  onUnauthorized,
+}: {
+  apiKey: string;
+  now: number;
+  onUnauthorized: (message: string) => void;
+}) {
+  const [status, setStatus] = useState<string>(FILTERS[0].status);
+  const [items, setItems] = useState<QueueItem[]>([]);
+  const [cursor, setCursor] = useState<string | null>(null);
+  const [loading, setLoading] = useState(true);
+  const [error, setError] = useState<string | null>(null);
+  const generation = useRef(0);
+
+  const load = async (from: string | null) => {
+    const mine = ++generation.current;
+    setLoading(true);
+    setError(null);
+    try {
+      const page = await api.list(apiKey, status, PAGE, from);
+      if (mine !== generation.current) return;
+      setItems((prev) => (from === null ? page.items : [...prev, ...page.items]));
+      setCursor(page.next_cursor);
+    } catch (e) {
+      if (mine !== generation.current) return;
+      if (e instanceof ApiError && e.status === 401) return onUnauthorized(e.message);
+      setError(e instanceof Error ? e.message : String(e));
+    } finally {
+      if (mine === generation.current) setLoading(false);
+    }
+  };
+
+  useEffect(() => {
+    setItems([]);
+    setCursor(null);
+    void load(null);
+    // Reloaded whenever the status filter changes.
+  }, [status]);
+
+  return (
+    <section aria-labelledby="history-title">
+      <div class="view-head">
+        <h1 id="history-title" tabIndex={-1}>
+          History
+        </h1>
+        <div class="toolbar">
+          <div class="segmented" role="group" aria-label="Status">
+            {FILTERS.map((f) => (
+              <button
+                key={f.status}
+                type="button"
+                class="seg"
+                aria-pressed={status === f.status}
+                onClick={() => setStatus(f.status)}
+              >
+                {f.label}
+              </button>
+            ))}
+          </div>
+          <button type="button" class="btn btn-quiet-dark" onClick={() => void load(null)} disabled={loading}>
+            Refresh
+          </button>
+        </div>
+      </div>
+      <div role="alert">
+        {error !== null && <div class="notice notice-error">Cannot load history: {error}</div>}
+      </div>
+      <div class="table-wrap">
+        <table class="grid">
+          <caption class="visually-hidden">Decided requests, newest decision first.</caption>
+          <thead>
+            <tr>
+              <th scope="col">Decided</th>
+              <th scope="col">Status</th>
+              <th scope="col">Request</th>
+              <th scope="col">Agent or user</th>
+              <th scope="col">Tenant</th>
+              <th scope="col">Action</th>
+              <th scope="col">Resource</th>
+              <th scope="col">Decided by</th>
+              <th scope="col" class="col-fill">
+                Note
+              </th>
+            </tr>
+          </thead>
+          <tbody>
+            {items.map((item) => (
+              <tr
+                key={item.id}
+                class="clickable"
+                onClick={() => {
+                  location.hash = `#/item/${encodeURIComponent(item.id)}`;
+                }}
+              >
+                <td>
+                  <Time iso={item.decided_at} now={now} />
+                </td>
+                <td>
+                  <StatusBadge status={item.status} />
+                </td>
+                <td>
+                  <RequestLink id={item.id} />
+                </td>
+                <td>
+                  <Subject item={item} />
+                </td>
+                <td class="mono">{item.tenant_id ?? <span class="muted">—</span>}</td>
+                <td>
+                  <span class="mono">{item.action}</span>
+                </td>
+                <td class="cell-resource">
+                  <Resource item={item} />
+                </td>
+                <td>{item.decided_by ?? <span class="muted">— (expired)</span>}</td>
+                <td class="col-fill" title={item.note ?? undefined}>
+                  {item.note ?? <span class="muted">—</span>}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        {!loading && items.length === 0 && error === null && (
+          <div class="empty">
+            <p class="empty-title">No decided requests yet.</p>
+          </div>
+        )}
+      </div>
+      <div class="pager">
+        <span class="muted" role="status">
+          {loading ? 'Loading…' : `${items.length} shown${cursor === null ? '' : ', more available'}`}
+        </span>
+        {cursor !== null && (
+          <button
+            type="button"
+            class="btn btn-secondary"
+            disabled={loading}
+            onClick={() => void load(cursor)}
+          >
+            Load more
+          </button>
+        )}
+      </div>
+    </section>
+  );
+}

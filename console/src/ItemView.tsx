@@ -1,0 +1,331 @@
+import { useEffect, useRef, useState } from 'preact/hooks';
+import { api, ApiError, type AuditEvent, type QueueItem } from './api.js';
+import { StatusBadge, Subject, Time, TimeLeft } from './components.js';
+import { EVENT_LABEL, formatConfidence, formatResource, formatTime, STATUS_LABEL } from './format.js';
+
+const NOTE_MAX = 2000;
+
+type Outcome = { tone: 'success' | 'conflict' | 'error'; text: string } | null;
+
+export function ItemView({
+  apiKey,
+  id,
+  now,
+  canReview,
+  onDecided,
+  onUnauthorized,
+}: {
+  apiKey: string;
+  id: string;
+  now: number;
+  canReview: boolean;
+  onDecided: (id: string) => void;
+  onUnauthorized: (message: string) => void;
+}) {
+  const [item, setItem] = useState<QueueItem | null>(null);
+  const [events, setEvents] = useState<AuditEvent[] | null>(null);
+  const [loadError, setLoadError] = useState<string | null>(null);
+  const [note, setNote] = useState('');
+  const [busy, setBusy] = useState<'approve' | 'deny' | null>(null);
+  const [outcome, setOutcome] = useState<Outcome>(null);
+  const heading = useRef<HTMLHeadingElement>(null);
+  const outcomeRef = useRef<HTMLDivElement>(null);
+
+  const fail = (e: unknown): string => {
+    if (e instanceof ApiError && e.status === 401) onUnauthorized(e.message);
+    return e instanceof Error ? e.message : String(e);
+  };
+
+  const loadEvents = () =>
+    api.events(apiKey, id).then(
+      (r) => setEvents(r.events),
+      (e: unknown) => {
+        fail(e);
+        setEvents([]);
+      },
+    );
+
+  useEffect(() => {
+    api.item(apiKey, id).then(
+      (it) => {
+        setItem(it);
+        requestAnimationFrame(() => heading.current?.focus());
+      },
+      (e: unknown) => setLoadError(fail(e)),
+    );
+    void loadEvents();
+    // Loaded once: the view is keyed by the item id, so another item is another view.
+  }, []);
+
+  const decide = async (verb: 'approve' | 'deny') => {
+    if (item === null) return;
+    setBusy(verb);
+    setOutcome(null);
+    try {
+      const decided = await api.decide(apiKey, id, verb, note);
+      setItem(decided);
+      setOutcome({
+        tone: 'success',
+        text: `${verb === 'approve' ? 'Approved' : 'Denied'} as ${decided.decided_by ?? 'you'}${decided.note ? ', with your note' : ''}. Recorded in the audit trail.`,
+      });
+      onDecided(id);
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 409) {
+        // Someone else was first: show who, when and why, from the item as it is now.
+        let current: QueueItem | null = null;
+        try {
+          current = await api.item(apiKey, id);
+          setItem(current);
+        } catch {
+          /* the conflict message below still stands */
+        }
+        setOutcome({ tone: 'conflict', text: conflictText(verb, current, e.message) });
+        onDecided(id);
+      } else {
+        setOutcome({ tone: 'error', text: fail(e) });
+      }
+    } finally {
+      setBusy(null);
+      void loadEvents();
+      requestAnimationFrame(() => outcomeRef.current?.focus());
+    }
+  };
+
+  const back = item !== null && item.status !== 'pending' && outcome === null ? 'history' : 'pending';
+  const decision = events?.find((e) => e.kind === 'decision');
+  const reasons = Array.isArray(decision?.details.reasons) ? (decision.details.reasons as unknown[]) : null;
+
+  return (
+    <section aria-labelledby="item-title" class="item-view">
+      <p class="crumbs">
+        <a href={back === 'history' ? '#/history' : '#/pending'}>
+          ← {back === 'history' ? 'History' : 'Pending requests'}
+        </a>
+      </p>
+      {loadError !== null && (
+        <div class="notice notice-error" role="alert">
+          Cannot show request <span class="mono">{id}</span>: {loadError}
+        </div>
+      )}
+      {item === null && loadError === null && <p role="status">Loading request…</p>}
+      {item !== null && (
+        <>
+          <div class="item-head">
+            <h1 id="item-title" ref={heading} tabIndex={-1}>
+              <span class="mono">{item.action}</span> <span class="muted">on</span>{' '}
+              <span class="mono">{formatResource(item.resource)}</span>
+            </h1>
+            <StatusBadge status={item.status} />
+          </div>
+          <p class="item-sub">
+            <Subject item={item} /> · {item.message}
+          </p>
+          <div class="item-grid">
+            <div class="item-main">
+              <section class="panel" aria-labelledby="reasons-title">
+                <h2 id="reasons-title">Policy reasons</h2>
+                {events === null ? (
+                  <p class="muted">Loading…</p>
+                ) : reasons === null || reasons.length === 0 ? (
+                  <p class="muted">No reasons were recorded with the decision.</p>
+                ) : (
+                  <ul class="reasons">
+                    {reasons.map((r, i) => (
+                      <li key={i}>{String(r)}</li>
+                    ))}
+                  </ul>
+                )}
+                {decision?.policy_revision != null && (
+                  <p class="hint">Decided by policy revision {decision.policy_revision}.</p>
+                )}
+              </section>
+              <section class="panel" aria-labelledby="context-title">
+                <h2 id="context-title">Context</h2>
+                {Object.keys(item.context).length === 0 ? (
+                  <p class="muted">The request carried no context.</p>
+                ) : (
+                  <pre class="json" tabIndex={0} aria-label="Context as JSON">
+                    {JSON.stringify(item.context, null, 2)}
+                  </pre>
+                )}
+              </section>
+              <section class="panel" aria-labelledby="fields-title">
+                <h2 id="fields-title">Request</h2>
+                <dl class="fields">
+                  <dt>Request id</dt>
+                  <dd class="mono">{item.id}</dd>
+                  <dt>Status</dt>
+                  <dd>
+                    <StatusBadge status={item.status} />
+                  </dd>
+                  <dt>{item.kind === 'agent' ? 'Agent' : 'User'}</dt>
+                  <dd class="mono">{item.kind === 'agent' ? item.agent_id : item.user_id}</dd>
+                  <dt>Tenant</dt>
+                  <dd>{item.tenant_id ?? <span class="muted">none</span>}</dd>
+                  <dt>Action</dt>
+                  <dd class="mono">{item.action}</dd>
+                  <dt>Resource</dt>
+                  <dd class="mono">{formatResource(item.resource)}</dd>
+                  {item.kind === 'agent' && (
+                    <>
+                      <dt>Confidence</dt>
+                      <dd class="mono">{formatConfidence(item.confidence)}</dd>
+                    </>
+                  )}
+                  <dt>Message</dt>
+                  <dd>{item.message}</dd>
+                  <dt>Received</dt>
+                  <dd>
+                    <Time iso={item.created_at} now={now} />
+                  </dd>
+                  <dt>Expires</dt>
+                  <dd>
+                    <Time iso={item.expires_at} now={now} />
+                    {item.status === 'pending' && (
+                      <>
+                        {' '}
+                        (<TimeLeft item={item} now={now} /> left)
+                      </>
+                    )}
+                  </dd>
+                  <dt>Trace id</dt>
+                  <dd class="mono">{item.trace_id}</dd>
+                  {item.status !== 'pending' && (
+                    <>
+                      <dt>Decided by</dt>
+                      <dd>{item.decided_by ?? <span class="muted">nobody (expired)</span>}</dd>
+                      <dt>Decided at</dt>
+                      <dd>
+                        <Time iso={item.decided_at} now={now} />
+                      </dd>
+                      <dt>Note</dt>
+                      <dd class="note-text">{item.note ?? <span class="muted">none</span>}</dd>
+                    </>
+                  )}
+                </dl>
+              </section>
+            </div>
+            <aside class="item-side" aria-label="Decision and audit trail">
+              <section class="panel decision-panel" aria-labelledby="decision-title">
+                <h2 id="decision-title">Decision</h2>
+                <div role="status" aria-live="polite">
+                  {outcome?.tone === 'success' && (
+                    <div class="notice notice-success" tabIndex={-1} ref={outcomeRef}>
+                      {outcome.text}
+                    </div>
+                  )}
+                </div>
+                <div role="alert">
+                  {outcome !== null && outcome.tone !== 'success' && (
+                    <div
+                      class={`notice ${outcome.tone === 'conflict' ? 'notice-warning' : 'notice-error'}`}
+                      tabIndex={-1}
+                      ref={outcomeRef}
+                    >
+                      {outcome.text}
+                    </div>
+                  )}
+                </div>
+                {item.status === 'pending' ? (
+                  canReview ? (
+                    <form
+                      onSubmit={(e) => {
+                        e.preventDefault();
+                      }}
+                    >
+                      <p class="countdown">
+                        Time left <TimeLeft item={item} now={now} />
+                      </p>
+                      <label for="note">Note</label>
+                      <textarea
+                        id="note"
+                        rows={4}
+                        maxLength={NOTE_MAX}
+                        value={note}
+                        onInput={(e) => setNote(e.currentTarget.value)}
+                        aria-describedby="note-help"
+                        disabled={busy !== null}
+                      />
+                      <p id="note-help" class="hint">
+                        Why you decide as you do (a ticket, a check you made). Stored with the decision and in
+                        the audit trail. {note.length}/{NOTE_MAX}
+                      </p>
+                      <div class="actions">
+                        <button
+                          type="button"
+                          class="btn btn-approve"
+                          disabled={busy !== null}
+                          onClick={() => void decide('approve')}
+                        >
+                          {busy === 'approve' ? 'Approving…' : 'Approve'}
+                        </button>
+                        <button
+                          type="button"
+                          class="btn btn-deny"
+                          disabled={busy !== null}
+                          onClick={() => void decide('deny')}
+                        >
+                          {busy === 'deny' ? 'Denying…' : 'Deny'}
+                        </button>
+                      </div>
+                    </form>
+                  ) : (
+                    <p class="muted">
+                      Your key can read the queue but not decide: it lacks <code>queue:review</code>.
+                    </p>
+                  )
+                ) : (
+                  <p class="decided-summary">
+                    <StatusBadge status={item.status} />{' '}
+                    {item.status === 'expired'
+                      ? `Nobody decided before ${formatTime(item.expires_at, now)}.`
+                      : `by ${item.decided_by ?? '?'} at ${formatTime(item.decided_at, now)}`}
+                  </p>
+                )}
+              </section>
+              <section class="panel" aria-labelledby="trail-title">
+                <h2 id="trail-title">Audit trail</h2>
+                {events === null ? (
+                  <p class="muted">Loading…</p>
+                ) : events.length === 0 ? (
+                  <p class="muted">No audit events found for this request.</p>
+                ) : (
+                  <ol class="trail">
+                    {events.map((e) => (
+                      <li key={e.id} class={`trail-${e.kind.replace('.', '-')}`}>
+                        <div class="trail-head">
+                          <strong>{EVENT_LABEL[e.kind] ?? e.kind}</strong>
+                          <Time iso={e.time} now={now} />
+                        </div>
+                        <div class="trail-body">
+                          {e.actor !== null && (
+                            <span>
+                              {e.kind === 'decision' ? 'asked by' : 'by'} <span class="mono">{e.actor}</span>
+                            </span>
+                          )}
+                          {e.outcome !== null && <span class="trail-outcome">{e.outcome}</span>}
+                        </div>
+                        {e.message !== null && e.message !== '' && <p class="trail-msg">{e.message}</p>}
+                      </li>
+                    ))}
+                  </ol>
+                )}
+              </section>
+            </aside>
+          </div>
+        </>
+      )}
+    </section>
+  );
+}
+
+function conflictText(verb: 'approve' | 'deny', current: QueueItem | null, serverMessage: string): string {
+  const mine = verb === 'approve' ? 'approval' : 'denial';
+  if (current === null || current.status === 'pending')
+    return `${serverMessage}. Your ${mine} was not recorded.`;
+  if (current.status === 'expired') {
+    return `This request expired at ${formatTime(current.expires_at)} before anyone decided it. Your ${mine} was not recorded.`;
+  }
+  const note = current.note ? ` Their note: “${current.note}”.` : '';
+  return `Already ${STATUS_LABEL[current.status]?.toLowerCase() ?? current.status} by ${current.decided_by ?? 'another reviewer'} at ${formatTime(current.decided_at)}.${note} Your ${mine} was not recorded.`;
+}

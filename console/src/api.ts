@@ -1,0 +1,132 @@
+/**
+ * The console's only way to the server: the Engine API on this origin, with the reviewer's key
+ * as a Bearer token. Errors carry the server's own `{"error"}` text.
+ */
+
+export type QueueStatus = 'pending' | 'approved' | 'denied' | 'expired';
+
+export interface QueueItem {
+  id: string;
+  status: QueueStatus;
+  kind: 'agent' | 'human';
+  agent_id: string | null;
+  user_id: string | null;
+  tenant_id: string | null;
+  action: string;
+  resource: unknown;
+  confidence: number | null;
+  context: Record<string, unknown>;
+  message: string;
+  trace_id: string;
+  created_at: string;
+  expires_at: string;
+  decided_at: string | null;
+  decided_by: string | null;
+  note: string | null;
+}
+
+export interface AuditEvent {
+  id: string;
+  time: string;
+  kind: string;
+  actor: string | null;
+  outcome: string | null;
+  message: string | null;
+  policy_revision: number | null;
+  details: Record<string, unknown>;
+}
+
+export interface Whoami {
+  name: string;
+  scopes: string[];
+  tenant: string | null;
+  agent: string | null;
+}
+
+export interface Page<T> {
+  items: T[];
+  next_cursor: string | null;
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+
+/** Server time minus local time, from each response's Date header (seconds precision). */
+let clockSkewMs = 0;
+
+/** Now, as the server's clock has it: time left is counted against the server's expires_at. */
+export function serverNow(): number {
+  return Date.now() + clockSkewMs;
+}
+
+export async function request<T>(
+  key: string,
+  method: 'GET' | 'POST',
+  path: string,
+  body?: unknown,
+): Promise<T> {
+  const headers: Record<string, string> = { Authorization: `Bearer ${key}`, Accept: 'application/json' };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  let res: Response;
+  try {
+    res = await fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      cache: 'no-store',
+      credentials: 'omit',
+      referrerPolicy: 'no-referrer',
+    });
+  } catch {
+    throw new ApiError(0, 'cannot reach the Arbiter server');
+  }
+  const date = Date.parse(res.headers.get('Date') ?? '');
+  if (!Number.isNaN(date)) clockSkewMs = date + 500 - Date.now();
+  const text = await res.text();
+  let json: unknown;
+  try {
+    json = text === '' ? undefined : JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  if (!res.ok) {
+    const error = (json as { error?: unknown } | undefined)?.error;
+    throw new ApiError(res.status, typeof error === 'string' ? error : `HTTP ${res.status}`);
+  }
+  return json as T;
+}
+
+/** Whether the key holds `scope` (admin holds every scope). */
+export function holds(me: Whoami, scope: string): boolean {
+  return me.scopes.includes(scope) || me.scopes.includes('admin');
+}
+
+export const api = {
+  whoami: (key: string) => request<Whoami>(key, 'GET', '/v1/whoami'),
+  list: (key: string, status: string, limit: number, cursor?: string | null) => {
+    const q = new URLSearchParams({ status, limit: String(limit) });
+    if (cursor) q.set('cursor', cursor);
+    return request<Page<QueueItem>>(key, 'GET', `/v1/queue?${q.toString()}`);
+  },
+  item: (key: string, id: string) => request<QueueItem>(key, 'GET', `/v1/queue/${encodeURIComponent(id)}`),
+  events: (key: string, id: string) =>
+    request<{ events: AuditEvent[]; next_cursor: string | null }>(
+      key,
+      'GET',
+      `/v1/queue/${encodeURIComponent(id)}/events?limit=1000`,
+    ),
+  decide: (key: string, id: string, verb: 'approve' | 'deny', note: string) =>
+    request<QueueItem>(
+      key,
+      'POST',
+      `/v1/queue/${encodeURIComponent(id)}/${verb}`,
+      note.trim() === '' ? {} : { note: note.trim() },
+    ),
+};

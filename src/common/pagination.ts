@@ -1,0 +1,81 @@
+import { invalid } from '../errors.js';
+
+export const DEFAULT_LIMIT = 100;
+export const MAX_LIMIT = 1000;
+
+/** What a caller asks of a list: a page size (default 100) and where the previous page ended. */
+export interface PageQuery {
+  limit?: number | undefined;
+  cursor?: string | undefined;
+}
+
+/** One page of a list and the cursor of the next (null on the last page). */
+export interface Page<T> {
+  items: T[];
+  next_cursor: string | null;
+}
+
+/** `?limit=`: an integer in 1…1000; anything else is a 400 naming it. */
+export function parseLimit(raw: string): number {
+  if (!/^\d+$/.test(raw) || Number(raw) < 1 || Number(raw) > MAX_LIMIT) {
+    throw invalid(`query parameter limit must be an integer between 1 and ${MAX_LIMIT}`);
+  }
+  return Number(raw);
+}
+
+/**
+ * Cursors are opaque: base64url of `<kind>:<position>`. The kind stops a cursor of one list being
+ * replayed against another; a cursor that does not decode is a 400 naming it.
+ */
+export function encodeCursor(kind: string, position: string): string {
+  return Buffer.from(`${kind}:${position}`, 'utf8').toString('base64url');
+}
+
+/** The 400 for a cursor that is not one this list handed out. */
+export const badCursor = () => invalid('query parameter cursor is not a valid cursor for this list');
+
+/** The position a cursor of list `kind` carries. */
+export function decodeCursor(raw: string, kind: string): string {
+  if (!/^[A-Za-z0-9_-]{1,512}$/.test(raw)) throw badCursor();
+  const text = Buffer.from(raw, 'base64url').toString('utf8');
+  const prefix = `${kind}:`;
+  if (!text.startsWith(prefix) || text.length === prefix.length) throw badCursor();
+  return text.slice(prefix.length);
+}
+
+/** A cursor of list `kind` whose position has the form `shape`: the match, else a 400. */
+export function readCursor(raw: string, kind: string, shape: RegExp): RegExpExecArray {
+  const m = shape.exec(decodeCursor(raw, kind));
+  if (!m) throw badCursor();
+  return m;
+}
+
+/**
+ * The one paging rule: rows come in list order, up to one more than the page holds; a next page
+ * exists exactly when that extra row came back, and its cursor names the page's last row.
+ */
+export function cutPage<T>(rows: T[], limit: number, cursorAfter: (last: T) => string): Page<T> {
+  const items = rows.slice(0, limit);
+  const last = items[items.length - 1];
+  return { items, next_cursor: rows.length > limit && last !== undefined ? cursorAfter(last) : null };
+}
+
+/** One page from a store: asks `fetch` for limit + 1 rows and cuts them with `cutPage`. */
+export async function fetchPage<T>(
+  q: PageQuery,
+  fetch: (rows: number) => Promise<T[]>,
+  cursorAfter: (last: T) => string,
+): Promise<Page<T>> {
+  const limit = q.limit ?? DEFAULT_LIMIT;
+  return cutPage(await fetch(limit + 1), limit, cursorAfter);
+}
+
+/**
+ * One page of an already-ordered list keyed by a unique, sortable string (policy names, data
+ * paths): items after the cursor's key, at most `limit` of them.
+ */
+export function pageOf<T>(items: T[], key: (t: T) => string, kind: string, q: PageQuery): Page<T> {
+  const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor, kind);
+  const rest = after === undefined ? items : items.filter((t) => key(t) > after);
+  return cutPage(rest, q.limit ?? DEFAULT_LIMIT, (last) => encodeCursor(kind, key(last)));
+}

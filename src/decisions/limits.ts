@@ -1,0 +1,84 @@
+import type { LimitDeclaration, LimitUse } from '../queue/types.js';
+import { parseDurationNs } from '../policy/host-builtins.js';
+
+/**
+ * Budgets as policies declare them (SPEC §13): `limits contains {"key": k, "window": "1h",
+ * "max": n, "cost": c}`, checked here before the engine charges them. Amounts become integer
+ * micro-units (6 decimal places), so sums stay exact across processes and backends.
+ */
+const MICRO = 1_000_000;
+/** A window from one second to 366 days: fixed windows aligned to the Unix epoch. */
+const MIN_WINDOW_MS = 1_000;
+const MAX_WINDOW_MS = 366 * 24 * 3600 * 1000;
+const MAX_LIMITS = 16;
+
+export class LimitError extends Error {}
+
+function amount(v: unknown, what: string, key: string): number {
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) {
+    throw new LimitError(
+      `limit ${JSON.stringify(key)}: ${what} must be a number ≥ 0, got ${JSON.stringify(v) ?? String(v)}`,
+    );
+  }
+  const micro = Math.round(v * MICRO);
+  if (!Number.isSafeInteger(micro))
+    throw new LimitError(`limit ${JSON.stringify(key)}: ${what} is too large`);
+  return micro;
+}
+
+/**
+ * The declarations of one decision, validated: a malformed one is a LimitError, which the
+ * decision service answers with a fail-closed deny (the error goes to the audit event).
+ */
+export function parseLimits(raw: unknown): LimitDeclaration[] {
+  if (raw === undefined) return [];
+  if (!Array.isArray(raw)) throw new LimitError('limits must be a set of objects');
+  if (raw.length > MAX_LIMITS) throw new LimitError(`at most ${MAX_LIMITS} limits may apply to one decision`);
+  return raw.map((l): LimitDeclaration => {
+    if (typeof l !== 'object' || l === null || Array.isArray(l)) {
+      throw new LimitError(`a limit must be an object {key, window, max, cost}, got ${JSON.stringify(l)}`);
+    }
+    const o = l as Record<string, unknown>;
+    const unknown = Object.keys(o).filter((k) => !['key', 'window', 'max', 'cost'].includes(k));
+    if (unknown.length > 0)
+      throw new LimitError(`a limit has unknown field ${unknown[0]} (known: key, window, max, cost)`);
+    if (typeof o.key !== 'string' || o.key === '' || o.key.length > 256) {
+      throw new LimitError(
+        `a limit's key must be a string of 1 to 256 characters, got ${JSON.stringify(o.key)}`,
+      );
+    }
+    const key = o.key;
+    if (typeof o.window !== 'string') {
+      throw new LimitError(
+        `limit ${JSON.stringify(key)}: window must be a duration such as "1h", got ${JSON.stringify(o.window)}`,
+      );
+    }
+    let ns: number;
+    try {
+      ns = parseDurationNs(o.window);
+    } catch {
+      throw new LimitError(
+        `limit ${JSON.stringify(key)}: window ${JSON.stringify(o.window)} is not a duration such as "90s", "15m" or "1h"`,
+      );
+    }
+    const windowMs = ns / 1e6;
+    if (!Number.isInteger(windowMs) || windowMs < MIN_WINDOW_MS || windowMs > MAX_WINDOW_MS) {
+      throw new LimitError(
+        `limit ${JSON.stringify(key)}: window must be whole milliseconds between 1s and 366 days, got ${o.window}`,
+      );
+    }
+    const cost = o.cost === undefined ? MICRO : amount(o.cost, 'cost', key);
+    return { key, window: o.window, windowMs, max: amount(o.max, 'max', key), cost };
+  });
+}
+
+/** The fixed window (aligned to the epoch) that `atMs` falls in, for each declaration. */
+export function chargeAt(limits: readonly LimitDeclaration[], atMs: number): LimitUse[] {
+  return limits.map((l) => ({
+    ...l,
+    windowStart: new Date(Math.floor(atMs / l.windowMs) * l.windowMs).toISOString(),
+  }));
+}
+
+/** Micro-units back to the number a policy wrote. */
+export const fromMicro = (micro: number): number => micro / MICRO;

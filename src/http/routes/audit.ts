@@ -1,0 +1,105 @@
+import { ingestBatchSchema, ingestEventSchema, OUTCOMES } from '../../audit/service.js';
+import { invalid } from '../../errors.js';
+import { principalOf, type RouteDef } from '../context.js';
+import { filterParam, PAGE_QUERY, queryOf, queryParam, timeParam } from '../query.js';
+import type { RouteDeps } from './index.js';
+import { param, PLATFORM } from './shared.js';
+
+const only = (field: string) => `only events with this ${field}`;
+
+/** `?outcome=`: one of the outcomes events carry. */
+const OUTCOME = queryParam({
+  name: 'outcome',
+  description: only('outcome'),
+  schema: { type: 'string', enum: [...OUTCOMES] },
+  parse: (raw: string): string => {
+    if (!(OUTCOMES as readonly string[]).includes(raw)) {
+      throw invalid(`query parameter outcome must be one of ${OUTCOMES.join(', ')}`);
+    }
+    return raw;
+  },
+});
+
+/** The filters of GET /api/v1/audit: exact matches (each served by an index), a time window, paging. */
+const AUDIT_QUERY = [
+  ...PAGE_QUERY,
+  filterParam('kind', only('kind')),
+  filterParam('agent_id', only('agent_id')),
+  filterParam('user_id', only('user_id')),
+  filterParam('tenant_id', only('tenant_id')),
+  filterParam('action', only('action')),
+  OUTCOME,
+  filterParam('request_id', only('request_id')),
+  filterParam('trace_id', only('trace_id')),
+  timeParam('since', 'RFC 3339 date-time'),
+  timeParam('until', 'RFC 3339 date-time'),
+] as const;
+
+/** SPEC §8: the audit trail on the Platform API. */
+export function auditRoutes(d: RouteDeps): RouteDef[] {
+  return [
+    {
+      method: 'GET',
+      path: '/api/v1/audit',
+      template: '/api/v1/audit',
+      ok: { status: 200, description: '{"events": [event], "next_cursor": string|null}, newest first' },
+      query: AUDIT_QUERY,
+      apis: PLATFORM,
+      scope: 'audit:read',
+      body: 'none',
+      summary: 'Query audit events, newest first',
+      handler: async (ctx) => {
+        const page = await d.audit.query(principalOf(ctx), queryOf(ctx, AUDIT_QUERY));
+        ctx.body = { events: page.items, next_cursor: page.next_cursor };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/api/v1/audit/trace/:traceID',
+      template: '/api/v1/audit/trace/{traceID}',
+      ok: {
+        status: 200,
+        description: '{"trace_id", "events": [event], "next_cursor"}, oldest first; 404 when none',
+      },
+      query: PAGE_QUERY,
+      apis: PLATFORM,
+      scope: 'audit:read',
+      body: 'none',
+      summary: 'Every audit event of one trace, oldest first',
+      handler: async (ctx) => {
+        ctx.body = await d.audit.trace(principalOf(ctx), param(ctx, 'traceID'), queryOf(ctx, PAGE_QUERY));
+      },
+    },
+    {
+      method: 'POST',
+      path: '/api/v1/audit/ingest',
+      template: '/api/v1/audit/ingest',
+      ok: { status: 202, description: '{"accepted": n, "ids": [...]}' },
+      requestSchema: { oneOf: [ingestEventSchema, ingestBatchSchema] },
+      apis: PLATFORM,
+      scope: 'audit:write',
+      body: 'object',
+      summary: 'Append one event or {"events": [...]} (≤ 1000), all or nothing',
+      handler: async (ctx) => {
+        ctx.status = 202;
+        ctx.body = await d.audit.ingest(principalOf(ctx), ctx.request.body);
+      },
+    },
+    {
+      method: 'GET',
+      path: '/api/v1/audit/verify',
+      template: '/api/v1/audit/verify',
+      ok: {
+        status: 200,
+        description: '{"ok": true, "checked", "head"} or {"ok": false, "checked", "first_bad", "reason"}',
+      },
+      apis: PLATFORM,
+      scope: 'audit:read',
+      body: 'none',
+      summary: 'Verify the audit hash chain; reports the first event that fails',
+      handler: async (ctx) => {
+        ctx.body = await d.audit.verify(principalOf(ctx));
+      },
+    },
+  ];
+}

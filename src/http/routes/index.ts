@@ -1,0 +1,53 @@
+import type { AuditService } from '../../audit/service.js';
+import type { Config } from '../../config.js';
+import type { DecisionService } from '../../decisions/service.js';
+import type { Metrics } from '../../observability/metrics.js';
+import type { PolicyService } from '../../policy/service.js';
+import type { QueueService } from '../../queue/service.js';
+import type { TokenService } from '../../tokens/service.js';
+import type { ConsoleAssets } from '../console.js';
+import type { RouteDef } from '../context.js';
+import { auditRoutes } from './audit.js';
+import { decisionRoutes } from './decisions.js';
+import { policyRoutes } from './policies.js';
+import { queueRoutes } from './queue.js';
+import { systemRoutes } from './system.js';
+import { tokenRoutes } from './tokens.js';
+import { webhookRoutes } from './webhooks.js';
+import type { WebhookService } from '../../webhooks/service.js';
+
+export interface RouteDeps {
+  config: Config;
+  version: string;
+  /** Prometheus text: this process's registry, or the sum over all workers. */
+  metricsText: () => Promise<string>;
+  audit: AuditService;
+  decisions: DecisionService;
+  queue: QueueService;
+  tokens: TokenService;
+  policies: PolicyService;
+  metrics: Metrics;
+  health: () => Promise<{ ok: boolean; revision: number | null; error?: string }>;
+  /** The reviewer console's built files (served on the Engine API). */
+  console: ConsoleAssets;
+  webhooks: WebhookService;
+}
+
+/**
+ * Every route of both APIs, one file per domain: the scope each needs, its body, its query
+ * parameters, its answers and its handler. Handlers only translate HTTP ↔ service calls; the
+ * rules live in the services. Within a file, order matters where two paths overlap (the router
+ * tries routes in this order).
+ */
+export function routeTable(d: RouteDeps): RouteDef[] {
+  const routes: RouteDef[] = [
+    ...systemRoutes(d, () => routes),
+    ...decisionRoutes(d),
+    ...queueRoutes(d),
+    ...tokenRoutes(d),
+    ...auditRoutes(d),
+    ...policyRoutes(d),
+    ...webhookRoutes(d.webhooks),
+  ];
+  return routes;
+}

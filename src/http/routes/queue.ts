@@ -1,0 +1,156 @@
+import { invalid } from '../../errors.js';
+import { decideRequestSchema, MAX_WAIT_SECONDS, present, QUEUE_STATUSES } from '../../queue/service.js';
+import type { DecidedStatus } from '../../queue/store.js';
+import { principalOf, type RouteDef } from '../context.js';
+import { filterParam, PAGE_QUERY, queryOf, queryParam, timeParam } from '../query.js';
+import type { RouteDeps } from './index.js';
+import { ENGINE, param } from './shared.js';
+
+const QUEUE_FILTERS = [
+  filterParam('agent_id', 'only this agent'),
+  filterParam('tenant_id', 'only this tenant'),
+  filterParam('action', 'only this action'),
+] as const;
+
+const DECIDED = QUEUE_STATUSES.filter((st): st is DecidedStatus => st !== 'pending');
+
+/**
+ * `?status=`: one state, or a comma-separated set of decided states (they share the
+ * newest-decision-first order; pending has its own and stands alone).
+ */
+const STATUS = queryParam({
+  name: 'status',
+  description: 'pending (the default), or one or more of approved, denied, expired separated by commas',
+  schema: { type: 'string', default: 'pending', examples: [...QUEUE_STATUSES, 'approved,denied,expired'] },
+  parse: (raw: string): 'pending' | DecidedStatus[] => {
+    if (raw === 'pending') return 'pending';
+    const parts = raw.split(',');
+    if (
+      parts.some((p) => !(DECIDED as readonly string[]).includes(p)) ||
+      new Set(parts).size !== parts.length
+    ) {
+      throw invalid(
+        'query parameter status must be pending, or one or more of approved, denied, expired separated by commas',
+      );
+    }
+    // One canonical order, so that a cursor names the same set however the states were listed.
+    return DECIDED.filter((st) => parts.includes(st));
+  },
+});
+
+const LIST_QUERY = [
+  STATUS,
+  ...QUEUE_FILTERS,
+  timeParam('since', 'created at or after this RFC 3339 date-time'),
+  timeParam('until', 'created before this RFC 3339 date-time'),
+  ...PAGE_QUERY,
+] as const;
+const PENDING_QUERY = [...PAGE_QUERY, ...QUEUE_FILTERS] as const;
+
+/** `?wait=`: whole or fractional seconds in [0, 60]. */
+const WAIT = queryParam({
+  name: 'wait',
+  description: `hold up to N seconds (≤ ${MAX_WAIT_SECONDS}) until the item leaves pending`,
+  schema: { type: 'number', minimum: 0, maximum: MAX_WAIT_SECONDS },
+  parse: (raw: string): number => {
+    if (!/^\d+(\.\d+)?$/.test(raw) || Number(raw) > MAX_WAIT_SECONDS) {
+      throw invalid(`query parameter wait must be a number of seconds between 0 and ${MAX_WAIT_SECONDS}`);
+    }
+    return Number(raw);
+  },
+});
+const ITEM_QUERY = [WAIT] as const;
+
+/** The two review routes: path verb and the status it moves a pending item to. */
+const DECISIONS_BY_REVIEWERS = [
+  ['approve', 'approved'],
+  ['deny', 'denied'],
+] as const;
+
+/** SPEC §6 and §12: the human-review queue on the Engine API. */
+export function queueRoutes(d: RouteDeps): RouteDef[] {
+  return [
+    {
+      method: 'GET',
+      path: '/v1/queue/pending',
+      template: '/v1/queue/pending',
+      ok: { status: 200, description: '{"items": [queue item], "next_cursor": string|null}' },
+      query: PENDING_QUERY,
+      apis: ENGINE,
+      scope: 'queue:read',
+      body: 'none',
+      summary: 'List pending human-review items, oldest first',
+      handler: async (ctx) => {
+        const list = await d.queue.listPending(principalOf(ctx), queryOf(ctx, PENDING_QUERY));
+        ctx.body = { items: list.items.map(present), next_cursor: list.next_cursor };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/v1/queue',
+      template: '/v1/queue',
+      ok: {
+        status: 200,
+        description:
+          '{"items": [queue item], "next_cursor": string|null}: pending oldest first, decided items newest decision first',
+      },
+      query: LIST_QUERY,
+      apis: ENGINE,
+      scope: 'queue:read',
+      body: 'none',
+      summary: 'List queue items in any state, with decided_by and note',
+      handler: async (ctx) => {
+        const { status, ...q } = queryOf(ctx, LIST_QUERY);
+        const list = await d.queue.list(principalOf(ctx), { ...q, statuses: status });
+        ctx.body = { items: list.items.map(present), next_cursor: list.next_cursor };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/v1/queue/:id',
+      template: '/v1/queue/{id}',
+      ok: { status: 200, description: 'The queue item' },
+      query: ITEM_QUERY,
+      apis: ENGINE,
+      scope: 'queue:read',
+      body: 'none',
+      summary: 'Get one queue item; ?wait=N (≤ 60 s) holds until it leaves pending',
+      handler: async (ctx) => {
+        const { wait } = queryOf(ctx, ITEM_QUERY);
+        ctx.body = present(await d.queue.get(principalOf(ctx), param(ctx, 'id'), wait));
+      },
+    },
+    {
+      method: 'GET',
+      path: '/v1/queue/:id/events',
+      template: '/v1/queue/{id}/events',
+      ok: {
+        status: 200,
+        description:
+          '{"id", "trace_id", "events": [event], "next_cursor"}: the decision (details.reasons), its approval, denial or expiry and its tokens, oldest first',
+      },
+      query: PAGE_QUERY,
+      apis: ENGINE,
+      scope: 'queue:read',
+      body: 'none',
+      summary: 'The audit trail of one queue item, oldest first',
+      handler: async (ctx) => {
+        ctx.body = await d.queue.events(principalOf(ctx), param(ctx, 'id'), queryOf(ctx, PAGE_QUERY));
+      },
+    },
+    ...DECISIONS_BY_REVIEWERS.map(([verb, to]): RouteDef => ({
+      method: 'POST',
+      path: `/v1/queue/:id/${verb}`,
+      template: `/v1/queue/{id}/${verb}`,
+      ok: { status: 200, description: `The ${to} item; 409 when not pending` },
+      requestSchema: decideRequestSchema,
+      apis: ENGINE,
+      scope: 'queue:review',
+      body: 'optional-object',
+      summary: `${verb === 'approve' ? 'Approve' : 'Deny'} a pending item (optional {"note"})`,
+      handler: async (ctx) => {
+        ctx.body = present(await d.queue.decide(principalOf(ctx), param(ctx, 'id'), to, ctx.request.body));
+      },
+    })),
+  ];
+}

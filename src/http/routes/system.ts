@@ -1,0 +1,150 @@
+import { CONSOLE_HEADERS, type ConsoleFile } from '../console.js';
+import { principalOf, type Ctx, type RouteDef } from '../context.js';
+import { openApiDocument } from '../openapi.js';
+import type { RouteDeps } from './index.js';
+import { BOTH, ENGINE, param } from './shared.js';
+
+/** Sends one console file with the console's security headers; 304 when the client has it. */
+function sendConsoleFile(ctx: Ctx, file: () => ConsoleFile): void {
+  ctx.set(CONSOLE_HEADERS);
+  const f = file();
+  ctx.status = 200;
+  ctx.type = f.type;
+  ctx.set('ETag', f.etag);
+  ctx.set('Cache-Control', f.immutable ? 'public, max-age=31536000, immutable' : 'no-cache');
+  if (ctx.fresh) {
+    ctx.status = 304;
+    return;
+  }
+  ctx.body = f.body;
+}
+
+/** Health, metrics, the OpenAPI document, the JWKS, whoami and the reviewer console. */
+export function systemRoutes(d: RouteDeps, all: () => RouteDef[]): RouteDef[] {
+  let document: Record<string, unknown> | undefined;
+  return [
+    {
+      method: 'GET',
+      path: '/openapi.json',
+      template: '/openapi.json',
+      ok: { status: 200, description: 'This OpenAPI 3.1 document (any valid API key)' },
+      apis: BOTH,
+      // SPEC §2 exempts only /healthz and the JWKS from authentication.
+      scope: 'authenticated',
+      body: 'none',
+      summary: 'The OpenAPI description of both APIs',
+      handler: (ctx) => {
+        ctx.body = document ??= openApiDocument(all(), d.config, d.version);
+      },
+    },
+    {
+      method: 'GET',
+      path: '/healthz',
+      template: '/healthz',
+      ok: {
+        status: 200,
+        description:
+          'Healthy: {"status":"ok","revision":N}; 503 when storage is unusable or no policy set is loaded',
+      },
+      apis: BOTH,
+      scope: null,
+      body: 'none',
+      summary: 'Health check (public)',
+      handler: async (ctx) => {
+        const h = await d.health();
+        ctx.status = h.ok ? 200 : 503;
+        ctx.body = h.ok
+          ? { status: 'ok', revision: h.revision }
+          : { status: 'unavailable', error: h.error ?? 'unavailable' };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/metrics',
+      template: '/metrics',
+      ok: { status: 200, description: 'Prometheus text exposition format' },
+      produces: ['text/plain'],
+      apis: BOTH,
+      scope: d.config.metricsPublic ? null : 'metrics:read',
+      body: 'none',
+      summary: 'Prometheus metrics',
+      handler: async (ctx) => {
+        ctx.type = d.metrics.registry.contentType;
+        ctx.body = await d.metricsText();
+      },
+    },
+    {
+      method: 'GET',
+      path: '/.well-known/jwks.json',
+      template: '/.well-known/jwks.json',
+      ok: { status: 200, description: 'JWK Set with the Ed25519 public key' },
+      apis: BOTH,
+      scope: null,
+      body: 'none',
+      summary: 'Public keys that verify Arbiter tokens (public)',
+      handler: (ctx) => {
+        ctx.set('Cache-Control', 'public, max-age=300');
+        ctx.body = d.tokens.jwks();
+      },
+    },
+    {
+      method: 'GET',
+      path: '/v1/whoami',
+      template: '/v1/whoami',
+      ok: {
+        status: 200,
+        description: '{"name", "scopes": [scope], "tenant": string|null, "agent": string|null}',
+      },
+      apis: ENGINE,
+      scope: 'authenticated',
+      body: 'none',
+      summary: 'The calling API key: name, scopes and bindings (never the key)',
+      handler: (ctx) => {
+        const p = principalOf(ctx);
+        ctx.body = { name: p.name, scopes: [...p.scopes].sort(), tenant: p.tenant, agent: p.agent };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/console/',
+      template: '/console/',
+      ok: { status: 200, description: 'The reviewer console page (public: it holds no data)' },
+      produces: ['text/html'],
+      apis: ENGINE,
+      scope: null,
+      body: 'none',
+      summary: 'The reviewer console; every call it makes carries the reviewer’s key',
+      handler: (ctx) => sendConsoleFile(ctx, () => d.console.index()),
+    },
+    {
+      method: 'GET',
+      path: '/console',
+      template: '/console',
+      // After /console/: the router lets /console match a trailing slash, not the other way.
+      ok: { status: 308, description: 'Redirect to /console/' },
+      apis: ENGINE,
+      scope: null,
+      body: 'none',
+      summary: 'The reviewer console (redirect)',
+      handler: (ctx) => {
+        ctx.set(CONSOLE_HEADERS);
+        ctx.status = 308;
+        ctx.set('Location', '/console/');
+        ctx.body = '';
+        ctx.remove('Content-Type');
+      },
+    },
+    {
+      method: 'GET',
+      path: '/console/*asset',
+      template: '/console/{asset}',
+      ok: { status: 200, description: 'A script, style sheet or image of the console' },
+      produces: ['text/javascript', 'text/css', 'image/svg+xml'],
+      apis: ENGINE,
+      scope: null,
+      body: 'none',
+      summary: 'A file of the reviewer console (content-hashed names are immutable)',
+      handler: (ctx) => sendConsoleFile(ctx, () => d.console.asset(param(ctx, 'asset'))),
+    },
+  ];
+}

@@ -1,0 +1,110 @@
+import { webhookRequestSchema, type WebhookService } from '../../webhooks/service.js';
+import { actorOf, type RouteDef } from '../context.js';
+import { PAGE_QUERY, queryOf } from '../query.js';
+import { param, PLATFORM } from './shared.js';
+
+const webhookSchema = {
+  type: 'object',
+  required: ['name', 'url', 'events', 'format', 'created_at', 'updated_at'],
+  additionalProperties: false,
+  properties: {
+    name: { type: 'string' },
+    url: { type: 'string' },
+    events: { type: 'array', items: { type: 'string' } },
+    format: { type: 'string', enum: ['json', 'slack'] },
+    created_at: { type: 'string', format: 'date-time' },
+    updated_at: { type: 'string', format: 'date-time' },
+  },
+};
+
+/** The webhook routes of SPEC §12 (Platform API, `admin`). */
+export function webhookRoutes(webhooks: WebhookService): RouteDef[] {
+  return [
+    {
+      method: 'GET',
+      path: '/api/v1/webhooks',
+      template: '/api/v1/webhooks',
+      ok: {
+        status: 200,
+        description: '{"webhooks": [webhook]} (never their secrets)',
+        schema: {
+          type: 'object',
+          required: ['webhooks'],
+          properties: { webhooks: { type: 'array', items: webhookSchema } },
+        },
+      },
+      apis: PLATFORM,
+      scope: 'admin',
+      body: 'none',
+      summary: 'List webhooks',
+      handler: async (ctx) => {
+        ctx.body = { webhooks: await webhooks.list() };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/api/v1/webhooks/:name',
+      template: '/api/v1/webhooks/{name}',
+      ok: { status: 200, description: 'The webhook (never its secret)', schema: webhookSchema },
+      apis: PLATFORM,
+      scope: 'admin',
+      body: 'none',
+      summary: 'Get one webhook',
+      handler: async (ctx) => {
+        ctx.body = await webhooks.get(param(ctx, 'name'));
+      },
+    },
+    {
+      method: 'PUT',
+      path: '/api/v1/webhooks/:name',
+      template: '/api/v1/webhooks/{name}',
+      ok: {
+        status: 200,
+        description: '200 updated or 201 created: the webhook, plus `secret` once when Arbiter generated it',
+        schema: { ...webhookSchema, properties: { ...webhookSchema.properties, secret: { type: 'string' } } },
+      },
+      requestSchema: webhookRequestSchema,
+      apis: PLATFORM,
+      scope: 'admin',
+      body: 'object',
+      summary: 'Create or replace a webhook (signed with Standard Webhooks)',
+      handler: async (ctx) => {
+        const r = await webhooks.put(param(ctx, 'name'), ctx.request.body, actorOf(ctx), ctx.state);
+        ctx.status = r.created ? 201 : 200;
+        ctx.body = r.secret ? { ...r.webhook, secret: r.secret } : r.webhook;
+      },
+    },
+    {
+      method: 'DELETE',
+      path: '/api/v1/webhooks/:name',
+      template: '/api/v1/webhooks/{name}',
+      ok: { status: 204, description: 'Deleted, with its pending deliveries' },
+      apis: PLATFORM,
+      scope: 'admin',
+      body: 'none',
+      summary: 'Delete a webhook',
+      handler: async (ctx) => {
+        await webhooks.delete(param(ctx, 'name'), actorOf(ctx), ctx.state);
+        ctx.status = 204;
+      },
+    },
+    {
+      method: 'GET',
+      path: '/api/v1/webhooks/:name/deliveries',
+      template: '/api/v1/webhooks/{name}/deliveries',
+      ok: {
+        status: 200,
+        description:
+          '{"deliveries": [{id, type, status, attempts, last_status, last_error, next_attempt_at, created_at, delivered_at}], "next_cursor"}, newest first',
+      },
+      query: PAGE_QUERY,
+      apis: PLATFORM,
+      scope: 'admin',
+      body: 'none',
+      summary: "A webhook's deliveries: attempts, last status, next attempt",
+      handler: async (ctx) => {
+        ctx.body = await webhooks.deliveries(param(ctx, 'name'), queryOf(ctx, PAGE_QUERY));
+      },
+    },
+  ];
+}

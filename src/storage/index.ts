@@ -1,0 +1,70 @@
+import type { Config } from '../config.js';
+import type { Logger } from '../observability/logger.js';
+import { storageCall } from './failure.js';
+import { openPostgresStores } from './postgres/index.js';
+import { openSqliteStores } from './sqlite/index.js';
+import type { Stores } from './stores.js';
+
+export type { Change, ChangeFeed, Stores } from './stores.js';
+
+export interface OpenOptions {
+  /** A serving process: decisions committed by a writer thread (SQLite), changes listened for (PostgreSQL). */
+  serving?: boolean;
+  onAuditAppend?: (kinds: string[]) => void;
+  /** Told each committed decision batch's size and commit time (metrics). */
+  onBatch?: (size: number, seconds: number) => void;
+  log?: Logger;
+}
+
+/**
+ * The one place that picks the backend from the configuration: PostgreSQL when
+ * ARBITER_DATABASE_URL is set, else the embedded SQLite file in ARBITER_DATA_DIR.
+ */
+export async function openStores(config: Config, opts: OpenOptions = {}): Promise<Stores> {
+  const stores = config.databaseUrl
+    ? await openPostgresStores({
+        url: config.databaseUrl,
+        poolSize: config.databasePool,
+        listen: opts.serving,
+        onAuditAppend: opts.onAuditAppend,
+        onBatch: opts.onBatch,
+        log: opts.log,
+      })
+    : openSqliteStores({
+        dataDir: config.dataDir,
+        sync: config.dbSync,
+        writerThread: opts.serving,
+        onAuditAppend: opts.onAuditAppend,
+        onBatch: opts.onBatch,
+      });
+  return guarded(stores);
+}
+
+/**
+ * Every store method, whatever the backend, reports an unreachable database as an `unavailable`
+ * error (503), in one place rather than in each method.
+ */
+function guarded(stores: Stores): Stores {
+  const wrap = <T extends object>(store: T): T =>
+    new Proxy(store, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        return (...args: unknown[]) =>
+          storageCall(async () => (v as (...a: unknown[]) => unknown).apply(target, args));
+      },
+    });
+  return {
+    ...stores,
+    audit: wrap(stores.audit),
+    decisions: wrap(stores.decisions),
+    limits: wrap(stores.limits),
+    queue: wrap(stores.queue),
+    tokens: wrap(stores.tokens),
+    keys: wrap(stores.keys),
+    policies: wrap(stores.policies),
+    webhooks: wrap(stores.webhooks),
+    ping: () => stores.ping(),
+    close: () => stores.close(),
+  };
+}

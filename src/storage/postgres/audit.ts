@@ -1,0 +1,194 @@
+import {
+  eventFromStored,
+  linkEvents,
+  type AuditIndexColumns,
+  type ChainHead,
+  type StoredEvent,
+} from '../../audit/chain.js';
+import { AUDIT_EQUALITY_FILTERS, type AuditFilter, type AuditStore } from '../../audit/store.js';
+import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
+import { newId } from '../../ids.js';
+import { deliveriesFor, outboxMessages } from '../../webhooks/events.js';
+import { rows, tx, type Client, type Pool } from './pool.js';
+
+type Row = Record<string, unknown>;
+
+/**
+ * Locks the chain head for the rest of the caller's transaction and returns it. Every writing
+ * transaction takes this lock first, so appends from every process are serialized into one chain
+ * (and no two transactions can wait on each other's rows in opposite orders).
+ */
+export async function lockHead(c: Client): Promise<ChainHead> {
+  const r = await rows<{ key: string; value: string }>(
+    c,
+    "SELECT key, value FROM meta WHERE key IN ('audit_head', 'audit_count') ORDER BY key FOR UPDATE",
+  );
+  return headFrom(r);
+}
+
+function headFrom(r: { key: string; value: string }[]): ChainHead {
+  const get = (k: string) => r.find((x) => x.key === k)?.value;
+  return { hash: get('audit_head') as string, count: Number(get('audit_count')) };
+}
+
+/** Appends `events` after the locked `head` in the caller's transaction; returns the new head. */
+export async function appendAfter(
+  c: Client,
+  head: ChainHead,
+  events: NewAuditEvent[],
+): Promise<{ events: AuditEvent[]; head: ChainHead }> {
+  if (events.length === 0) return { events: [], head };
+  const { linked, head: next } = linkEvents(head, events);
+  const col = <K extends keyof AuditIndexColumns>(k: K) => linked.map((l) => l.columns[k]);
+  // One statement for the whole batch: arrays unnested into rows (fixed SQL, values as parameters).
+  await c.query(
+    `INSERT INTO audit_events (seq, time, kind, trace_id, request_id, agent_id, user_id, tenant_id, action,
+       outcome, body, hash)
+     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+       $8::text[], $9::text[], $10::text[], $11::text[], $12::text[])`,
+    [
+      linked.map((l) => l.seq),
+      col('time'),
+      col('kind'),
+      col('trace_id'),
+      col('request_id'),
+      col('agent_id'),
+      col('user_id'),
+      col('tenant_id'),
+      col('action'),
+      col('outcome'),
+      linked.map((l) => l.body),
+      linked.map((l) => l.hash),
+    ],
+  );
+  await c.query(
+    `UPDATE meta SET value = CASE key WHEN 'audit_head' THEN $1 ELSE $2 END
+     WHERE key IN ('audit_head', 'audit_count')`,
+    [next.hash, String(next.count)],
+  );
+  const appended = linked.map((l) => l.event);
+  await enqueueDeliveries(c, appended);
+  return { events: appended, head: next };
+}
+
+/** The webhook outbox: the deliveries appended events cause, in the same transaction. */
+async function enqueueDeliveries(c: Client, events: AuditEvent[]): Promise<void> {
+  const messages = outboxMessages(events);
+  if (messages.length === 0) return;
+  const hooks = (await rows<{ name: string; events: string }>(c, 'SELECT name, events FROM webhooks')).map(
+    (h) => ({
+      name: h.name,
+      events: JSON.parse(h.events) as string[],
+    }),
+  );
+  const ds = deliveriesFor(messages, hooks, newId);
+  if (ds.length === 0) return;
+  await c.query(
+    `INSERT INTO webhook_deliveries (id, webhook, type, payload, status, attempts, next_attempt_at, created_at)
+     SELECT id, webhook, type, payload, 'pending', 0, next_attempt_at, created_at
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+       AS d(id, webhook, type, payload, next_attempt_at, created_at)`,
+    [
+      ds.map((d) => d.id),
+      ds.map((d) => d.webhook),
+      ds.map((d) => d.type),
+      ds.map((d) => d.payload),
+      ds.map((d) => d.next_attempt_at),
+      ds.map((d) => d.created_at),
+    ],
+  );
+}
+
+/** Locks the head and appends: for transactions that append once. */
+export async function append(c: Client, events: NewAuditEvent[]): Promise<AuditEvent[]> {
+  return (await appendAfter(c, await lockHead(c), events)).events;
+}
+
+const fromRow = (r: Row): { seq: number; event: AuditEvent } => ({
+  seq: r.seq as number,
+  event: eventFromStored(r.body as string, r.hash as string),
+});
+
+export class PgAuditStore implements AuditStore {
+  constructor(
+    private readonly pool: Pool,
+    private readonly onAppend: (kinds: string[]) => void,
+  ) {}
+
+  async append(events: NewAuditEvent[]): Promise<AuditEvent[]> {
+    const out = await tx(this.pool, (c) => append(c, events));
+    this.onAppend(out.map((e) => e.kind));
+    return out;
+  }
+
+  async query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent }[]> {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    const p = (v: unknown) => {
+      params.push(v);
+      return `$${params.length}`;
+    };
+    for (const c of AUDIT_EQUALITY_FILTERS) if (f[c] !== undefined) where.push(`${c} = ${p(f[c])}`);
+    if (f.since !== undefined) where.push(`time >= ${p(f.since)}`);
+    if (f.until !== undefined) where.push(`time < ${p(f.until)}`);
+    const byTime = f.since !== undefined || f.until !== undefined;
+    if (f.before !== undefined) {
+      where.push(
+        byTime ? `(time, seq) < (${p(f.before.time ?? '')}, ${p(f.before.seq)})` : `seq < ${p(f.before.seq)}`,
+      );
+    }
+    const sql = `SELECT seq, body, hash FROM audit_events ${where.length ? 'WHERE ' + where.join(' AND ') : ''}
+      ORDER BY ${byTime ? 'time DESC, seq DESC' : 'seq DESC'} LIMIT ${p(f.limit)}`;
+    return (await rows<Row>(this.pool, sql, params)).map(fromRow);
+  }
+
+  async trace(
+    traceId: string,
+    afterSeq: number,
+    limit: number,
+  ): Promise<{ seq: number; event: AuditEvent }[]> {
+    const r = await rows<Row>(
+      this.pool,
+      'SELECT seq, body, hash FROM audit_events WHERE trace_id = $1 AND seq > $2 ORDER BY seq LIMIT $3',
+      [traceId, afterSeq, limit],
+    );
+    return r.map(fromRow);
+  }
+
+  async byRequest(
+    requestId: string,
+    afterSeq: number,
+    limit: number,
+  ): Promise<{ seq: number; event: AuditEvent }[]> {
+    const r = await rows<Row>(
+      this.pool,
+      'SELECT seq, body, hash FROM audit_events WHERE request_id = $1 AND seq > $2 ORDER BY seq LIMIT $3',
+      [requestId, afterSeq, limit],
+    );
+    return r.map(fromRow);
+  }
+
+  async chunk(afterSeq: number, limit: number): Promise<StoredEvent[]> {
+    const r = await rows<Row>(
+      this.pool,
+      `SELECT seq, time, kind, trace_id, request_id, agent_id, user_id, tenant_id, action, outcome, body, hash
+       FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2`,
+      [afterSeq, limit],
+    );
+    return r.map(({ seq, body, hash, ...columns }) => ({
+      seq: seq as number,
+      body: body as string,
+      hash: hash as string,
+      columns: columns as unknown as AuditIndexColumns,
+    }));
+  }
+
+  async head(): Promise<ChainHead> {
+    return headFrom(
+      await rows<{ key: string; value: string }>(
+        this.pool,
+        "SELECT key, value FROM meta WHERE key IN ('audit_head', 'audit_count')",
+      ),
+    );
+  }
+}

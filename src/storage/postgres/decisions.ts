@@ -1,0 +1,244 @@
+import type { NewAuditEvent } from '../../audit/types.js';
+import type {
+  DecisionRecord,
+  DecisionStore,
+  DecisionToRecord,
+  LimitCounter,
+  LimitStore,
+  RecordOutcome,
+} from '../../decisions/store.js';
+import type { LimitUse, QueueItem } from '../../queue/types.js';
+import { decisionFromRow, decisionToRow, queueToRow, type Row } from '../rows.js';
+import { GroupCommit } from '../group-commit.js';
+import type { PgChain } from './chain.js';
+import { one, rows, tx, type Client, type Pool } from './pool.js';
+
+const DECISION_COLUMNS = [
+  'request_id',
+  'kind',
+  'status',
+  'key_id',
+  'tenant_id',
+  'subject',
+  'action',
+  'resource',
+  'message',
+  'trace_id',
+  'created_at',
+  'expires_at',
+  'idem_key',
+  'body_hash',
+  'token_id',
+  'request_digest',
+  'policy_revision',
+] as const;
+
+export const QUEUE_COLUMNS = [
+  'id',
+  'status',
+  'kind',
+  'agent_id',
+  'user_id',
+  'tenant_id',
+  'action',
+  'resource',
+  'confidence',
+  'context',
+  'message',
+  'trace_id',
+  'created_at',
+  'expires_at',
+  'decided_at',
+  'decided_by',
+  'note',
+  'requested_by',
+  'request_digest',
+  'policy_revision',
+  'on_behalf_of',
+  'limits',
+] as const;
+
+/** INSERT … SELECT * FROM unnest(…) of many rows in one statement (fixed SQL, values as parameters). */
+async function insertMany(
+  c: Client,
+  table: string,
+  columns: readonly string[],
+  types: Record<string, string>,
+  records: Row[],
+): Promise<void> {
+  if (records.length === 0) return;
+  const arrays = columns.map((col) => records.map((r) => r[col] ?? null));
+  const casts = columns.map((col, i) => `$${i + 1}::${types[col] ?? 'text'}[]`);
+  await c.query(
+    `INSERT INTO ${table} (${columns.join(', ')}) SELECT * FROM unnest(${casts.join(', ')})`,
+    arrays,
+  );
+}
+
+export async function insertQueueItems(c: Client, items: QueueItem[]): Promise<void> {
+  await insertMany(
+    c,
+    'queue_items',
+    QUEUE_COLUMNS,
+    { confidence: 'float8', policy_revision: 'int8' },
+    items.map(queueToRow),
+  );
+}
+
+/**
+ * Budget counters in the caller's transaction (which holds the chain head, so no other writer of
+ * any process consumes between check and write): all or nothing, the first exhausted one reported.
+ */
+export async function tryConsume(c: Client, limits: readonly LimitUse[]): Promise<LimitUse | undefined> {
+  if (limits.length === 0) return undefined;
+  const current = await rows<{ key: string; window_ms: number; window_start: string; used: number }>(
+    c,
+    `SELECT key, window_ms, window_start, used FROM limit_counters WHERE (key, window_ms, window_start) IN
+     (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[]))`,
+    [limits.map((l) => l.key), limits.map((l) => l.windowMs), limits.map((l) => l.windowStart)],
+  );
+  const used = new Map(current.map((r) => [`${r.key}\n${r.window_ms}\n${r.window_start}`, r.used]));
+  for (const l of limits) {
+    const k = `${l.key}\n${l.windowMs}\n${l.windowStart}`;
+    const now = used.get(k) ?? 0;
+    if (now + l.cost > l.max) return l;
+    used.set(k, now + l.cost);
+  }
+  for (const l of limits) {
+    await c.query(
+      `INSERT INTO limit_counters (key, window_ms, window_start, "window", max, used) VALUES ($1, $2, $3, $4, $5, $6)
+       ON CONFLICT (key, window_ms, window_start) DO UPDATE SET used = limit_counters.used + excluded.used,
+         max = excluded.max`,
+      [l.key, l.windowMs, l.windowStart, l.window, l.max, l.cost],
+    );
+  }
+  return undefined;
+}
+
+/**
+ * Decisions on PostgreSQL: each batch (group commit) is one transaction that locks the chain head
+ * first, so batches from every process are serialized, and idempotency and budgets are resolved
+ * exactly, in order.
+ */
+export class PgDecisionStore implements DecisionStore {
+  private readonly group: GroupCommit<DecisionToRecord, RecordOutcome>;
+  constructor(
+    private readonly pool: Pool,
+    private readonly chain: PgChain,
+    onBatch?: (size: number, seconds: number) => void,
+  ) {
+    this.group = new GroupCommit((batch) => tx(this.pool, (c) => this.recordBatch(c, batch)), onBatch);
+  }
+
+  record(r: DecisionToRecord): Promise<RecordOutcome> {
+    return this.group.submit(r);
+  }
+
+  private async recordBatch(c: Client, batch: DecisionToRecord[]): Promise<RecordOutcome[]> {
+    const head = await this.chain.lockHead(c);
+    const keyed = batch.filter((r) => r.decision.idem_key !== null).map((r) => r.decision);
+    const prior = new Map<string, DecisionRecord>();
+    if (keyed.length > 0) {
+      const found = await rows<Row>(
+        c,
+        `SELECT * FROM decisions WHERE (key_id, idem_key) IN
+         (SELECT * FROM unnest($1::text[], $2::text[]))`,
+        [keyed.map((d) => d.key_id), keyed.map((d) => d.idem_key)],
+      );
+      for (const r of found) prior.set(`${String(r.key_id)}\n${String(r.idem_key)}`, decisionFromRow(r));
+    }
+    type Chosen = { decision: DecisionRecord; event: NewAuditEvent; exhausted?: LimitUse };
+    const chosen: ({ replay: DecisionRecord } | Chosen)[] = [];
+    const decisions: DecisionRecord[] = [];
+    const items: QueueItem[] = [];
+    const expiredKeys: DecisionRecord[] = [];
+    for (const r of batch) {
+      const { decision } = r;
+      if (decision.idem_key !== null) {
+        const k = `${decision.key_id}\n${decision.idem_key}`;
+        const p = prior.get(k);
+        if (p && p.created_at >= r.idemSince) {
+          chosen.push({ replay: p });
+          continue;
+        }
+        // An expired key may be used again: the old decision keeps its row but loses the key.
+        if (p) expiredKeys.push(p);
+        prior.set(k, decision);
+      }
+      let pick: Chosen & { item?: QueueItem | undefined } = { decision, event: r.event, item: r.item };
+      if (r.charge && r.charge.limits.length > 0) {
+        const exhausted = await tryConsume(c, r.charge.limits);
+        if (exhausted) {
+          const denial = r.charge.denials[r.charge.limits.indexOf(exhausted)];
+          if (!denial) throw new Error('a limit was charged without its denial');
+          pick = { ...denial, exhausted };
+        }
+      }
+      decisions.push(pick.decision);
+      if (pick.item) items.push(pick.item);
+      chosen.push({
+        decision: pick.decision,
+        event: pick.event,
+        ...(pick.exhausted ? { exhausted: pick.exhausted } : {}),
+      });
+    }
+    if (expiredKeys.length > 0) {
+      await c.query(
+        `UPDATE decisions SET idem_key = NULL WHERE (key_id, idem_key) IN
+         (SELECT * FROM unnest($1::text[], $2::text[]))`,
+        [expiredKeys.map((d) => d.key_id), expiredKeys.map((d) => d.idem_key)],
+      );
+    }
+    await insertMany(
+      c,
+      'decisions',
+      DECISION_COLUMNS,
+      { policy_revision: 'int8' },
+      decisions.map(decisionToRow),
+    );
+    await insertQueueItems(c, items);
+    const { events } = await this.chain.appendAfter(
+      c,
+      head,
+      chosen.flatMap((x) => ('replay' in x ? [] : [x.event])),
+    );
+    let next = 0;
+    return chosen.map((x): RecordOutcome =>
+      'replay' in x
+        ? x
+        : {
+            recorded: events[next++]!,
+            decision: x.decision,
+            ...(x.exhausted ? { exhausted: x.exhausted } : {}),
+          },
+    );
+  }
+
+  async findByIdempotencyKey(keyId: string, idemKey: string, since: string) {
+    const r = await one<Row>(this.pool, 'SELECT * FROM decisions WHERE key_id = $1 AND idem_key = $2', [
+      keyId,
+      idemKey,
+    ]);
+    return r && (r.created_at as string) >= since ? decisionFromRow(r) : undefined;
+  }
+
+  async get(requestId: string) {
+    const r = await one<Row>(this.pool, 'SELECT * FROM decisions WHERE request_id = $1', [requestId]);
+    return r && decisionFromRow(r);
+  }
+}
+
+export class PgLimitStore implements LimitStore {
+  constructor(private readonly pool: Pool) {}
+
+  async latest(key: string | undefined): Promise<LimitCounter[]> {
+    return rows<LimitCounter>(
+      this.pool,
+      `SELECT DISTINCT ON (key, window_ms) key, "window", window_ms AS "windowMs", window_start AS "windowStart",
+         used, max
+       FROM limit_counters WHERE ($1::text IS NULL OR key = $1)
+       ORDER BY key, window_ms, window_start DESC`,
+      [key ?? null],
+    );
+  }
+}

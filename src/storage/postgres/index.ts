@@ -1,0 +1,64 @@
+import type { Logger } from '../../observability/logger.js';
+import type { Stores } from '../stores.js';
+import { PgAuditStore } from './audit.js';
+import { PgChain } from './chain.js';
+import { PgDecisionStore, PgLimitStore } from './decisions.js';
+import { PgChangeFeed } from './feed.js';
+import { PgKeyStore } from './keys.js';
+import { migrate } from './migrations.js';
+import { PgPolicyStore } from './policies.js';
+import { createPool } from './pool.js';
+import { PgQueueStore } from './queue.js';
+import { PgTokenStore } from './tokens.js';
+import { PgWebhookStore } from './webhooks.js';
+
+export interface PostgresOptions {
+  url: string;
+  poolSize: number;
+  /** LISTEN for other processes' changes (serving processes; the CLI does not need it). */
+  listen?: boolean;
+  onAuditAppend?: (kinds: string[]) => void;
+  onBatch?: (size: number, seconds: number) => void;
+  log?: Logger;
+}
+
+/**
+ * The shared backend: any number of processes on any machines, one database. Migrates under an
+ * advisory lock at open, so processes may start together against an empty database.
+ */
+export async function openPostgresStores(opts: PostgresOptions): Promise<Stores> {
+  const pool = createPool(opts.url, opts.poolSize, opts.log);
+  try {
+    await migrate(pool, opts.log);
+  } catch (e) {
+    await pool.end().catch(() => undefined);
+    throw e;
+  }
+  const chain = new PgChain(opts.onAuditAppend ?? (() => undefined));
+  const feed = new PgChangeFeed(opts.url, opts.log);
+  if (opts.listen) await feed.start();
+  return {
+    backend: 'postgres',
+    audit: new PgAuditStore(pool, opts.onAuditAppend ?? (() => undefined)),
+    decisions: new PgDecisionStore(pool, chain, opts.onBatch),
+    limits: new PgLimitStore(pool),
+    queue: new PgQueueStore(pool, chain),
+    tokens: new PgTokenStore(pool, chain),
+    keys: new PgKeyStore(pool, chain),
+    policies: new PgPolicyStore(pool, chain),
+    webhooks: new PgWebhookStore(pool, chain),
+    changes: opts.listen ? feed : { crossProcess: true, subscribe: () => () => undefined },
+    async ping(): Promise<boolean> {
+      try {
+        await pool.query('SELECT 1');
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    async close(): Promise<void> {
+      await feed.close();
+      await pool.end();
+    },
+  };
+}

@@ -1,0 +1,65 @@
+import type { NewAuditEvent } from '../../audit/types.js';
+import type { ApiKeyRecord, KeyStore } from '../../keys/types.js';
+import { keyFromRow, type Row } from '../rows.js';
+import { notify, type PgChain } from './chain.js';
+import { one, rows, tx, type Pool } from './pool.js';
+
+export class PgKeyStore implements KeyStore {
+  constructor(
+    private readonly pool: Pool,
+    private readonly chain: PgChain,
+  ) {}
+
+  async create(rec: ApiKeyRecord, event: NewAuditEvent): Promise<'ok' | 'exists'> {
+    return tx(this.pool, async (c) => {
+      const head = await this.chain.lockHead(c);
+      // Under the head lock, key changes are serialized: a taken name is seen, not raced.
+      if (await one(c, 'SELECT 1 FROM api_keys WHERE name = $1', [rec.name])) return 'exists' as const;
+      await c.query(
+        `INSERT INTO api_keys (id, name, hash, scopes, tenant, agent, created_at, revoked_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+        [
+          rec.id,
+          rec.name,
+          rec.hash,
+          JSON.stringify(rec.scopes),
+          rec.tenant,
+          rec.agent,
+          rec.created_at,
+          rec.revoked_at,
+        ],
+      );
+      await this.chain.appendAfter(c, head, [event]);
+      return 'ok' as const;
+    });
+  }
+
+  async findById(id: string): Promise<ApiKeyRecord | undefined> {
+    const r = await one<Row>(this.pool, 'SELECT * FROM api_keys WHERE id = $1', [id]);
+    return r && keyFromRow(r);
+  }
+
+  async findByName(name: string): Promise<ApiKeyRecord | undefined> {
+    const r = await one<Row>(this.pool, 'SELECT * FROM api_keys WHERE name = $1', [name]);
+    return r && keyFromRow(r);
+  }
+
+  async list(): Promise<ApiKeyRecord[]> {
+    return (await rows<Row>(this.pool, 'SELECT * FROM api_keys ORDER BY created_at, name')).map(keyFromRow);
+  }
+
+  async revoke(name: string, at: string, event: NewAuditEvent): Promise<ApiKeyRecord | undefined> {
+    return tx(this.pool, async (c) => {
+      const head = await this.chain.lockHead(c);
+      const r = await one<Row>(c, 'SELECT * FROM api_keys WHERE name = $1', [name]);
+      if (!r) return undefined;
+      if (r.revoked_at === null) {
+        await c.query('UPDATE api_keys SET revoked_at = $1 WHERE name = $2', [at, name]);
+        await this.chain.appendAfter(c, head, [event]);
+        await notify(c, { topic: 'keys' });
+        r.revoked_at = at;
+      }
+      return keyFromRow(r);
+    });
+  }
+}

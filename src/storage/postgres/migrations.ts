@@ -1,0 +1,138 @@
+import type { Logger } from '../../observability/logger.js';
+import { tx, type Pool } from './pool.js';
+
+/**
+ * The PostgreSQL schema, as numbered forward-only migrations (a released one is never edited; a
+ * change is a new entry). Times are ISO 8601 text, as in SQLite, so both backends order and
+ * compare them the same way; JSON values are text, stored exactly as written.
+ */
+export const migrations: readonly { version: number; name: string; sql: string }[] = [
+  {
+    version: 1,
+    name: 'initial schema',
+    sql: `
+      CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL);
+      INSERT INTO meta (key, value) VALUES ('revision', '0'), ('seeded', '0'),
+        ('audit_head', '${'0'.repeat(64)}'), ('audit_count', '0');
+
+      CREATE TABLE api_keys (
+        id text PRIMARY KEY, name text NOT NULL UNIQUE, hash text NOT NULL, scopes text NOT NULL,
+        tenant text, agent text, created_at text NOT NULL, revoked_at text);
+
+      CREATE TABLE policies (
+        name text PRIMARY KEY, description text NOT NULL, rego text NOT NULL, sha256 text NOT NULL,
+        version integer NOT NULL, updated_at text NOT NULL);
+      CREATE TABLE data_documents (
+        path text PRIMARY KEY, value text NOT NULL, sha256 text NOT NULL, updated_at text NOT NULL);
+      CREATE TABLE policy_blobs (sha256 text PRIMARY KEY, rego text NOT NULL);
+      CREATE TABLE data_blobs (sha256 text PRIMARY KEY, value text NOT NULL);
+      CREATE TABLE revisions (
+        revision bigint PRIMARY KEY, time text NOT NULL, actor text NOT NULL, message text,
+        changes text NOT NULL, policies text NOT NULL, data text NOT NULL);
+      CREATE TABLE policy_versions (
+        name text NOT NULL, version integer NOT NULL, revision bigint NOT NULL, sha256 text NOT NULL,
+        time text NOT NULL, actor text NOT NULL, deleted boolean NOT NULL, PRIMARY KEY (name, version));
+      CREATE TABLE compiled_sets (set_hash text PRIMARY KEY, wasm bytea NOT NULL, created_at text NOT NULL);
+
+      -- Each event is kept as body, the canonical JSON its hash covers; the other columns are
+      -- copies that filters use (verification checks them against body).
+      CREATE TABLE audit_events (
+        seq bigint PRIMARY KEY, time text NOT NULL, kind text NOT NULL, trace_id text, request_id text,
+        agent_id text, user_id text, tenant_id text, action text, outcome text,
+        body text NOT NULL, hash text NOT NULL);
+      CREATE INDEX audit_trace ON audit_events (trace_id, seq);
+      CREATE INDEX audit_request ON audit_events (request_id, seq);
+      CREATE INDEX audit_kind ON audit_events (kind, seq);
+      CREATE INDEX audit_action ON audit_events (action, seq);
+      CREATE INDEX audit_outcome ON audit_events (outcome, seq);
+      CREATE INDEX audit_time ON audit_events (time, seq);
+      CREATE INDEX audit_agent ON audit_events (agent_id, seq) WHERE agent_id IS NOT NULL;
+      CREATE INDEX audit_user ON audit_events (user_id, seq) WHERE user_id IS NOT NULL;
+      CREATE INDEX audit_tenant ON audit_events (tenant_id, seq) WHERE tenant_id IS NOT NULL;
+
+      CREATE TABLE queue_items (
+        id text PRIMARY KEY, status text NOT NULL, kind text NOT NULL, agent_id text, user_id text,
+        tenant_id text, action text NOT NULL, resource text NOT NULL, confidence double precision,
+        context text NOT NULL, message text NOT NULL, trace_id text NOT NULL, created_at text NOT NULL,
+        expires_at text NOT NULL, decided_at text, decided_by text, note text, requested_by text NOT NULL);
+      CREATE INDEX queue_pending_id ON queue_items (status, id);
+      CREATE INDEX queue_pending_expiry ON queue_items (expires_at) WHERE status = 'pending';
+      CREATE INDEX queue_decided_status ON queue_items (status, decided_at, id) WHERE status <> 'pending';
+      CREATE INDEX queue_decided ON queue_items (decided_at, id) WHERE status <> 'pending';
+
+      CREATE TABLE decisions (
+        request_id text PRIMARY KEY, kind text NOT NULL, status text NOT NULL, key_id text NOT NULL,
+        tenant_id text, subject text NOT NULL, action text NOT NULL, resource text NOT NULL, message text,
+        trace_id text NOT NULL, created_at text NOT NULL, expires_at text, idem_key text, body_hash text,
+        token_id text);
+      CREATE UNIQUE INDEX decisions_idempotency ON decisions (key_id, idem_key) WHERE idem_key IS NOT NULL;
+
+      CREATE TABLE tokens (
+        id text PRIMARY KEY, request_id text, subject text NOT NULL, scopes text NOT NULL,
+        audience text NOT NULL, tenant_id text, issued_at text NOT NULL, expires_at text NOT NULL,
+        revoked_at text, minted_by text NOT NULL, trace_id text);
+      CREATE TABLE signing_keys (
+        kid text PRIMARY KEY, private_jwk text NOT NULL, public_jwk text NOT NULL, created_at text NOT NULL);
+    `,
+  },
+  {
+    version: 2,
+    name: 'webhooks and their outbox',
+    sql: `
+      CREATE TABLE webhooks (
+        name text PRIMARY KEY, url text NOT NULL, events text NOT NULL, format text NOT NULL,
+        secret text NOT NULL, created_at text NOT NULL, updated_at text NOT NULL);
+      -- The outbox: a delivery is written in the transaction of the change that causes it.
+      CREATE TABLE webhook_deliveries (
+        id text PRIMARY KEY, webhook text NOT NULL, type text NOT NULL, payload text NOT NULL,
+        status text NOT NULL, attempts integer NOT NULL, next_attempt_at text NOT NULL,
+        last_status integer, last_error text, created_at text NOT NULL, delivered_at text);
+      CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';
+      CREATE INDEX webhook_deliveries_by_hook ON webhook_deliveries (webhook, id);
+    `,
+  },
+  {
+    version: 3,
+    name: 'budgets, call-bound approvals, delegation',
+    sql: `
+      CREATE TABLE limit_counters (
+        key text NOT NULL, window_ms bigint NOT NULL, window_start text NOT NULL, "window" text NOT NULL,
+        max bigint NOT NULL, used bigint NOT NULL, PRIMARY KEY (key, window_ms, window_start));
+      ALTER TABLE decisions ADD COLUMN request_digest text, ADD COLUMN policy_revision bigint;
+      ALTER TABLE queue_items ADD COLUMN request_digest text, ADD COLUMN policy_revision bigint,
+        ADD COLUMN on_behalf_of text, ADD COLUMN limits text;
+      ALTER TABLE tokens ADD COLUMN request_digest text, ADD COLUMN policy_revision bigint;
+    `,
+  },
+];
+
+/** Any fixed number: the key of the advisory lock that serializes migrations across processes. */
+const MIGRATION_LOCK = 7_106_652_481;
+
+/**
+ * Brings the schema up to date under a transaction-scoped advisory lock, so any number of
+ * processes may start at once against an empty database: one migrates, the others wait and then
+ * find nothing left to do.
+ */
+export async function migrate(pool: Pool, log?: Logger): Promise<void> {
+  await tx(pool, async (c) => {
+    await c.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
+    await c.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
+      version integer PRIMARY KEY, name text NOT NULL, applied_at text NOT NULL)`);
+    const done = new Set(
+      (await c.query<{ version: number }>('SELECT version FROM schema_migrations')).rows.map(
+        (r) => r.version,
+      ),
+    );
+    for (const m of migrations) {
+      if (done.has(m.version)) continue;
+      await c.query(m.sql);
+      await c.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [
+        m.version,
+        m.name,
+        new Date().toISOString(),
+      ]);
+      log?.info({ version: m.version, name: m.name }, 'database migrated');
+    }
+  });
+}

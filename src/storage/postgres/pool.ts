@@ -1,0 +1,69 @@
+import pg from 'pg';
+import type { Logger } from '../../observability/logger.js';
+
+export type Pool = pg.Pool;
+export type Client = pg.PoolClient | pg.Client;
+
+/** int8 (bigint) columns hold sequence numbers, revisions and latencies: all below 2^53. */
+const types = new pg.TypeOverrides();
+types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
+
+export const CLIENT_TYPES = types;
+
+/**
+ * Connection settings shared by the pool and the LISTEN connection: fail fast when the database
+ * is unreachable (requests answer 503 instead of hanging), bound every statement, and never leave
+ * a transaction open on a connection that went quiet.
+ */
+export function clientConfig(url: string): pg.ClientConfig {
+  return {
+    connectionString: url,
+    types,
+    connectionTimeoutMillis: 2_000,
+    query_timeout: 15_000,
+    statement_timeout: 10_000,
+    idle_in_transaction_session_timeout: 15_000,
+    application_name: 'arbiter',
+    keepAlive: true,
+  };
+}
+
+export function createPool(url: string, size: number, log?: Logger): Pool {
+  const pool = new pg.Pool({ ...clientConfig(url), max: size, idleTimeoutMillis: 30_000 });
+  // An idle client whose connection drops emits here; unhandled, it would end the process.
+  pool.on('error', (err) => log?.warn({ err: { message: err.message } }, 'database connection lost'));
+  return pool;
+}
+
+/**
+ * Runs `fn` in one transaction on one pooled connection: COMMIT when it resolves, ROLLBACK when it
+ * throws. A connection that failed mid-transaction is destroyed rather than reused.
+ */
+export async function tx<T>(pool: Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  try {
+    await client.query('BEGIN');
+    const out = await fn(client);
+    await client.query('COMMIT');
+    return out;
+  } catch (e) {
+    try {
+      await client.query('ROLLBACK');
+    } catch (rollbackError) {
+      broken = rollbackError as Error;
+    }
+    throw e;
+  } finally {
+    client.release(broken);
+  }
+}
+
+/** Rows of a query, typed by the caller (pg returns plain objects). */
+export async function rows<T>(c: Client | Pool, sql: string, params: unknown[] = []): Promise<T[]> {
+  return (await c.query(sql, params)).rows as T[];
+}
+
+export async function one<T>(c: Client | Pool, sql: string, params: unknown[] = []): Promise<T | undefined> {
+  return (await rows<T>(c, sql, params))[0];
+}

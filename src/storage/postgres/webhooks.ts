@@ -1,0 +1,100 @@
+import type { NewAuditEvent } from '../../audit/types.js';
+import type {
+  DeliveryRecord,
+  DeliveryResult,
+  DueDelivery,
+  WebhookRecord,
+  WebhookStore,
+} from '../../webhooks/types.js';
+import { hookFromRow, type Row } from '../rows.js';
+import type { PgChain } from './chain.js';
+import { one, rows, tx, type Pool } from './pool.js';
+
+export class PgWebhookStore implements WebhookStore {
+  constructor(
+    private readonly pool: Pool,
+    private readonly chain: PgChain,
+  ) {}
+
+  async put(w: WebhookRecord, event: NewAuditEvent): Promise<{ created: boolean }> {
+    return tx(this.pool, async (c) => {
+      const head = await this.chain.lockHead(c);
+      const existed = (await one(c, 'SELECT 1 FROM webhooks WHERE name = $1', [w.name])) !== undefined;
+      await c.query(
+        `INSERT INTO webhooks (name, url, events, format, secret, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (name) DO UPDATE SET url = excluded.url, events = excluded.events,
+           format = excluded.format, secret = excluded.secret, updated_at = excluded.updated_at`,
+        [w.name, w.url, JSON.stringify(w.events), w.format, w.secret, w.created_at, w.updated_at],
+      );
+      await this.chain.appendAfter(c, head, [event]);
+      return { created: !existed };
+    });
+  }
+
+  async get(name: string): Promise<WebhookRecord | undefined> {
+    const r = await one<Row>(this.pool, 'SELECT * FROM webhooks WHERE name = $1', [name]);
+    return r && hookFromRow(r);
+  }
+
+  async list(): Promise<WebhookRecord[]> {
+    return (await rows<Row>(this.pool, 'SELECT * FROM webhooks ORDER BY name')).map(hookFromRow);
+  }
+
+  async delete(name: string, event: NewAuditEvent): Promise<boolean> {
+    return tx(this.pool, async (c) => {
+      const head = await this.chain.lockHead(c);
+      const gone = await c.query('DELETE FROM webhooks WHERE name = $1', [name]);
+      if (gone.rowCount === 0) return false;
+      await c.query('DELETE FROM webhook_deliveries WHERE webhook = $1', [name]);
+      await this.chain.appendAfter(c, head, [event]);
+      return true;
+    });
+  }
+
+  async deliveries(name: string, before: string | undefined, limit: number): Promise<DeliveryRecord[]> {
+    return rows<DeliveryRecord>(
+      this.pool,
+      `SELECT * FROM webhook_deliveries WHERE webhook = $1 AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT $3`,
+      [name, before ?? null, limit],
+    );
+  }
+
+  async claimDue(now: string, leaseUntil: string, limit: number): Promise<DueDelivery[]> {
+    // SKIP LOCKED: processes sending at once take different deliveries.
+    return rows<DueDelivery>(
+      this.pool,
+      `WITH due AS (
+         SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1
+         ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+       UPDATE webhook_deliveries d SET next_attempt_at = $2 FROM due, webhooks w
+       WHERE d.id = due.id AND w.name = d.webhook
+       RETURNING d.*, w.url, w.format, w.secret`,
+      [now, leaseUntil, limit],
+    );
+  }
+
+  async settle(id: string, r: DeliveryResult): Promise<void> {
+    if (r.delivered) {
+      await this.pool.query(
+        `UPDATE webhook_deliveries SET status = 'delivered', attempts = attempts + 1, delivered_at = $1,
+           last_status = $2, last_error = NULL WHERE id = $3`,
+        [r.at, r.status, id],
+      );
+    } else {
+      await this.pool.query(
+        `UPDATE webhook_deliveries SET status = $1, attempts = attempts + 1, last_status = $2, last_error = $3,
+           next_attempt_at = COALESCE($4, next_attempt_at) WHERE id = $5`,
+        [r.retryAt === null ? 'failed' : 'pending', r.status, r.error, r.retryAt, id],
+      );
+    }
+  }
+
+  async countPending(): Promise<number> {
+    const r = await one<{ n: number }>(
+      this.pool,
+      "SELECT count(*)::int AS n FROM webhook_deliveries WHERE status = 'pending'",
+    );
+    return r?.n ?? 0;
+  }
+}

@@ -1,0 +1,161 @@
+import type { Statement } from 'better-sqlite3';
+import {
+  EMPTY_CHAIN,
+  linkEvents,
+  type AuditIndexColumns,
+  type ChainHead,
+  type StoredEvent,
+} from '../../audit/chain.js';
+import { AUDIT_EQUALITY_FILTERS, type AuditFilter, type AuditStore } from '../../audit/store.js';
+import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
+import { newId } from '../../ids.js';
+import { deliveriesFor, outboxMessages } from '../../webhooks/events.js';
+import { auditFromRow, type Row } from '../rows.js';
+import type { Db } from './db.js';
+
+const AUDIT_ROW =
+  'seq, time, kind, trace_id, request_id, agent_id, user_id, tenant_id, action, outcome, body, hash';
+
+/**
+ * Appends audit events inside the caller's transaction: reads the chain head, links the events
+ * after it (src/audit/chain.ts) and inserts them. Must run inside an IMMEDIATE transaction so the
+ * head cannot move meanwhile.
+ */
+export class AuditWriter {
+  private readonly head: Statement;
+  private readonly insert: Statement;
+  private readonly setHead: Statement;
+  private readonly hooks: Statement;
+  private readonly insertDelivery: Statement;
+  constructor(
+    db: Db,
+    private readonly onAppend: (kinds: string[]) => void,
+  ) {
+    this.head = db.prepare("SELECT key, value FROM meta WHERE key IN ('audit_head', 'audit_count')");
+    this.setHead = db.prepare(`UPDATE meta SET value = CASE key WHEN 'audit_head' THEN @hash
+      ELSE CAST(@count AS TEXT) END WHERE key IN ('audit_head', 'audit_count')`);
+    this.hooks = db.prepare('SELECT name, events FROM webhooks');
+    this.insertDelivery =
+      db.prepare(`INSERT INTO webhook_deliveries (id, webhook, type, payload, status, attempts,
+      next_attempt_at, last_status, last_error, created_at, delivered_at) VALUES (@id, @webhook, @type, @payload,
+      @status, @attempts, @next_attempt_at, @last_status, @last_error, @created_at, @delivered_at)`);
+    this.insert = db.prepare(
+      `INSERT INTO audit_events (${AUDIT_ROW}) VALUES (@seq, @time, @kind, @trace_id, @request_id,
+       @agent_id, @user_id, @tenant_id, @action, @outcome, @body, @hash)`,
+    );
+  }
+
+  readHead(): ChainHead {
+    return headFromMeta(this.head.all() as { key: string; value: string }[]);
+  }
+
+  appendInTx(events: NewAuditEvent[]): AuditEvent[] {
+    const { linked, head } = linkEvents(this.readHead(), events);
+    for (const l of linked) this.insert.run({ ...l.columns, seq: l.seq, body: l.body, hash: l.hash });
+    this.setHead.run(head);
+    this.enqueueDeliveries(linked.map((l) => l.event));
+    // Reported after the caller's transaction commits would be more exact; a rollback after this
+    // point only happens on a storage failure, which already fails the request.
+    this.onAppend(linked.map((l) => l.event.kind));
+    return linked.map((l) => l.event);
+  }
+
+  /** The webhook outbox: the deliveries appended events cause, in the same transaction. */
+  private enqueueDeliveries(events: AuditEvent[]): void {
+    const messages = outboxMessages(events);
+    if (messages.length === 0) return;
+    const hooks = (this.hooks.all() as { name: string; events: string }[]).map((h) => ({
+      name: h.name,
+      events: JSON.parse(h.events) as string[],
+    }));
+    for (const d of deliveriesFor(messages, hooks, newId)) this.insertDelivery.run(d);
+  }
+}
+
+function headFromMeta(rows: { key: string; value: string }[]): ChainHead {
+  const get = (k: string) => rows.find((r) => r.key === k)?.value;
+  return { hash: get('audit_head') ?? EMPTY_CHAIN.hash, count: Number(get('audit_count') ?? '0') };
+}
+
+export class SqliteAuditStore implements AuditStore {
+  private readonly byTrace: Statement;
+  private readonly chunkStmt: Statement;
+  private readonly byRequestId: Statement;
+  constructor(
+    private readonly db: Db,
+    private readonly writer: AuditWriter,
+  ) {
+    this.byTrace = db.prepare(
+      'SELECT seq, body, hash FROM audit_events WHERE trace_id = ? AND seq > ? ORDER BY seq LIMIT ?',
+    );
+    this.chunkStmt = db.prepare(`SELECT ${AUDIT_ROW} FROM audit_events WHERE seq > ? ORDER BY seq LIMIT ?`);
+    this.byRequestId = db.prepare(
+      'SELECT seq, body, hash FROM audit_events WHERE request_id = ? AND seq > ? ORDER BY seq LIMIT ?',
+    );
+  }
+
+  async append(events: NewAuditEvent[]): Promise<AuditEvent[]> {
+    return this.db.transaction(() => this.writer.appendInTx(events)).immediate();
+  }
+
+  async query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent }[]> {
+    const where: string[] = [];
+    const params: Record<string, unknown> = { limit: f.limit };
+    for (const c of AUDIT_EQUALITY_FILTERS) {
+      if (f[c] !== undefined) {
+        where.push(`${c} = @${c}`);
+        params[c] = f[c];
+      }
+    }
+    if (f.since !== undefined) {
+      where.push('time >= @since');
+      params.since = f.since;
+    }
+    if (f.until !== undefined) {
+      where.push('time < @until');
+      params.until = f.until;
+    }
+    const byTime = f.since !== undefined || f.until !== undefined;
+    if (f.before !== undefined) {
+      if (byTime) {
+        where.push('(time, seq) < (@beforeTime, @beforeSeq)');
+        params.beforeTime = f.before.time ?? '';
+      } else {
+        where.push('seq < @beforeSeq');
+      }
+      params.beforeSeq = f.before.seq;
+    }
+    const sql = `SELECT seq, body, hash FROM audit_events ${where.length ? 'WHERE ' + where.join(' AND ') : ''}
+      ORDER BY ${byTime ? 'time DESC, seq DESC' : 'seq DESC'} LIMIT @limit`;
+    return (this.db.prepare(sql).all(params) as Row[]).map(auditFromRow);
+  }
+
+  async trace(
+    traceId: string,
+    afterSeq: number,
+    limit: number,
+  ): Promise<{ seq: number; event: AuditEvent }[]> {
+    return (this.byTrace.all(traceId, afterSeq, limit) as Row[]).map(auditFromRow);
+  }
+
+  async chunk(afterSeq: number, limit: number): Promise<StoredEvent[]> {
+    return (this.chunkStmt.all(afterSeq, limit) as Row[]).map(({ seq, body, hash, ...columns }) => ({
+      seq: seq as number,
+      body: body as string,
+      hash: hash as string,
+      columns: columns as unknown as AuditIndexColumns,
+    }));
+  }
+
+  async byRequest(
+    requestId: string,
+    afterSeq: number,
+    limit: number,
+  ): Promise<{ seq: number; event: AuditEvent }[]> {
+    return (this.byRequestId.all(requestId, afterSeq, limit) as Row[]).map(auditFromRow);
+  }
+
+  async head(): Promise<ChainHead> {
+    return this.writer.readHead();
+  }
+}

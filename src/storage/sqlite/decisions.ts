@@ -1,0 +1,206 @@
+import type { Statement } from 'better-sqlite3';
+import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
+import type {
+  DecisionRecord,
+  DecisionStore,
+  DecisionToRecord,
+  LimitCounter,
+  LimitStore,
+  RecordOutcome,
+} from '../../decisions/store.js';
+import type { LimitUse } from '../../queue/types.js';
+import { GroupCommit } from '../group-commit.js';
+import { decisionFromRow, decisionToRow, queueToRow, type Row } from '../rows.js';
+import type { AuditWriter } from './audit.js';
+import type { Db } from './db.js';
+
+/** What one decision of a batch is, as it crosses to the writer thread (plain data). */
+export type RecordArgs = DecisionToRecord;
+
+/**
+ * Budget counters: check and consume within the caller's IMMEDIATE transaction, so no other
+ * writer (thread or process) can consume between the check and the write. All or nothing: the
+ * first exhausted limit is reported and nothing is consumed.
+ */
+export class LimitWriter {
+  private readonly used: Statement;
+  private readonly consume: Statement;
+  constructor(db: Db) {
+    this.used = db
+      .prepare('SELECT used FROM limit_counters WHERE key = ? AND window_ms = ? AND window_start = ?')
+      .pluck();
+    this.consume = db.prepare(
+      `INSERT INTO limit_counters (key, window_ms, window_start, window, max, used)
+       VALUES (@key, @windowMs, @windowStart, @window, @max, @cost)
+       ON CONFLICT (key, window_ms, window_start) DO UPDATE SET used = used + excluded.used, max = excluded.max`,
+    );
+  }
+
+  /** Consumes every limit, or none and returns the first that cannot take its cost. */
+  tryConsume(limits: readonly LimitUse[]): LimitUse | undefined {
+    for (const l of limits) {
+      const used = (this.used.get(l.key, l.windowMs, l.windowStart) as number | undefined) ?? 0;
+      // The same counter named twice in one decision is charged twice.
+      const alsoHere = limits
+        .slice(0, limits.indexOf(l))
+        .filter((o) => o.key === l.key && o.windowMs === l.windowMs)
+        .reduce((n, o) => n + o.cost, 0);
+      if (used + alsoHere + l.cost > l.max) return l;
+    }
+    for (const l of limits) this.consume.run(l);
+    return undefined;
+  }
+}
+
+/**
+ * Writes batches of decisions: each decision row, its queue item, its budgets and its audit event,
+ * all decisions of a batch in one IMMEDIATE transaction (one fsync). Idempotency and budgets are
+ * resolved inside the transaction, in order, so two retries in one batch replay correctly and N
+ * requests against a budget of M allow exactly min(N, M). Synchronous; used in-process or from
+ * the writer thread.
+ */
+export class DecisionWriter {
+  private readonly insertQueue: Statement;
+  private readonly insertDecision: Statement;
+  private readonly byIdem: Statement;
+  private readonly clearIdem: Statement;
+  private readonly limits: LimitWriter;
+  constructor(
+    private readonly db: Db,
+    private readonly writer: AuditWriter,
+  ) {
+    this.insertQueue =
+      db.prepare(`INSERT INTO queue_items (id, status, kind, agent_id, user_id, tenant_id, action,
+      resource, confidence, context, message, trace_id, created_at, expires_at, decided_at, decided_by, note,
+      requested_by, request_digest, policy_revision, on_behalf_of, limits) VALUES (@id, @status, @kind, @agent_id,
+      @user_id, @tenant_id, @action, @resource, @confidence, @context, @message, @trace_id, @created_at,
+      @expires_at, @decided_at, @decided_by, @note, @requested_by, @request_digest, @policy_revision,
+      @on_behalf_of, @limits)`);
+    this.insertDecision =
+      db.prepare(`INSERT INTO decisions (request_id, kind, status, key_id, tenant_id, subject,
+      action, resource, message, trace_id, created_at, expires_at, idem_key, body_hash, token_id, request_digest,
+      policy_revision) VALUES (@request_id, @kind, @status, @key_id, @tenant_id, @subject, @action, @resource,
+      @message, @trace_id, @created_at, @expires_at, @idem_key, @body_hash, @token_id, @request_digest,
+      @policy_revision)`);
+    this.byIdem = db.prepare('SELECT * FROM decisions WHERE key_id = ? AND idem_key = ?');
+    this.clearIdem = db.prepare('UPDATE decisions SET idem_key = NULL WHERE key_id = ? AND idem_key = ?');
+    this.limits = new LimitWriter(db);
+  }
+
+  recordBatch(batch: RecordArgs[]): RecordOutcome[] {
+    return this.db
+      .transaction(() => {
+        // Rows first (idempotency replays within the batch see earlier rows), then every audit
+        // event of the batch in one append: one chain-head read and one head update per batch.
+        const rows = batch.map((r) => this.recordRow(r));
+        const events = this.writer.appendInTx(rows.flatMap((x) => ('replay' in x ? [] : [x.event])));
+        let next = 0;
+        return rows.map((x): RecordOutcome =>
+          'replay' in x
+            ? x
+            : {
+                recorded: events[next++] as AuditEvent,
+                decision: x.decision,
+                ...(x.exhausted ? { exhausted: x.exhausted } : {}),
+              },
+        );
+      })
+      .immediate();
+  }
+
+  /** Writes the decision (and queue item), consuming its budgets; or finds the one to replay. */
+  private recordRow(
+    r: RecordArgs,
+  ): { replay: DecisionRecord } | { decision: DecisionRecord; event: NewAuditEvent; exhausted?: LimitUse } {
+    const { decision } = r;
+    if (decision.idem_key !== null) {
+      const prior = this.byIdem.get(decision.key_id, decision.idem_key) as Row | undefined;
+      if (prior && (prior.created_at as string) >= r.idemSince) return { replay: decisionFromRow(prior) };
+      // An expired key may be used again: the old decision keeps its row but loses the key.
+      if (prior) this.clearIdem.run(decision.key_id, decision.idem_key);
+    }
+    let chosen = { decision, event: r.event, item: r.item };
+    let exhausted: LimitUse | undefined;
+    if (r.charge && r.charge.limits.length > 0) {
+      exhausted = this.limits.tryConsume(r.charge.limits);
+      if (exhausted) {
+        const denial = r.charge.denials[r.charge.limits.indexOf(exhausted)];
+        if (!denial) throw new Error('a limit was charged without its denial');
+        chosen = { ...denial, item: undefined };
+      }
+    }
+    this.insertDecision.run(decisionToRow(chosen.decision));
+    if (chosen.item) this.insertQueue.run(queueToRow(chosen.item));
+    return { decision: chosen.decision, event: chosen.event, ...(exhausted ? { exhausted } : {}) };
+  }
+}
+
+/** Commits batches of decisions, in this thread or another; settles after the commit. */
+export interface BatchCommitter {
+  commit(batch: RecordArgs[]): Promise<RecordOutcome[]>;
+  /** CPU seconds of the thread that commits, when it is a thread of its own. */
+  cpuSeconds?(): Promise<number | undefined>;
+  close(): Promise<void>;
+}
+
+/** Commits on the calling thread (the event loop waits for each fsync). */
+export function inProcessCommitter(writer: DecisionWriter): BatchCommitter {
+  return {
+    commit: async (batch) => writer.recordBatch(batch),
+    close: async () => undefined,
+  };
+}
+
+/**
+ * Decisions: recorded through group commit (src/storage/group-commit.ts) by `committer`, on this
+ * connection or the writer thread's; read on this connection.
+ */
+export class SqliteDecisionStore implements DecisionStore {
+  private readonly group: GroupCommit<RecordArgs, RecordOutcome>;
+  private readonly byIdem: Statement;
+  private readonly byId: Statement;
+  constructor(
+    db: Db,
+    private readonly committer: BatchCommitter,
+    onBatch?: (size: number, seconds: number) => void,
+  ) {
+    this.group = new GroupCommit((batch) => this.committer.commit(batch), onBatch);
+    this.byIdem = db.prepare('SELECT * FROM decisions WHERE key_id = ? AND idem_key = ?');
+    this.byId = db.prepare('SELECT * FROM decisions WHERE request_id = ?');
+  }
+
+  record(r: DecisionToRecord): Promise<RecordOutcome> {
+    return this.group.submit(r);
+  }
+
+  async findByIdempotencyKey(
+    keyId: string,
+    idemKey: string,
+    since: string,
+  ): Promise<DecisionRecord | undefined> {
+    const r = this.byIdem.get(keyId, idemKey) as Row | undefined;
+    return r && (r.created_at as string) >= since ? decisionFromRow(r) : undefined;
+  }
+
+  async get(requestId: string): Promise<DecisionRecord | undefined> {
+    const r = this.byId.get(requestId) as Row | undefined;
+    return r && decisionFromRow(r);
+  }
+}
+
+export class SqliteLimitStore implements LimitStore {
+  constructor(private readonly db: Db) {}
+
+  async latest(key: string | undefined): Promise<LimitCounter[]> {
+    const rows = this.db
+      .prepare(
+        `SELECT c.key, c.window, c.window_ms AS windowMs, c.window_start AS windowStart, c.used, c.max
+         FROM limit_counters c
+         WHERE (@key IS NULL OR c.key = @key) AND c.window_start = (SELECT max(window_start) FROM limit_counters
+           WHERE key = c.key AND window_ms = c.window_ms)
+         ORDER BY c.key, c.window_ms`,
+      )
+      .all({ key: key ?? null }) as LimitCounter[];
+    return rows;
+  }
+}

@@ -1,0 +1,82 @@
+import { SILENT_FEED, type Stores } from '../stores.js';
+import { AuditWriter, SqliteAuditStore } from './audit.js';
+import { openDatabase, type Db } from './db.js';
+import {
+  DecisionWriter,
+  inProcessCommitter,
+  SqliteDecisionStore,
+  SqliteLimitStore,
+  type BatchCommitter,
+} from './decisions.js';
+import { SqliteKeyStore } from './keys.js';
+import { SqlitePolicyStore } from './policies.js';
+import { SqliteQueueStore } from './queue.js';
+import { threadCommitter } from './thread-committer.js';
+import { SqliteTokenStore } from './tokens.js';
+import { SqliteWebhookStore } from './webhooks.js';
+
+export interface SqliteOptions {
+  dataDir: string;
+  sync: 'full' | 'normal';
+  /** Commit decision batches on a writer thread with its own connection (serving processes). */
+  writerThread?: boolean;
+  /** Told the kinds of the audit events each append wrote (for the metric). */
+  onAuditAppend?: (kinds: string[]) => void;
+  onBatch?: (size: number, seconds: number) => void;
+}
+
+/** The embedded backend: one SQLite file in WAL mode under the data directory. */
+export function openSqliteStores(opts: SqliteOptions): Stores {
+  const onAppend = opts.onAuditAppend ?? (() => undefined);
+  const db = openDatabase(opts.dataDir, opts.sync);
+  const committer = opts.writerThread
+    ? threadCommitter(opts.dataDir, opts.sync, (outcomes) => {
+        const kinds = outcomes.flatMap((o) => ('recorded' in o ? [o.recorded.kind] : []));
+        if (kinds.length > 0) onAppend(kinds);
+      })
+    : undefined;
+  return sqliteStores(db, onAppend, committer, opts.onBatch);
+}
+
+/**
+ * All SQLite-backed stores over one connection. `committer` takes decision batches elsewhere
+ * (the writer thread); by default they commit on this connection.
+ */
+export function sqliteStores(
+  db: Db,
+  onAuditAppend: (kinds: string[]) => void = () => undefined,
+  committer?: BatchCommitter,
+  onBatch?: (size: number, seconds: number) => void,
+): Stores {
+  const writer = new AuditWriter(db, onAuditAppend);
+  const decisions = committer ?? inProcessCommitter(new DecisionWriter(db, writer));
+  const probe = db.prepare("SELECT value FROM meta WHERE key = 'revision'").pluck();
+  return {
+    backend: 'sqlite',
+    audit: new SqliteAuditStore(db, writer),
+    decisions: new SqliteDecisionStore(db, decisions, onBatch),
+    limits: new SqliteLimitStore(db),
+    queue: new SqliteQueueStore(db, writer),
+    tokens: new SqliteTokenStore(db, writer),
+    keys: new SqliteKeyStore(db, writer),
+    policies: new SqlitePolicyStore(db, writer),
+    webhooks: new SqliteWebhookStore(db, writer),
+    changes: SILENT_FEED,
+    ...(decisions.cpuSeconds
+      ? { writerCpuSeconds: () => decisions.cpuSeconds?.() ?? Promise.resolve(undefined) }
+      : {}),
+    /** Reads a row, so a locked or unreadable file fails it. */
+    async ping(): Promise<boolean> {
+      try {
+        return typeof probe.get() === 'string';
+      } catch {
+        return false;
+      }
+    },
+    async close(): Promise<void> {
+      await decisions.close();
+      db.pragma('optimize');
+      db.close();
+    },
+  };
+}

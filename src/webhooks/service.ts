@@ -1,0 +1,335 @@
+import { randomBytes } from 'node:crypto';
+import { Webhook } from 'standardwebhooks';
+import { decodeCursor, encodeCursor, fetchPage, type PageQuery } from '../common/pagination.js';
+import { compileSchema } from '../common/validation.js';
+import { invalid, notFound } from '../errors.js';
+import type { Logger } from '../observability/logger.js';
+import { POLICY_NAME } from '../policy/service.js';
+import {
+  WEBHOOK_EVENTS,
+  type DeliveryRecord,
+  type DeliveryResult,
+  type DueDelivery,
+  type WebhookEventType,
+  type WebhookFormat,
+  type WebhookRecord,
+  type WebhookStore,
+} from './types.js';
+
+/** Body of PUT /api/v1/webhooks/{name}. */
+export const webhookRequestSchema = {
+  type: 'object',
+  required: ['url', 'events'],
+  additionalProperties: false,
+  properties: {
+    url: {
+      type: 'string',
+      minLength: 1,
+      maxLength: 2048,
+      description: 'http:// or https:// URL the deliveries are POSTed to',
+    },
+    events: {
+      type: 'array',
+      minItems: 1,
+      maxItems: WEBHOOK_EVENTS.length,
+      uniqueItems: true,
+      items: { type: 'string', enum: [...WEBHOOK_EVENTS] },
+    },
+    format: { type: 'string', enum: ['json', 'slack'], description: 'default json' },
+    secret: {
+      type: 'string',
+      pattern: '^whsec_[A-Za-z0-9+/]{32,}={0,2}$',
+      description: 'Standard Webhooks secret (whsec_ + base64 of at least 24 bytes); generated when absent',
+    },
+  },
+};
+
+interface WebhookRequest {
+  url: string;
+  events: WebhookEventType[];
+  format?: WebhookFormat;
+  secret?: string;
+}
+
+const validate = compileSchema<WebhookRequest>(webhookRequestSchema);
+
+/** A webhook as the API shows it: never its secret (shown once, when Arbiter generates it). */
+export type WebhookView = Omit<WebhookRecord, 'secret'>;
+export const webhookView = ({ secret: _secret, ...view }: WebhookRecord): WebhookView => view;
+
+export type DeliveryView = Omit<DeliveryRecord, 'payload'>;
+const deliveryView = ({ payload: _payload, ...view }: DeliveryRecord): DeliveryView => view;
+
+export interface WebhookConfig {
+  /** Base address of the Engine API for links to the console (ARBITER_PUBLIC_URL). */
+  publicUrl: () => string;
+  /** First retry delay; each further one doubles, up to an hour (ARBITER_WEBHOOK_RETRY_SECONDS). */
+  retryBaseMs: number;
+}
+
+export interface DeliveryObserver {
+  attempted(result: 'delivered' | 'retry' | 'failed'): void;
+}
+
+/** A delivery is retried for this long after the change that caused it, then given up (SPEC §12). */
+export const GIVE_UP_AFTER_MS = 24 * 3600 * 1000;
+/** A receiver has this long to answer one attempt. */
+export const ATTEMPT_TIMEOUT_MS = 10_000;
+const MAX_BACKOFF_MS = 3600 * 1000;
+/** Deliveries taken per sweep, and sent at once. */
+const BATCH = 16;
+
+function checkName(name: string): void {
+  if (!POLICY_NAME.test(name)) {
+    throw invalid(`invalid webhook name ${JSON.stringify(name)}: must match [a-z0-9][a-z0-9._-]{0,127}`);
+  }
+}
+
+function checkUrl(raw: string): string {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw invalid('url must be an absolute http:// or https:// URL');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw invalid('url must be an absolute http:// or https:// URL');
+  }
+  return url.toString();
+}
+
+/**
+ * Webhooks (SPEC §12): their configuration, and the sender that works through the outbox. A
+ * delivery row is written by the storage layer in the transaction of the change that causes it
+ * (src/webhooks/events.ts); this service only sends: signed per Standard Webhooks, retried with
+ * exponential backoff for 24 hours, at least once. Nothing here runs on the decision path.
+ */
+export class WebhookService {
+  private timer: NodeJS.Timeout | undefined;
+  private sweeping: Promise<void> | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly store: WebhookStore,
+    private readonly cfg: WebhookConfig,
+    private readonly observer: DeliveryObserver,
+    private readonly log?: Logger,
+  ) {}
+
+  async put(
+    name: string,
+    body: unknown,
+    actor: string,
+    ids: { traceId: string; requestId: string },
+  ): Promise<{ webhook: WebhookView; created: boolean; secret?: string }> {
+    checkName(name);
+    const req = validate(body);
+    const url = checkUrl(req.url);
+    const existing = await this.store.get(name);
+    const generated =
+      req.secret === undefined && !existing ? `whsec_${randomBytes(32).toString('base64')}` : undefined;
+    const now = new Date().toISOString();
+    const record: WebhookRecord = {
+      name,
+      url,
+      events: [...req.events],
+      format: req.format ?? 'json',
+      secret: req.secret ?? existing?.secret ?? (generated as string),
+      created_at: existing?.created_at ?? now,
+      updated_at: now,
+    };
+    const { created } = await this.store.put(record, {
+      kind: 'webhook.put',
+      actor,
+      trace_id: ids.traceId,
+      request_id: ids.requestId,
+      resource: name,
+      outcome: 'success',
+      details: {
+        url: redact(url),
+        events: record.events,
+        format: record.format,
+        secret: req.secret !== undefined ? 'set' : generated ? 'generated' : 'kept',
+      },
+    });
+    return { webhook: webhookView(record), created, ...(generated ? { secret: generated } : {}) };
+  }
+
+  async get(name: string): Promise<WebhookView> {
+    checkName(name);
+    const w = await this.store.get(name);
+    if (!w) throw notFound(`webhook ${name} not found`);
+    return webhookView(w);
+  }
+
+  async list(): Promise<WebhookView[]> {
+    return (await this.store.list()).map(webhookView);
+  }
+
+  async delete(name: string, actor: string, ids: { traceId: string; requestId: string }): Promise<void> {
+    checkName(name);
+    const gone = await this.store.delete(name, {
+      kind: 'webhook.delete',
+      actor,
+      trace_id: ids.traceId,
+      request_id: ids.requestId,
+      resource: name,
+      outcome: 'success',
+    });
+    if (!gone) throw notFound(`webhook ${name} not found`);
+  }
+
+  async deliveries(
+    name: string,
+    q: PageQuery,
+  ): Promise<{ deliveries: DeliveryView[]; next_cursor: string | null }> {
+    await this.get(name);
+    const before = q.cursor === undefined ? undefined : decodeCursor(q.cursor, 'deliveries');
+    const page = await fetchPage(
+      q,
+      (n) => this.store.deliveries(name, before, n),
+      (last) => encodeCursor('deliveries', last.id),
+    );
+    return { deliveries: page.items.map(deliveryView), next_cursor: page.next_cursor };
+  }
+
+  countPending(): Promise<number> {
+    return this.store.countPending();
+  }
+
+  /** Sends due deliveries every `intervalMs` (and at once when `poke`d). */
+  start(intervalMs: number): void {
+    this.timer = setInterval(() => this.poke(), intervalMs);
+    this.timer.unref();
+    this.poke();
+  }
+
+  /** Runs a sweep now unless one is running. */
+  poke(): void {
+    if (this.stopped || this.sweeping) return;
+    this.sweeping = this.sweep()
+      .catch((err: unknown) => this.log?.warn({ err }, 'webhook delivery sweep failed'))
+      .finally(() => {
+        this.sweeping = undefined;
+      });
+  }
+
+  /** Stops taking deliveries; those in flight finish (or are retried after their lease). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearInterval(this.timer);
+    await this.sweeping;
+  }
+
+  private async sweep(): Promise<void> {
+    for (;;) {
+      const now = Date.now();
+      // A lease longer than one attempt: a process that dies mid-send leaves it to be retried.
+      const due = await this.store.claimDue(
+        new Date(now).toISOString(),
+        new Date(now + ATTEMPT_TIMEOUT_MS * 3).toISOString(),
+        BATCH,
+      );
+      if (due.length === 0 || this.stopped) return;
+      await Promise.all(due.map((d) => this.attempt(d)));
+    }
+  }
+
+  private async attempt(d: DueDelivery): Promise<void> {
+    const body = this.render(d);
+    const sentAt = new Date();
+    let result: DeliveryResult;
+    try {
+      const res = await fetch(d.url, {
+        method: 'POST',
+        redirect: 'manual',
+        signal: AbortSignal.timeout(ATTEMPT_TIMEOUT_MS),
+        headers: {
+          'content-type': 'application/json',
+          'user-agent': 'arbiter-webhooks',
+          'webhook-id': d.id,
+          'webhook-timestamp': String(Math.floor(sentAt.getTime() / 1000)),
+          'webhook-signature': new Webhook(d.secret).sign(d.id, sentAt, body),
+        },
+        body,
+      });
+      await res.body?.cancel().catch(() => undefined);
+      result = res.ok
+        ? { delivered: true, at: new Date().toISOString(), status: res.status }
+        : this.failure(d, res.status, `receiver answered ${res.status}`);
+    } catch (e) {
+      const err = e as Error;
+      const reason =
+        err.name === 'TimeoutError' ? `no answer within ${ATTEMPT_TIMEOUT_MS / 1000} s` : err.message;
+      result = this.failure(d, null, reason);
+    }
+    await this.store.settle(d.id, result);
+    this.observer.attempted(result.delivered ? 'delivered' : result.retryAt === null ? 'failed' : 'retry');
+  }
+
+  /** The next attempt after `d.attempts + 1` failures, or give up 24 h after the change. */
+  private failure(d: DueDelivery, status: number | null, error: string): DeliveryResult {
+    const backoff = Math.min(this.cfg.retryBaseMs * 2 ** d.attempts, MAX_BACKOFF_MS);
+    const next = Date.now() + backoff;
+    const giveUp = next > Date.parse(d.created_at) + GIVE_UP_AFTER_MS;
+    return {
+      delivered: false,
+      status,
+      error: error.slice(0, 500),
+      retryAt: giveUp ? null : new Date(next).toISOString(),
+    };
+  }
+
+  /** The body sent: the message itself, or a Slack incoming-webhook message linking to the console. */
+  private render(d: DueDelivery): string {
+    if (d.format !== 'slack') return d.payload;
+    return JSON.stringify(slackMessage(JSON.parse(d.payload) as SlackInput, this.cfg.publicUrl()));
+  }
+}
+
+type SlackInput = { id: string; type: WebhookEventType; time: string; data: Record<string, unknown> };
+
+/** A Slack message (text plus blocks) for one webhook message; queue items link to the console. */
+export function slackMessage(m: SlackInput, publicUrl: string): { text: string; blocks: unknown[] } {
+  const d = m.data;
+  const who = String(d.agent_id ?? d.user_id ?? 'someone');
+  const what = `${String(d.action)} on ${typeof d.resource === 'string' ? d.resource : JSON.stringify(d.resource)}`;
+  const link = d.id ? `${publicUrl.replace(/\/$/, '')}/console/#/item/${String(d.id)}` : undefined;
+  let text: string;
+  switch (m.type) {
+    case 'queue.pending':
+      text = `:hourglass: Approval needed: ${who} wants to ${what}${d.confidence !== null && d.confidence !== undefined ? ` (confidence ${String(d.confidence)})` : ''} — ${String(d.message ?? '')}`;
+      break;
+    case 'queue.approved':
+    case 'queue.denied':
+      text = `${m.type === 'queue.approved' ? ':white_check_mark: Approved' : ':no_entry: Denied'} by ${String(d.decided_by)}: ${who} — ${what}${d.note ? ` (“${String(d.note)}”)` : ''}`;
+      break;
+    case 'queue.expired':
+      text = `:alarm_clock: Expired without a decision: ${who} — ${what}`;
+      break;
+    default:
+      text = `:scroll: Policy set changed to revision ${String(d.revision)} by ${String(d.actor)} (${String(d.change)} ${String(d.name ?? '')})`;
+  }
+  const safe = escapeSlack(text);
+  const blocks: unknown[] = [{ type: 'section', text: { type: 'mrkdwn', text: safe } }];
+  if (link && m.type.startsWith('queue.')) {
+    blocks.push({
+      type: 'actions',
+      elements: [{ type: 'button', text: { type: 'plain_text', text: 'Open in Arbiter' }, url: link }],
+    });
+  }
+  return { text: link && m.type.startsWith('queue.') ? `${safe} <${link}|Open in Arbiter>` : safe, blocks };
+}
+
+/** Slack mrkdwn treats &, < and > as control characters. */
+function escapeSlack(s: string): string {
+  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+}
+
+/** A URL without its user-info (credentials never reach the audit trail). */
+function redact(url: string): string {
+  const u = new URL(url);
+  u.username = '';
+  u.password = '';
+  return u.toString();
+}

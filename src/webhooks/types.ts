@@ -1,0 +1,68 @@
+import type { NewAuditEvent } from '../audit/types.js';
+
+/** The events a webhook can subscribe to (SPEC §12). */
+export const WEBHOOK_EVENTS = [
+  'queue.pending',
+  'queue.approved',
+  'queue.denied',
+  'queue.expired',
+  'policy.changed',
+] as const;
+export type WebhookEventType = (typeof WEBHOOK_EVENTS)[number];
+
+export type WebhookFormat = 'json' | 'slack';
+
+export interface WebhookRecord {
+  name: string;
+  url: string;
+  events: WebhookEventType[];
+  format: WebhookFormat;
+  /** `whsec_` + base64 key (Standard Webhooks); kept to sign, never shown after creation. */
+  secret: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export type DeliveryStatus = 'pending' | 'delivered' | 'failed';
+
+export interface DeliveryRecord {
+  /** Also the message id: `webhook-id` and the body's `id`, the same on every attempt. */
+  id: string;
+  webhook: string;
+  type: WebhookEventType;
+  /** The message `{id, type, time, data}` as JSON text, fixed when the change commits. */
+  payload: string;
+  status: DeliveryStatus;
+  attempts: number;
+  next_attempt_at: string;
+  last_status: number | null;
+  last_error: string | null;
+  created_at: string;
+  delivered_at: string | null;
+}
+
+/** A delivery handed to the sender, with what it needs of its webhook. */
+export type DueDelivery = DeliveryRecord & Pick<WebhookRecord, 'url' | 'format' | 'secret'>;
+
+export type DeliveryResult =
+  | { delivered: true; at: string; status: number }
+  | { delivered: false; status: number | null; error: string; retryAt: string | null };
+
+export interface WebhookStore {
+  /** Creates or replaces a webhook with its audit event; tells whether it was created. */
+  put(w: WebhookRecord, event: NewAuditEvent): Promise<{ created: boolean }>;
+  get(name: string): Promise<WebhookRecord | undefined>;
+  list(): Promise<WebhookRecord[]>;
+  /** Removes a webhook and its deliveries with its audit event; false if there was none. */
+  delete(name: string, event: NewAuditEvent): Promise<boolean>;
+  /** Deliveries of one webhook, newest first, those with an id below `before` when given. */
+  deliveries(name: string, before: string | undefined, limit: number): Promise<DeliveryRecord[]>;
+  /**
+   * Takes up to `limit` pending deliveries due at `now` for sending, leasing each until
+   * `leaseUntil` (a sender that dies mid-send leaves it to be retried then). On PostgreSQL two
+   * processes never take the same delivery at once.
+   */
+  claimDue(now: string, leaseUntil: string, limit: number): Promise<DueDelivery[]>;
+  settle(id: string, result: DeliveryResult): Promise<void>;
+  countPending(): Promise<number>;
+}

@@ -1,0 +1,518 @@
+import { expect } from 'chai';
+import { existsSync, mkdirSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
+import path from 'node:path';
+import { chromium, type Browser, type BrowserContext, type Locator, type Page } from 'playwright-core';
+import { onceOnly } from './helpers/backends.js';
+import { expectError } from './helpers/expect-error.js';
+import { AGENT, Arbiter, call, HUMAN, REPO } from './helpers/harness.js';
+
+/** Debian's Chromium (`.ci/run` installs it); ARBITER_TEST_CHROMIUM points elsewhere. */
+const CHROMIUM = process.env.ARBITER_TEST_CHROMIUM ?? '/usr/bin/chromium';
+/** Screenshots of every step worth looking at (git-ignored). */
+const SHOTS = path.join(REPO, 'test-results', 'console');
+
+/** A GET with the path sent exactly as written: fetch() would resolve `..` before sending. */
+function rawGet(
+  base: string,
+  rawPath: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; headers: Record<string, unknown>; text: string }> {
+  const url = new URL(base);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      { host: url.hostname, port: url.port, path: rawPath, method: 'GET', headers },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (text += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text }));
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** The script and style sheet the page loads (their names carry a content hash). */
+function assetsOf(html: string): { script: string; style: string } {
+  const script = /<script type="module" src="([^"]+)"><\/script>/.exec(html)?.[1];
+  const style = /<link rel="stylesheet" href="([^"]+)"/.exec(html)?.[1];
+  expect(script, html).to.be.a('string');
+  expect(style, html).to.be.a('string');
+  return { script: script as string, style: style as string };
+}
+
+// The console is static files and a browser driving the same HTTP API the other suites check on
+// every backend: nothing here depends on storage, so once (on the SQLite run) is enough.
+onceOnly('reviewer console: how it is served', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start();
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  it('serves the page publicly with a strict CSP, nosniff, no referrer and no framing', async () => {
+    const r = await call('GET', `${a.engine}/console/`, { key: null });
+    expect(r.status).to.equal(200);
+    expect(r.headers.get('content-type')).to.equal('text/html; charset=utf-8');
+    const csp = r.headers.get('content-security-policy') ?? '';
+    expect(csp).to.match(/(^|; )default-src 'self'(;|$)/);
+    expect(csp).to.match(/frame-ancestors 'none'/);
+    expect(csp).to.match(/base-uri 'none'/);
+    expect(csp).to.match(/object-src 'none'/);
+    expect(csp).to.not.match(/unsafe-inline|unsafe-eval|\*|http:|https:|data:/);
+    expect(r.headers.get('x-content-type-options')).to.equal('nosniff');
+    expect(r.headers.get('referrer-policy')).to.equal('no-referrer');
+    expect(r.headers.get('cache-control')).to.equal('no-cache');
+    expect(r.headers.get('x-request-id')).to.be.a('string');
+    // Nothing inline for the CSP to refuse: every script and style comes from a file.
+    expect(r.text).to.not.match(/<script(?![^>]*\ssrc=)[^>]*>/);
+    expect(r.text).to.not.match(/<style|\sstyle=|\son[a-z]+=/i);
+    expect(r.text).to.not.match(/https?:\/\//);
+  });
+
+  it('redirects /console to /console/', async () => {
+    const r = await rawGet(a.engine, '/console');
+    expect(r.status).to.equal(308);
+    expect(r.headers.location).to.equal('/console/');
+  });
+
+  it('serves the hashed script and style sheet with their types, cached as immutable, 304 when unchanged', async () => {
+    const page = await call('GET', `${a.engine}/console/`, { key: null });
+    const { script, style } = assetsOf(page.text);
+    expect(script).to.match(/^app-[A-Z0-9]{8}\.js$/);
+    expect(style).to.match(/^app-[A-Z0-9]{8}\.css$/);
+    const js = await call('GET', `${a.engine}/console/${script}`, { key: null });
+    expect(js.status).to.equal(200);
+    expect(js.headers.get('content-type')).to.equal('text/javascript; charset=utf-8');
+    expect(js.headers.get('cache-control')).to.equal('public, max-age=31536000, immutable');
+    expect(js.headers.get('content-security-policy')).to.match(/default-src 'self'/);
+    expect(js.headers.get('x-content-type-options')).to.equal('nosniff');
+    const css = await call('GET', `${a.engine}/console/${style}`, { key: null });
+    expect(css.headers.get('content-type')).to.equal('text/css; charset=utf-8');
+    const icon = await call('GET', `${a.engine}/console/favicon.svg`, { key: null });
+    expect(icon.headers.get('content-type')).to.equal('image/svg+xml');
+    // (fetch() would add Cache-Control: no-cache to a conditional request, which forbids a 304.)
+    const etag = js.headers.get('etag') as string;
+    const again = await rawGet(a.engine, `/console/${script}`, { 'if-none-match': etag });
+    expect(again.status).to.equal(304);
+    expect(again.text).to.equal('');
+  });
+
+  it('answers 404 {"error"} with X-Request-Id and the CSP for an unknown file', async () => {
+    for (const p of [
+      '/console/nope.js',
+      '/console/app.js',
+      '/console/index.html',
+      '/console/.env',
+      '/console/a/b.js',
+    ]) {
+      const r = await call('GET', a.engine + p, { key: null });
+      expectError(r, 404);
+      expect(r.headers.get('x-request-id'), p).to.be.a('string');
+      expect(r.headers.get('content-security-policy'), p).to.match(/default-src 'self'/);
+    }
+  });
+
+  it('never reaches outside the console directory, however the path is spelled', async () => {
+    const attempts = [
+      '/console/../package.json',
+      '/console/../../package.json',
+      '/console/..%2fpackage.json',
+      '/console/..%2F..%2Fpackage.json',
+      '/console/%2e%2e/package.json',
+      '/console/%2e%2e%2fpackage.json',
+      '/console/%252e%252e%252fpackage.json',
+      '/console/..%5cpackage.json',
+      '/console/..\\package.json',
+      '/console/....//package.json',
+      '/console//etc/passwd',
+      '/console/%2fetc%2fpasswd',
+      '/console/..%00/package.json',
+      '/console/index.html%00.js',
+      '/console/%c0%ae%c0%ae/package.json',
+      '/console/../src/main.ts',
+      '/console/../dist/src/main.js',
+      '/console/./index.html',
+    ];
+    for (const p of attempts) {
+      const r = await rawGet(a.engine, p);
+      expect([400, 404], `${p}: ${r.status} ${r.text.slice(0, 80)}`).to.include(r.status);
+      expect(JSON.parse(r.text), p).to.have.keys('error');
+      expect(r.text, p).to.not.include('"name": "arbiter"');
+      expect(r.headers['x-request-id'], p).to.be.a('string');
+    }
+  });
+
+  it('answers 405 with Allow for other methods, and is not served by the Platform API', async () => {
+    const r = await call('POST', `${a.engine}/console/`, { key: null, body: {} });
+    expectError(r, 405);
+    expect(r.headers.get('allow')).to.match(/GET/);
+    expectError(await call('GET', `${a.platform}/console/`, { key: null }), 404);
+  });
+
+  it('is counted in /metrics under bounded route labels, never by file name', async () => {
+    await call('GET', `${a.engine}/console/`, { key: null });
+    await call('GET', `${a.engine}/console/no-such-file-${Date.now()}.js`, { key: null });
+    const m = await call('GET', `${a.engine}/metrics`);
+    expect(m.text).to.match(
+      /arbiter_http_requests_total\{api="engine",route="\/console\/",method="GET",status="200"\}/,
+    );
+    expect(m.text).to.match(/route="\/console\/\{asset\}",method="GET",status="404"/);
+    expect(m.text).to.not.match(/no-such-file/);
+  });
+});
+
+onceOnly('reviewer console in Chromium', function () {
+  this.timeout(90_000);
+  let a: Arbiter;
+  let browser: Browser;
+  let context: BrowserContext;
+  let page: Page;
+  /** Console messages and CSP violations seen by the current page. */
+  let violations: string[];
+  let agentKey: string;
+  let reviewer: string;
+  let reviewer2: string;
+  let reader: string;
+  let acmeReviewer: string;
+
+  before(async function () {
+    if (!existsSync(CHROMIUM)) {
+      throw new Error(
+        `Chromium not found at ${CHROMIUM}: apt-get install chromium (or set ARBITER_TEST_CHROMIUM)`,
+      );
+    }
+    mkdirSync(SHOTS, { recursive: true });
+    a = await Arbiter.start();
+    agentKey = a.createKey('deploy-bot-key', ['authorize', 'queue:read']);
+    reviewer = a.createKey('alice-reviewer', ['queue:read', 'queue:review']);
+    reviewer2 = a.createKey('bob-reviewer', ['queue:read', 'queue:review']);
+    reader = a.createKey('auditor', ['queue:read']);
+    acmeReviewer = a.createKey('acme-reviewer', ['queue:read', 'queue:review'], { tenant: 'acme' });
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      headless: true,
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+        '--disable-quic',
+        '--no-first-run',
+      ],
+    });
+  });
+  after(async () => {
+    await browser?.close();
+    await a?.close();
+  });
+
+  beforeEach(async () => {
+    // A fresh context per test: its own sessionStorage, localStorage and cookies.
+    context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    page = await context.newPage();
+    violations = [];
+    page.on('console', (m) => {
+      if (/Content[- ]Security[- ]Policy/i.test(m.text())) violations.push(m.text());
+    });
+    page.on('pageerror', (e) => violations.push(`page error: ${e.message}`));
+    // Runs before the page's own scripts (and is not itself subject to the page's CSP).
+    await page.addInitScript(`document.addEventListener('securitypolicyviolation', (e) =>
+      console.error('Content Security Policy violation: ' + e.violatedDirective + ' ' + e.blockedURI));`);
+  });
+  afterEach(async function () {
+    const title = this.currentTest?.title ?? 'test';
+    await page
+      .screenshot({ path: path.join(SHOTS, `last-${title.replace(/[^a-z0-9]+/gi, '-').slice(0, 60)}.png`) })
+      .catch(() => undefined);
+    await context.close();
+    expect(violations, 'CSP violations or page errors').to.deep.equal([]);
+  });
+
+  const shot = (name: string) => page.screenshot({ path: path.join(SHOTS, `${name}.png`) });
+
+  async function signIn(key: string): Promise<void> {
+    await page.goto(`${a.engine}/console/`);
+    await page.getByLabel('API key').fill(key);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { name: 'Pending requests' }).waitFor();
+  }
+
+  async function ask(body: Record<string, unknown>): Promise<string> {
+    const human = 'user_id' in body;
+    const r = await call('POST', a.engine + (human ? '/v1/authorize' : '/v1/agent/authorize'), {
+      key: agentKey,
+      body,
+    });
+    expect(r.status, r.text).to.equal(202);
+    return r.json.request_id as string;
+  }
+
+  const link = (id: string) => page.getByRole('link', { name: `Request ${id}` });
+  const rowOf = (id: string): Locator => page.getByRole('row').filter({ has: link(id) });
+
+  async function openItem(id: string): Promise<void> {
+    await link(id).click();
+    await page.getByRole('heading', { name: 'Audit trail' }).waitFor();
+  }
+
+  async function item(id: string) {
+    return (await call('GET', `${a.engine}/v1/queue/${id}`)).json as Record<string, unknown>;
+  }
+
+  it('refuses a wrong key with the server’s message and stores nothing', async () => {
+    await page.goto(`${a.engine}/console/`);
+    await page.getByLabel('API key').fill('arb_this-is-not-a-key');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    const alert = page.getByRole('alert').filter({ hasText: 'invalid or revoked API key' });
+    await alert.waitFor();
+    await shot('signin-error');
+    expect(await page.evaluate('sessionStorage.length')).to.equal(0);
+    expect(await page.evaluate('localStorage.length')).to.equal(0);
+    expect(await page.getByRole('heading', { name: 'Pending requests' }).count()).to.equal(0);
+  });
+
+  it('refuses a key without queue:read', async () => {
+    await page.goto(`${a.engine}/console/`);
+    const noQueue = a.createKey('token-only', ['tokens:mint']);
+    await page.getByLabel('API key').fill(noQueue);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('alert').filter({ hasText: 'API key lacks scope queue:read' }).waitFor();
+    expect(await page.evaluate('sessionStorage.length')).to.equal(0);
+  });
+
+  it('signs in with the key in sessionStorage only (no localStorage, cookie or URL) and signs out', async () => {
+    await signIn(reviewer);
+    expect(await page.evaluate('Object.values(sessionStorage)')).to.deep.equal([reviewer]);
+    expect(await page.evaluate('localStorage.length')).to.equal(0);
+    expect(await context.cookies()).to.deep.equal([]);
+    expect(page.url()).to.not.include(reviewer);
+    await page.getByText('alice-reviewer').first().waitFor();
+    await page.getByText('all tenants').waitFor();
+    // A reload keeps the session (same tab); signing out forgets the key.
+    await page.reload();
+    await page.getByRole('heading', { name: 'Pending requests' }).waitFor();
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByLabel('API key').waitFor();
+    expect(await page.evaluate('sessionStorage.length')).to.equal(0);
+  });
+
+  it('shows a new request within 2 s without a reload, with its fields and a ticking time left', async () => {
+    await signIn(reviewer);
+    let navigations = 0;
+    page.on('framenavigated', (f) => {
+      if (f === page.mainFrame()) navigations++;
+    });
+    const asked = Date.now();
+    const id = await ask({ ...AGENT.approval, context: { ticket: 'CHG-2001' } });
+    await rowOf(id).waitFor({ timeout: 2000 });
+    expect(Date.now() - asked).to.be.below(2000);
+    expect(navigations).to.equal(0);
+    const cells = await rowOf(id).getByRole('cell').allInnerTexts();
+    expect(cells.join(' | ')).to.match(/deploy-bot/);
+    expect(cells).to.include.members([
+      'deploy',
+      'prod/api',
+      '0.95',
+      'deploy to production requires approval',
+    ]);
+    const left = rowOf(id).locator('time.time-left');
+    const first = await left.innerText();
+    expect(first).to.match(/^\d+:\d\d$/);
+    await page.waitForTimeout(1100);
+    expect(await left.innerText(), 'time left counts down').to.not.equal(first);
+    await shot('pending-new-item');
+    // Another one arrives while the page stays as it is.
+    const second = await ask({ ...AGENT.approval, resource: 'prod/billing' });
+    await rowOf(second).waitFor({ timeout: 2000 });
+    expect(navigations).to.equal(0);
+  });
+
+  it('opens an item by keyboard: context, policy reasons, time left, audit trail, Note, Approve and Deny', async () => {
+    const id = await ask({
+      ...AGENT.approval,
+      context: { ticket: 'CHG-2002', change: { window: 'tonight' } },
+    });
+    await signIn(reviewer);
+    await link(id).focus();
+    await page.keyboard.press('Enter');
+    await page.getByRole('heading', { name: 'Audit trail' }).waitFor();
+    await page.getByRole('heading', { name: 'Context' }).waitFor();
+    const context = await page.getByLabel('Context as JSON').innerText();
+    expect(JSON.parse(context)).to.deep.equal({ ticket: 'CHG-2002', change: { window: 'tonight' } });
+    await page.getByRole('heading', { name: 'Policy reasons' }).waitFor();
+    await page
+      .getByRole('listitem')
+      .filter({ hasText: 'deploy to production requires approval' })
+      .first()
+      .waitFor();
+    await page.getByText('Policy decision').first().waitFor();
+    await page.getByText(/asked by\s+deploy-bot-key/).waitFor();
+    expect(await page.getByText(id, { exact: true }).count()).to.be.greaterThan(0);
+    await page
+      .getByText(/Time left/)
+      .first()
+      .waitFor();
+    await page.getByRole('textbox', { name: 'Note' }).waitFor();
+    expect(await page.getByRole('button', { name: 'Approve' }).isEnabled()).to.equal(true);
+    expect(await page.getByRole('button', { name: 'Deny' }).isEnabled()).to.equal(true);
+    await shot('item-view');
+  });
+
+  it('opens a link to an item (#/item/<id>) once the reviewer has signed in', async () => {
+    const id = await ask({ ...AGENT.approval, resource: 'prod/deep-link' });
+    await page.goto(`${a.engine}/console/#/item/${id}`);
+    await page.getByLabel('API key').fill(reviewer);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { name: 'Audit trail' }).waitFor();
+    await page.getByRole('heading', { name: /deploy\s+on\s+prod\/deep-link/ }).waitFor();
+  });
+
+  it('approves with a note: the item leaves the pending list and the API shows who and why', async () => {
+    const id = await ask(AGENT.approval);
+    await signIn(reviewer);
+    await openItem(id);
+    await page.getByRole('textbox', { name: 'Note' }).fill('change ticket CHG-3001 checked');
+    await page.getByRole('button', { name: 'Approve' }).click();
+    await page.getByRole('status').filter({ hasText: 'Approved as alice-reviewer' }).waitFor();
+    expect(await page.getByRole('button', { name: 'Approve' }).count()).to.equal(0);
+    await page.getByRole('listitem').filter({ hasText: 'change ticket CHG-3001 checked' }).waitFor();
+    await shot('item-approved');
+    expect(await item(id)).to.include({
+      status: 'approved',
+      decided_by: 'alice-reviewer',
+      note: 'change ticket CHG-3001 checked',
+    });
+    await page
+      .getByRole('link', { name: /Pending/ })
+      .first()
+      .click();
+    await page.getByRole('heading', { name: 'Pending requests' }).waitFor();
+    await page.getByText(/requests? waiting/).waitFor();
+    expect(await rowOf(id).count()).to.equal(0);
+  });
+
+  it('denies with a note: the item leaves the pending list and the API shows who and why', async () => {
+    const id = await ask({ ...AGENT.approval, resource: 'prod/payments' });
+    await signIn(reviewer);
+    await openItem(id);
+    await page.getByRole('textbox', { name: 'Note' }).fill('no change ticket');
+    await page.getByRole('button', { name: 'Deny' }).click();
+    await page.getByRole('status').filter({ hasText: 'Denied as alice-reviewer' }).waitFor();
+    expect(await item(id)).to.include({
+      status: 'denied',
+      decided_by: 'alice-reviewer',
+      note: 'no change ticket',
+    });
+    await page.goBack();
+    await page.getByRole('heading', { name: 'Pending requests' }).waitFor();
+    await page.waitForTimeout(1200); // at least one more poll
+    expect(await rowOf(id).count()).to.equal(0);
+  });
+
+  it('says who decided first when another reviewer was quicker (409)', async () => {
+    const id = await ask({ ...AGENT.approval, resource: 'prod/search' });
+    await signIn(reviewer);
+    await openItem(id);
+    await page.getByRole('textbox', { name: 'Note' }).fill('looks wrong to me');
+    const first = await call('POST', `${a.engine}/v1/queue/${id}/approve`, {
+      key: reviewer2,
+      body: { note: 'approved on the phone with the owner' },
+    });
+    expect(first.status).to.equal(200);
+    await page.getByRole('button', { name: 'Deny' }).click();
+    const alert = page.getByRole('alert').filter({ hasText: 'Already approved by bob-reviewer' });
+    await alert.waitFor();
+    const text = await alert.innerText();
+    expect(text).to.include('approved on the phone with the owner');
+    expect(text).to.include('Your denial was not recorded');
+    expect(await page.getByRole('button', { name: 'Deny' }).count()).to.equal(0);
+    await shot('item-conflict');
+    expect(await item(id)).to.include({ status: 'approved', decided_by: 'bob-reviewer' });
+  });
+
+  it('History lists decided items with status, decider and note, filters by status and loads more', async () => {
+    // More decided items than one page holds (50).
+    const approved: string[] = [];
+    for (let i = 0; i < 52; i++) {
+      const id = await ask({ ...AGENT.approval, resource: `prod/svc-${i}` });
+      const r = await call('POST', `${a.engine}/v1/queue/${id}/approve`, {
+        key: reviewer2,
+        body: { note: `batch ${i}` },
+      });
+      expect(r.status).to.equal(200);
+      approved.push(id);
+    }
+    const denied = await ask({ ...AGENT.approval, resource: 'prod/ledger' });
+    await call('POST', `${a.engine}/v1/queue/${denied}/deny`, {
+      key: reviewer,
+      body: { note: 'ledger is frozen' },
+    });
+
+    await signIn(reader);
+    await page.getByRole('link', { name: 'History' }).click();
+    await page.getByRole('heading', { name: 'History' }).waitFor();
+    const deniedRow = rowOf(denied);
+    await deniedRow.waitFor();
+    const cells = await deniedRow.getByRole('cell').allInnerTexts();
+    expect(cells).to.include.members(['Denied', 'alice-reviewer', 'ledger is frozen']);
+    await rowOf(approved[51]!).waitFor();
+    expect((await rowOf(approved[51]!).getByRole('cell').allInnerTexts()).join('|')).to.match(
+      /Approved\|.*bob-reviewer\|batch 51/,
+    );
+    await shot('history');
+    // The oldest of the batch is on a later page.
+    expect(await rowOf(approved[0]!).count()).to.equal(0);
+    await page.getByRole('button', { name: 'Load more' }).click();
+    await rowOf(approved[0]!).waitFor();
+    // Filtered to denied items only.
+    await page.getByRole('button', { name: 'Denied' }).click();
+    await page.getByRole('button', { name: 'Denied' }).and(page.locator('[aria-pressed="true"]')).waitFor();
+    await deniedRow.waitFor();
+    await page.waitForTimeout(300);
+    expect(await rowOf(approved[51]!).count()).to.equal(0);
+  });
+
+  it('gives a read-only key (queue:read only) no Approve or Deny buttons', async () => {
+    const id = await ask({ ...AGENT.approval, resource: 'prod/cdn' });
+    await signIn(reader);
+    await page.getByText('read-only').waitFor();
+    await openItem(id);
+    await page.getByText(/lacks\s+queue:review/).waitFor();
+    expect(await page.getByRole('button', { name: 'Approve' }).count()).to.equal(0);
+    expect(await page.getByRole('button', { name: 'Deny' }).count()).to.equal(0);
+    expect(await page.getByRole('textbox', { name: 'Note' }).count()).to.equal(0);
+    await shot('item-read-only');
+    expect((await item(id)).status).to.equal('pending');
+  });
+
+  it('shows a tenant-bound reviewer only its tenant’s items', async () => {
+    const acmeItem = await ask({ ...HUMAN.approval, resource: { type: 'project', id: 'acme-web' } });
+    const globexItem = await ask({
+      ...HUMAN.approval,
+      tenant_id: 'globex',
+      user_id: 'bob',
+      resource: { type: 'project', id: 'globex-web' },
+    });
+    const agentItem = await ask({ ...AGENT.approval, resource: 'prod/tenantless' });
+    await signIn(acmeReviewer);
+    await page.getByText('tenant acme').waitFor();
+    await rowOf(acmeItem).waitFor({ timeout: 2000 });
+    await page.waitForTimeout(1200);
+    expect(await rowOf(globexItem).count()).to.equal(0);
+    expect(await rowOf(agentItem).count()).to.equal(0);
+    const tenants = await page.locator('tbody tr td:nth-child(3)').allInnerTexts();
+    expect(tenants.length).to.be.greaterThan(0);
+    for (const t of tenants) expect(t).to.equal('acme');
+    await shot('pending-tenant-acme');
+    // A link to another tenant's item shows the server's refusal, not the item.
+    await page.goto(`${a.engine}/console/#/item/${globexItem}`);
+    await page.getByRole('alert').filter({ hasText: 'API key is bound to tenant acme' }).waitFor();
+    expect(await page.getByRole('button', { name: 'Approve' }).count()).to.equal(0);
+  });
+});

@@ -1,0 +1,312 @@
+import { expect } from 'chai';
+import { createServer, Socket, type Server } from 'node:net';
+import { expectError } from './helpers/expect-error.js';
+import { AGENT, Arbiter, auditEvents, call, type Response } from './helpers/harness.js';
+import { onPostgresOnly } from './helpers/backends.js';
+import { createTestDatabase, type TestDatabase } from './helpers/postgres.js';
+import { sleep } from './helpers/process.js';
+
+/**
+ * SPEC §10 over HTTP: several `arbiter serve` processes on one PostgreSQL database are one
+ * deployment. Each promise is driven through two real processes; the outage goes through a TCP
+ * proxy of the test's own, cut and restored while the service runs.
+ */
+
+/** A TCP proxy to the local PostgreSQL that the test can cut (every connection) and restore. */
+class CuttableProxy {
+  private readonly sockets = new Set<Socket>();
+  private cut = false;
+  private server: Server | undefined;
+  port = 0;
+
+  constructor(private readonly target: { host: string; port: number }) {}
+
+  async start(): Promise<void> {
+    this.server = createServer((client) => {
+      if (this.cut) return client.destroy();
+      const upstream = new Socket();
+      upstream.connect(this.target.port, this.target.host);
+      for (const s of [client, upstream]) {
+        this.sockets.add(s);
+        s.on('error', () => undefined);
+        s.on('close', () => this.sockets.delete(s));
+      }
+      client.pipe(upstream).pipe(client);
+      client.on('close', () => upstream.destroy());
+      upstream.on('close', () => client.destroy());
+    });
+    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+    this.port = (this.server.address() as { port: number }).port;
+  }
+
+  /** Drops every connection and refuses new ones: the database is unreachable. */
+  cutAll(): void {
+    this.cut = true;
+    for (const s of this.sockets) s.destroy();
+  }
+
+  restore(): void {
+    this.cut = false;
+  }
+
+  async close(): Promise<void> {
+    this.cutAll();
+    await new Promise<void>((resolve) => this.server?.close(() => resolve()) ?? resolve());
+  }
+}
+
+const authorize = (a: Arbiter, body: object = AGENT.allow, headers: Record<string, string> = {}) =>
+  call('POST', `${a.engine}/v1/agent/authorize`, { body, headers });
+
+const revisionOf = async (a: Arbiter) =>
+  (await call('GET', `${a.engine}/healthz`, { key: null })).json.revision as number;
+
+/** Polls `probe` until it is true, for at most `ms`; returns how long it took. */
+async function within(ms: number, probe: () => Promise<boolean>): Promise<number> {
+  const started = Date.now();
+  while (Date.now() - started < ms) {
+    if (await probe()) return Date.now() - started;
+    await sleep(25);
+  }
+  throw new Error(`not within ${ms} ms`);
+}
+
+const FREEZE =
+  'package authz.agent\n\ndeny contains "frozen by the cluster test" if input.action == "read"\n';
+
+// Processes of their own on a database of their own: registered on the PostgreSQL run.
+onPostgresOnly('several engines on one database (SPEC §10)', function () {
+  this.timeout(120_000);
+  let db: TestDatabase;
+  let a: Arbiter;
+  let b: Arbiter;
+
+  before(async () => {
+    db = await createTestDatabase();
+    // Both start at once against the empty database: one migrates and seeds, both serve.
+    [a, b] = await Promise.all([
+      Arbiter.start({ ARBITER_DATABASE_URL: db.url }),
+      Arbiter.start({ ARBITER_DATABASE_URL: db.url }),
+    ]);
+  });
+  after(async () => {
+    await Promise.all([a?.close(), b?.close()]);
+    await db?.drop();
+  });
+
+  it('start together on an empty database: migrated and seeded once, one signing key, one revision', async () => {
+    expect(await revisionOf(a)).to.equal(await revisionOf(b));
+    const seeds = await auditEvents(a.platform, { kind: 'policy.seed' });
+    expect(seeds).to.have.length(1);
+    const [ja, jb] = await Promise.all([
+      call('GET', `${a.engine}/.well-known/jwks.json`, { key: null }),
+      call('GET', `${b.engine}/.well-known/jwks.json`, { key: null }),
+    ]);
+    expect(ja.json).to.deep.equal(jb.json);
+    expect(ja.json.keys).to.have.length(1);
+  });
+
+  it('makes a policy change answered by one process live on the other within 1 s', async () => {
+    expect((await authorize(b)).status).to.equal(200);
+    const put = await call('PUT', `${a.platform}/api/v1/policies/cluster-freeze`, {
+      raw: FREEZE,
+      headers: { 'content-type': 'text/plain' },
+    });
+    expect(put.status, put.text).to.equal(201);
+    const took = await within(1_000, async () => (await authorize(b)).status === 403);
+    expect(took).to.be.lessThan(1_000);
+    expect(await revisionOf(b)).to.equal(put.json.revision);
+    const del = await call('DELETE', `${b.platform}/api/v1/policies/cluster-freeze`);
+    expect(del.status).to.equal(204);
+    await within(1_000, async () => (await authorize(a)).status === 200);
+  });
+
+  it('lets exactly one of many concurrent approvals across the two processes win', async () => {
+    const q = await authorize(a, AGENT.approval);
+    expect(q.status).to.equal(202);
+    const reviewer = a.createKey(`reviewer-${Date.now()}`, ['queue:read', 'queue:review']);
+    const results = await Promise.all(
+      Array.from({ length: 16 }, (_, i) =>
+        call(
+          'POST',
+          `${(i % 2 ? a : b).engine}/v1/queue/${q.json.request_id}/${i % 3 ? 'approve' : 'deny'}`,
+          {
+            key: reviewer,
+            body: { note: `reviewer ${i}` },
+          },
+        ),
+      ),
+    );
+    const statuses = results.map((r) => r.status);
+    expect(statuses.filter((s) => s === 200)).to.have.length(1);
+    expect(statuses.filter((s) => s === 409)).to.have.length(15);
+    const transitions = (await auditEvents(b.platform, { request_id: q.json.request_id })).filter((e) =>
+      ['queue.approve', 'queue.deny'].includes(e.kind),
+    );
+    expect(transitions).to.have.length(1);
+  });
+
+  it('wakes a long-poll on one process within 1 s of the decision made on the other', async () => {
+    const q = await authorize(a, AGENT.approval);
+    const reviewer = b.createKey(`waker-${Date.now()}`, ['queue:review']);
+    const started = Date.now();
+    const waiting = call('GET', `${a.engine}/v1/queue/${q.json.request_id}?wait=20`);
+    await sleep(300);
+    const decidedAt = Date.now();
+    const approve = await call('POST', `${b.engine}/v1/queue/${q.json.request_id}/approve`, {
+      key: reviewer,
+    });
+    expect(approve.status).to.equal(200);
+    const r: Response = await waiting;
+    const returnedAt = Date.now();
+    expect(r.json.status).to.equal('approved');
+    expect(returnedAt - decidedAt, 'long-poll returned late').to.be.lessThan(1_000);
+    expect(returnedAt - started).to.be.lessThan(5_000);
+  });
+
+  it('makes a token revoked on one process inactive on the other at once', async () => {
+    const d = await authorize(a);
+    const mint = await call('POST', `${a.engine}/v1/tokens/mint`, {
+      body: { request_id: d.json.request_id },
+    });
+    expect(mint.status, mint.text).to.equal(201);
+    const introspect = (x: Arbiter) =>
+      call('POST', `${x.engine}/v1/tokens/introspect`, { body: { token: mint.json.token } });
+    expect((await introspect(b)).json.active).to.equal(true);
+    expect((await call('DELETE', `${b.engine}/v1/tokens/${mint.json.token_id}`)).status).to.equal(200);
+    expect((await introspect(a)).json.active).to.equal(false);
+  });
+
+  it('refuses a key revoked through one process (or the CLI) everywhere within 1 s', async () => {
+    const name = `short-lived-${Date.now()}`;
+    const key = a.createKey(name, ['authorize']);
+    for (const x of [a, b])
+      expect(
+        (await call('POST', `${x.engine}/v1/agent/authorize`, { key, body: AGENT.allow })).status,
+      ).to.equal(200);
+    const cli = b.cli(['keys', 'revoke', name]);
+    expect(cli.code, cli.stderr).to.equal(0);
+    for (const x of [a, b]) {
+      await within(
+        1_000,
+        async () =>
+          (await call('POST', `${x.engine}/v1/agent/authorize`, { key, body: AGENT.allow })).status === 401,
+      );
+    }
+  });
+
+  it('replays an Idempotency-Key retried against the other process', async () => {
+    const headers = { 'idempotency-key': `retry-${Date.now()}` };
+    const first = await authorize(a, AGENT.approval, headers);
+    const retry = await authorize(b, AGENT.approval, headers);
+    expect(retry.status).to.equal(first.status);
+    expect(retry.json.request_id).to.equal(first.json.request_id);
+    expect(retry.headers.get('idempotent-replayed')).to.equal('true');
+    const other = await authorize(b, { ...AGENT.approval, resource: 'prod/other' }, headers);
+    expectError(other, 422);
+  });
+
+  it('keeps one verified chain after concurrent load on both processes, and verify on either covers it all', async () => {
+    const answers = await Promise.all(
+      Array.from({ length: 120 }, (_, i) =>
+        authorize(i % 2 ? a : b, [AGENT.allow, AGENT.deny, AGENT.approval][i % 3]),
+      ),
+    );
+    expect(answers.every((r) => [200, 202, 403].includes(r.status))).to.equal(true);
+    const [va, vb] = await Promise.all([
+      call('GET', `${a.platform}/api/v1/audit/verify`),
+      call('GET', `${b.platform}/api/v1/audit/verify`),
+    ]);
+    expect(va.json.ok, va.text).to.equal(true);
+    expect(vb.json).to.deep.equal(va.json);
+    // The CLI honours the same URL (ARBITER_DATABASE_URL) and walks the same chain.
+    const cli = b.cli(['audit', 'verify']);
+    expect(cli.code, cli.stderr).to.equal(0);
+    expect(JSON.parse(cli.stdout)).to.include({ ok: true });
+    expect(JSON.parse(cli.stdout).checked).to.be.at.least(va.json.checked);
+    const decisions = new Set(
+      (await auditEvents(a.platform, { kind: 'decision' })).map((e) => e.request_id as string),
+    );
+    for (const r of answers) expect(decisions.has(r.json.request_id)).to.equal(true);
+  });
+
+  it('loses no acknowledged decision when one process is killed with SIGKILL; the other keeps serving', async () => {
+    const acknowledged: string[] = [];
+    let stop = false;
+    const load = (async () => {
+      while (!stop) {
+        const batch = await Promise.allSettled(Array.from({ length: 8 }, () => authorize(a)));
+        for (const r of batch)
+          if (r.status === 'fulfilled' && r.value.status === 200) acknowledged.push(r.value.json.request_id);
+      }
+    })();
+    await sleep(600);
+    await a.kill();
+    stop = true;
+    await load;
+    expect(acknowledged.length).to.be.greaterThan(0);
+    expect((await authorize(b)).status).to.equal(200);
+    const recorded = new Set(
+      (await auditEvents(b.platform, { kind: 'decision' })).map((e) => e.request_id as string),
+    );
+    for (const id of acknowledged) expect(recorded.has(id), `acknowledged ${id} was lost`).to.equal(true);
+    expect((await call('GET', `${b.platform}/api/v1/audit/verify`)).json.ok).to.equal(true);
+    await a.restart();
+    expect(await revisionOf(a)).to.equal(await revisionOf(b));
+  });
+});
+
+onPostgresOnly('database unreachable (SPEC §10)', function () {
+  this.timeout(120_000);
+  let db: TestDatabase;
+  let proxy: CuttableProxy;
+  let a: Arbiter;
+  let direct: Arbiter;
+
+  before(async () => {
+    db = await createTestDatabase();
+    direct = await Arbiter.start({ ARBITER_DATABASE_URL: db.url });
+    proxy = new CuttableProxy({ host: '127.0.0.1', port: Number(new URL(db.url).port || 5432) });
+    await proxy.start();
+    const viaProxy = new URL(db.url);
+    viaProxy.port = String(proxy.port);
+    a = await Arbiter.start({ ARBITER_DATABASE_URL: viaProxy.toString() });
+  });
+  after(async () => {
+    await a?.close();
+    await direct?.close();
+    await proxy?.close();
+    await db?.drop();
+  });
+
+  it('answers decisions 503 (never allow) and /healthz 503 while the database is cut, and recovers without a restart', async () => {
+    expect((await authorize(a)).status).to.equal(200);
+    proxy.cutAll();
+    const during: Response[] = [];
+    for (let i = 0; i < 6; i++) during.push(await authorize(a));
+    for (const r of during) {
+      expect(r.status, r.text).to.equal(503);
+      expect(Object.keys(r.json)).to.deep.equal(['error']);
+    }
+    const health = await call('GET', `${a.engine}/healthz`, { key: null });
+    expect(health.status).to.equal(503);
+    expect(health.json.status).to.equal('unavailable');
+    const verify = await call('GET', `${a.platform}/api/v1/audit/verify`);
+    expect(verify.status).to.equal(503);
+
+    proxy.restore();
+    await within(
+      15_000,
+      async () => (await call('GET', `${a.engine}/healthz`, { key: null })).status === 200,
+    );
+    await within(15_000, async () => (await authorize(a)).status === 200);
+    // Changes another process made go on arriving after the outage (feed or periodic check).
+    const put = await call('PUT', `${direct.platform}/api/v1/policies/after-outage`, {
+      raw: FREEZE,
+      headers: { 'content-type': 'text/plain' },
+    });
+    expect(put.status, put.text).to.equal(201);
+    await within(1_500, async () => (await authorize(a)).status === 403);
+    expect((await call('GET', `${a.platform}/api/v1/audit/verify`)).json.ok).to.equal(true);
+  });
+});

@@ -1,0 +1,802 @@
+import { expect } from 'chai';
+import { checkStoredEvent, GENESIS_HASH } from '../../src/audit/chain.js';
+import type { NewAuditEvent } from '../../src/audit/types.js';
+import type { DecisionRecord } from '../../src/decisions/store.js';
+import { newId } from '../../src/ids.js';
+import type { ApiKeyRecord } from '../../src/keys/types.js';
+import type { PolicyChange } from '../../src/policy/types.js';
+import type { LimitUse, QueueItem } from '../../src/queue/types.js';
+import type { Stores } from '../../src/storage/stores.js';
+import type { TokenRecord } from '../../src/tokens/types.js';
+import type { WebhookRecord } from '../../src/webhooks/types.js';
+
+/**
+ * The storage contract, as one suite every backend runs (the pattern of openfga's
+ * pkg/storage/test and cerbos's internal.TestSuite): the same test code drives each backend
+ * through the Stores interface only. `open` gives a fresh, empty store; `second` another
+ * connection (another process, as far as the store can tell) to the same one.
+ */
+export interface Backend {
+  name: string;
+  /** A fresh, empty deployment; `second()` opens another handle on the same database. */
+  fresh(): Promise<{ stores: Stores; second: () => Promise<Stores>; dispose: () => Promise<void> }>;
+}
+
+const iso = (msFromNow = 0) => new Date(Date.now() + msFromNow).toISOString();
+const HOUR = 3600_000;
+
+function decision(over: Partial<DecisionRecord> = {}): DecisionRecord {
+  const id = newId();
+  return {
+    request_id: id,
+    kind: 'agent',
+    status: 'allow',
+    key_id: 'key-1',
+    tenant_id: null,
+    subject: 'bot',
+    action: 'read',
+    resource: 'repo/x',
+    message: null,
+    trace_id: 'a'.repeat(32),
+    created_at: iso(),
+    expires_at: null,
+    idem_key: null,
+    body_hash: null,
+    token_id: null,
+    request_digest: null,
+    policy_revision: null,
+    ...over,
+  };
+}
+
+function item(d: DecisionRecord, over: Partial<QueueItem> = {}): QueueItem {
+  return {
+    id: d.request_id,
+    status: 'pending',
+    kind: 'agent',
+    agent_id: d.subject,
+    user_id: null,
+    tenant_id: d.tenant_id,
+    action: d.action,
+    resource: d.resource,
+    confidence: 0.7,
+    context: { why: 'test', nested: { n: 1 } },
+    message: 'needs a human',
+    trace_id: d.trace_id,
+    created_at: d.created_at,
+    expires_at: iso(HOUR),
+    decided_at: null,
+    decided_by: null,
+    note: null,
+    requested_by: d.key_id,
+    request_digest: null,
+    policy_revision: null,
+    on_behalf_of: null,
+    limits: null,
+    ...over,
+  };
+}
+
+const event = (d: DecisionRecord): NewAuditEvent => ({
+  kind: 'decision',
+  request_id: d.request_id,
+  trace_id: d.trace_id,
+  agent_id: d.subject,
+  action: d.action,
+  resource: d.resource,
+  outcome: d.status,
+  details: { reasons: [] },
+});
+
+const change = (over: Partial<PolicyChange>): PolicyChange => ({
+  expectedRevision: 0,
+  putPolicies: [],
+  deletePolicies: [],
+  putData: [],
+  deleteData: [],
+  actor: 'tester',
+  message: null,
+  ...over,
+});
+
+const rego = (name: string, body = 'x := 1') => ({
+  name,
+  rego: `package authz.agent.${name}\n\n${body}\n`,
+  description: `policy ${name}`,
+  sha256: `${name}-${body}`.padEnd(64, '0').slice(0, 64),
+});
+
+/** Walks the whole chain through the interface, as AuditService.verify does. */
+async function verifyChain(stores: Stores): Promise<{ ok: boolean; checked: number; reason?: string }> {
+  const head = await stores.audit.head();
+  let prev = GENESIS_HASH;
+  let after = 0;
+  let checked = 0;
+  for (;;) {
+    const rows = await stores.audit.chunk(after, 500);
+    for (const row of rows) {
+      const r = checkStoredEvent(row, prev);
+      if (!r.ok) return { ok: false, checked, reason: r.reason };
+      prev = r.hash;
+      checked++;
+    }
+    if (rows.length < 500) break;
+    after = rows[rows.length - 1]!.seq;
+  }
+  const ok = head.hash === prev && head.count === checked;
+  return ok ? { ok, checked } : { ok, checked, reason: 'head does not match the chain' };
+}
+
+export function storageContract(backend: Backend): void {
+  describe(`storage contract: ${backend.name}`, function () {
+    this.timeout(60_000);
+    let stores: Stores;
+    let second: () => Promise<Stores>;
+    let dispose: () => Promise<void>;
+    beforeEach(async () => {
+      ({ stores, second, dispose } = await backend.fresh());
+    });
+    afterEach(async () => {
+      await stores.close();
+      await dispose();
+    });
+
+    describe('audit chain', () => {
+      it('starts empty at the genesis hash, and pings', async () => {
+        expect(await stores.audit.head()).to.deep.equal({ hash: GENESIS_HASH, count: 0 });
+        expect(await stores.ping()).to.equal(true);
+      });
+
+      it('links appended events in order, stores what it hashed, and verifies', async () => {
+        const a = await stores.audit.append([
+          { kind: 'x.one', message: 'first', details: { n: 1, s: 'ü\u{1F680}' } },
+          { kind: 'x.two', resource: { type: 'doc', id: '1' } },
+        ]);
+        const b = await stores.audit.append([{ kind: 'x.three', confidence: 0.25, latency_us: 12 }]);
+        expect(a[0]!.prev_hash).to.equal(GENESIS_HASH);
+        expect(a[1]!.prev_hash).to.equal(a[0]!.hash);
+        expect(b[0]!.prev_hash).to.equal(a[1]!.hash);
+        expect(await stores.audit.head()).to.deep.equal({ hash: b[0]!.hash, count: 3 });
+        expect(await verifyChain(stores)).to.deep.equal({ ok: true, checked: 3 });
+        const [newest] = await stores.audit.query({ limit: 1 });
+        expect(newest!.event).to.deep.equal(b[0]);
+        const back = (await stores.audit.query({ limit: 10 })).map((r) => r.event);
+        expect(back.reverse()).to.deep.equal([...a, ...b]);
+      });
+
+      it('filters and pages newest first without skipping or repeating', async () => {
+        for (let i = 0; i < 7; i++) {
+          await stores.audit.append([
+            { kind: i % 2 ? 'odd' : 'even', agent_id: `a${i % 3}`, tenant_id: 't1', trace_id: 'tr' },
+          ]);
+        }
+        const odd = await stores.audit.query({ kind: 'odd', limit: 10 });
+        expect(odd.map((r) => r.event.kind)).to.deep.equal(['odd', 'odd', 'odd']);
+        const seen: number[] = [];
+        let before: number | undefined;
+        for (;;) {
+          const page = await stores.audit.query({
+            tenant_id: 't1',
+            limit: 3,
+            ...(before ? { before: { seq: before } } : {}),
+          });
+          seen.push(...page.map((r) => r.seq));
+          if (page.length < 3) break;
+          before = page[page.length - 1]!.seq;
+        }
+        expect(seen).to.deep.equal([7, 6, 5, 4, 3, 2, 1]);
+        const trace = await stores.audit.trace('tr', 2, 3);
+        expect(trace.map((r) => r.seq)).to.deep.equal([3, 4, 5]);
+        const byTime = await stores.audit.query({ since: '2000-01-01T00:00:00.000Z', limit: 2 });
+        expect(byTime.map((r) => r.seq)).to.deep.equal([7, 6]);
+      });
+
+      it('keeps one chain when two handles append concurrently', async () => {
+        const other = await second();
+        try {
+          await Promise.all(
+            Array.from({ length: 40 }, (_, i) =>
+              (i % 2 ? other : stores).audit.append([
+                { kind: 'race', message: String(i) },
+                { kind: 'race.b' },
+              ]),
+            ),
+          );
+          expect(await verifyChain(stores)).to.deep.equal({ ok: true, checked: 80 });
+          expect((await other.audit.head()).count).to.equal(80);
+        } finally {
+          await other.close();
+        }
+      });
+    });
+
+    describe('decisions and idempotency', () => {
+      it('records a decision with its queue item and audit event, atomically', async () => {
+        const d = decision({ status: 'requires_approval', expires_at: iso(HOUR) });
+        const it = item(d);
+        const r = await stores.decisions.record({
+          decision: d,
+          event: event(d),
+          item: it,
+          idemSince: iso(-HOUR),
+        });
+        expect(r).to.have.property('recorded');
+        expect(await stores.decisions.get(d.request_id)).to.deep.equal(d);
+        expect(await stores.queue.get(d.request_id)).to.deep.equal(it);
+        const [ev] = await stores.audit.byRequest(d.request_id, 0, 10);
+        expect(ev!.event).to.include({
+          kind: 'decision',
+          request_id: d.request_id,
+          outcome: 'requires_approval',
+        });
+      });
+
+      it('replays a decision whose idempotency key was used within the window, writing nothing', async () => {
+        const first = decision({ idem_key: 'k1', body_hash: 'h' });
+        await stores.decisions.record({
+          decision: first,
+          event: event(first),
+          item: undefined,
+          idemSince: iso(-HOUR),
+        });
+        const retry = decision({ idem_key: 'k1', body_hash: 'h' });
+        const r = await stores.decisions.record({
+          decision: retry,
+          event: event(retry),
+          item: undefined,
+          idemSince: iso(-HOUR),
+        });
+        expect(r).to.deep.equal({ replay: first });
+        expect(await stores.decisions.get(retry.request_id)).to.equal(undefined);
+        expect((await stores.audit.head()).count).to.equal(1);
+        expect(await stores.decisions.findByIdempotencyKey('key-1', 'k1', iso(-HOUR))).to.deep.equal(first);
+        // Another API key's identical idempotency key is another request.
+        const other = decision({ idem_key: 'k1', key_id: 'key-2' });
+        expect(
+          await stores.decisions.record({
+            decision: other,
+            event: event(other),
+            item: undefined,
+            idemSince: iso(-HOUR),
+          }),
+        ).to.have.property('recorded');
+      });
+
+      it('lets an idempotency key be used again once its window has passed', async () => {
+        const old = decision({ idem_key: 'k2', created_at: iso(-3 * HOUR) });
+        await stores.decisions.record({
+          decision: old,
+          event: event(old),
+          item: undefined,
+          idemSince: iso(-4 * HOUR),
+        });
+        const fresh = decision({ idem_key: 'k2' });
+        expect(
+          await stores.decisions.record({
+            decision: fresh,
+            event: event(fresh),
+            item: undefined,
+            idemSince: iso(-HOUR),
+          }),
+        ).to.have.property('recorded');
+        expect(await stores.decisions.findByIdempotencyKey('key-1', 'k2', iso(-HOUR))).to.deep.equal(fresh);
+        expect((await stores.decisions.get(old.request_id))?.idem_key).to.equal(null);
+      });
+
+      it('replays the first of two retries that arrive together, and across handles', async () => {
+        const other = await second();
+        try {
+          const tries = Array.from({ length: 6 }, () => decision({ idem_key: 'k3', body_hash: 'h' }));
+          const out = await Promise.all(
+            tries.map((d, i) =>
+              (i % 2 ? other : stores).decisions.record({
+                decision: d,
+                event: event(d),
+                item: undefined,
+                idemSince: iso(-HOUR),
+              }),
+            ),
+          );
+          const recorded = out.filter((o) => 'recorded' in o);
+          expect(recorded).to.have.length(1);
+          const winner = tries[out.findIndex((o) => 'recorded' in o)]!;
+          for (const o of out) if ('replay' in o) expect(o.replay.request_id).to.equal(winner.request_id);
+          expect(await verifyChain(stores)).to.deep.equal({ ok: true, checked: 1 });
+        } finally {
+          await other.close();
+        }
+      });
+    });
+
+    describe('budgets', () => {
+      const HOUR_MS = 3600_000;
+      const use = (over: Partial<LimitUse> = {}): LimitUse => ({
+        key: 'agent:bot:calls',
+        window: '1h',
+        windowMs: HOUR_MS,
+        windowStart: new Date(Math.floor(Date.now() / HOUR_MS) * HOUR_MS).toISOString(),
+        max: 5_000_000,
+        cost: 1_000_000,
+        ...over,
+      });
+      /** An allow charging `limits`, with the deny that replaces it when one is exhausted. */
+      const charged = (limits: LimitUse[]) => {
+        const d = decision();
+        const denials = limits.map((l) => {
+          const denial = { ...d, status: 'deny' as const, message: `limit ${l.key} exhausted` };
+          return { decision: denial, event: { ...event(denial), outcome: 'deny' } };
+        });
+        return { decision: d, event: event(d), idemSince: iso(-HOUR), charge: { limits, denials } };
+      };
+
+      it('allows exactly min(N, M) of N concurrent requests against a budget of M, across handles', async () => {
+        const other = await second();
+        try {
+          const out = await Promise.all(
+            Array.from({ length: 12 }, (_, i) => (i % 2 ? other : stores).decisions.record(charged([use()]))),
+          );
+          const statuses = out.map((o) => ('recorded' in o ? o.decision.status : 'replay'));
+          expect(statuses.filter((x) => x === 'allow')).to.have.length(5);
+          expect(statuses.filter((x) => x === 'deny')).to.have.length(7);
+          for (const o of out) {
+            if ('recorded' in o && o.decision.status === 'deny')
+              expect(o.exhausted?.key).to.equal('agent:bot:calls');
+            if ('recorded' in o) expect(o.recorded.outcome).to.equal(o.decision.status);
+          }
+          const [counter] = await stores.limits.latest('agent:bot:calls');
+          expect(counter).to.include({
+            key: 'agent:bot:calls',
+            window: '1h',
+            used: 5_000_000,
+            max: 5_000_000,
+          });
+        } finally {
+          await other.close();
+        }
+      });
+
+      it('consumes every limit of a decision or none, and counts windows separately', async () => {
+        const money = use({ key: 'tenant:acme:usd', max: 1_000_000, cost: 600_000 });
+        expect(
+          ((await stores.decisions.record(charged([use(), money]))) as { decision: DecisionRecord }).decision
+            .status,
+        ).to.equal('allow');
+        const second_ = (await stores.decisions.record(charged([use(), money]))) as {
+          decision: DecisionRecord;
+          exhausted?: LimitUse;
+        };
+        expect(second_.decision.status).to.equal('deny');
+        expect(second_.exhausted?.key).to.equal('tenant:acme:usd');
+        const byKey = new Map((await stores.limits.latest(undefined)).map((c) => [c.key, c]));
+        // The calls budget was not charged by the refused decision.
+        expect(byKey.get('agent:bot:calls')?.used).to.equal(1_000_000);
+        expect(byKey.get('tenant:acme:usd')?.used).to.equal(600_000);
+        const nextWindow = new Date(Math.floor(Date.now() / HOUR_MS + 1) * HOUR_MS).toISOString();
+        const later = (await stores.decisions.record(
+          charged([money].map((m) => ({ ...m, windowStart: nextWindow }))),
+        )) as {
+          decision: DecisionRecord;
+        };
+        expect(later.decision.status).to.equal('allow');
+        expect((await stores.limits.latest('tenant:acme:usd'))[0]).to.include({
+          windowStart: nextWindow,
+          used: 600_000,
+        });
+      });
+    });
+
+    describe('queue', () => {
+      async function queued(over: Partial<QueueItem> = {}, d = decision({ status: 'requires_approval' })) {
+        const it = item(d, over);
+        await stores.decisions.record({ decision: d, event: event(d), item: it, idemSince: iso(-HOUR) });
+        return it;
+      }
+
+      it('lists pending items oldest first, filtered and paged, never those past expiry', async () => {
+        const a = await queued({ tenant_id: 't1' });
+        const b = await queued({ tenant_id: 't2' });
+        const c = await queued({ tenant_id: 't1' });
+        await queued({ expires_at: iso(-1000) });
+        const now = iso();
+        expect((await stores.queue.listPending({ now, limit: 10 })).map((i) => i.id)).to.deep.equal([
+          a.id,
+          b.id,
+          c.id,
+        ]);
+        expect(
+          (await stores.queue.listPending({ now, limit: 10, tenant_id: 't1' })).map((i) => i.id),
+        ).to.deep.equal([a.id, c.id]);
+        expect(
+          (await stores.queue.listPending({ now, limit: 1, after: a.id })).map((i) => i.id),
+        ).to.deep.equal([b.id]);
+        expect(await stores.queue.countPending(now)).to.equal(3);
+      });
+
+      it('lets exactly one of many concurrent deciders win, across handles, with one audit event', async () => {
+        const it = await queued();
+        const other = await second();
+        try {
+          const results = await Promise.all(
+            Array.from({ length: 12 }, (_, i) =>
+              (i % 2 ? other : stores).queue.decide(
+                it.id,
+                i % 3 ? 'approved' : 'denied',
+                `rev-${i}`,
+                `note ${i}`,
+                iso(),
+                (x) => ({
+                  kind: 'queue.decide',
+                  request_id: x.id,
+                  outcome: x.status,
+                }),
+              ),
+            ),
+          );
+          const winners = results.filter((r) => r.won);
+          expect(winners).to.have.length(1);
+          const final = await stores.queue.get(it.id);
+          expect(final?.status).to.equal(winners[0]!.item!.status);
+          for (const r of results) if (!r.won) expect(r.item?.status).to.equal(final?.status);
+          expect((await stores.audit.byRequest(it.id, 0, 10)).map((e) => e.event.kind)).to.deep.equal([
+            'decision',
+            'queue.decide',
+          ]);
+        } finally {
+          await other.close();
+        }
+      });
+
+      it('expires due items once, with their audit events, and lists decided ones newest first', async () => {
+        const due = await queued({ expires_at: iso(-5) });
+        const live = await queued();
+        const ev = (x: QueueItem): NewAuditEvent => ({
+          kind: 'queue.expire',
+          request_id: x.id,
+          outcome: 'expired',
+        });
+        const [first, again] = await Promise.all([
+          stores.queue.expireDue(iso(), ev),
+          stores.queue.expireDue(iso(), ev),
+        ]);
+        expect([...first!, ...again!].map((i) => i.id)).to.deep.equal([due.id]);
+        expect((await stores.queue.get(due.id))?.status).to.equal('expired');
+        await stores.queue.decide(live.id, 'approved', 'alice', 'ok', iso(), (x) => ({
+          kind: 'queue.approve',
+          request_id: x.id,
+        }));
+        const decided = await stores.queue.listDecided({ statuses: ['approved', 'expired'], limit: 10 });
+        expect(decided.map((i) => i.id)).to.deep.equal([live.id, due.id]);
+        expect(decided[0]).to.include({ decided_by: 'alice', note: 'ok' });
+        expect(await verifyChain(stores)).to.include({ ok: true });
+      });
+    });
+
+    describe('tokens and keys', () => {
+      const token = (over: Partial<TokenRecord> = {}): TokenRecord => ({
+        id: newId(),
+        request_id: null,
+        subject: 'bot',
+        scopes: ['read:repo/x'],
+        audience: 'arbiter',
+        tenant_id: null,
+        issued_at: iso(),
+        expires_at: iso(HOUR),
+        revoked_at: null,
+        minted_by: 'admin',
+        trace_id: null,
+        ...over,
+      });
+
+      it('keeps the first signing key stored, whichever handle asks', async () => {
+        const other = await second();
+        try {
+          const make = (kid: string) => async () => ({
+            kid,
+            private_jwk: `p-${kid}`,
+            public_jwk: `q-${kid}`,
+            created_at: iso(),
+          });
+          const [a, b] = await Promise.all([
+            stores.tokens.signingKey(make('a')),
+            other.tokens.signingKey(make('b')),
+          ]);
+          expect(a).to.deep.equal(b);
+          expect(await stores.tokens.signingKey(make('c'))).to.deep.equal(a);
+        } finally {
+          await other.close();
+        }
+      });
+
+      it('exchanges a decision for a token once, and revokes idempotently', async () => {
+        const d = decision();
+        await stores.decisions.record({
+          decision: d,
+          event: event(d),
+          item: undefined,
+          idemSince: iso(-HOUR),
+        });
+        const t = token({ request_id: d.request_id });
+        const [x, y] = await Promise.all([
+          stores.tokens.exchange(d.request_id, t, { kind: 'token.mint' }),
+          stores.tokens.exchange(d.request_id, token({ request_id: d.request_id }), { kind: 'token.mint' }),
+        ]);
+        expect([x, y].sort()).to.deep.equal(['already', 'ok']);
+        expect((await stores.decisions.get(d.request_id))?.token_id).to.be.a('string');
+        const minted = (await stores.decisions.get(d.request_id))!.token_id!;
+        expect(await stores.tokens.revokedAt(minted)).to.equal(null);
+        const at = iso();
+        const r1 = await stores.tokens.revoke(minted, at, () => ({ kind: 'token.revoke' }));
+        const r2 = await stores.tokens.revoke(minted, iso(5000), () => ({ kind: 'token.revoke' }));
+        expect(r1?.revoked_at).to.equal(at);
+        expect(r2?.revoked_at).to.equal(at);
+        expect(await stores.tokens.revokedAt(minted)).to.equal(at);
+        expect(await stores.tokens.revokedAt('no-such-token')).to.equal(undefined);
+        expect(await stores.tokens.revoke('no-such-token', at, () => ({ kind: 'token.revoke' }))).to.equal(
+          undefined,
+        );
+        expect(await verifyChain(stores)).to.deep.equal({ ok: true, checked: 3 });
+      });
+
+      it('finds keys by id and name, refuses a taken name, and revokes', async () => {
+        const key = (name: string): ApiKeyRecord => ({
+          id: newId().slice(0, 16),
+          name,
+          hash: 'ab'.repeat(32),
+          scopes: ['authorize', 'queue:read'],
+          tenant: 'acme',
+          agent: null,
+          created_at: iso(),
+          revoked_at: null,
+        });
+        const k = key('ci-bot');
+        expect(await stores.keys.create(k, { kind: 'key.create' })).to.equal('ok');
+        expect(await stores.keys.create(key('ci-bot'), { kind: 'key.create' })).to.equal('exists');
+        expect(await stores.keys.findById(k.id)).to.deep.equal(k);
+        expect(await stores.keys.findByName('ci-bot')).to.deep.equal(k);
+        expect((await stores.keys.list()).map((x) => x.name)).to.deep.equal(['ci-bot']);
+        const revoked = await stores.keys.revoke('ci-bot', iso(), { kind: 'key.revoke' });
+        expect(revoked?.revoked_at).to.be.a('string');
+        expect((await stores.keys.findById(k.id))?.revoked_at).to.equal(revoked?.revoked_at);
+        expect(await stores.keys.revoke('nobody', iso(), { kind: 'key.revoke' })).to.equal(undefined);
+        expect(await verifyChain(stores)).to.deep.equal({ ok: true, checked: 2 });
+      });
+    });
+
+    describe('webhooks and their outbox', () => {
+      const hook = (name: string, events: WebhookRecord['events']): WebhookRecord => ({
+        name,
+        url: `http://127.0.0.1:9/${name}`,
+        events,
+        format: 'json',
+        secret: `whsec_${'a'.repeat(43)}=`,
+        created_at: iso(),
+        updated_at: iso(),
+      });
+
+      it('enqueues one delivery per subscribed webhook in the transaction of the change', async () => {
+        expect(
+          await stores.webhooks.put(hook('pending-only', ['queue.pending']), { kind: 'webhook.put' }),
+        ).to.deep.equal({
+          created: true,
+        });
+        await stores.webhooks.put(hook('policy-only', ['policy.changed']), { kind: 'webhook.put' });
+        expect(
+          (await stores.webhooks.put(hook('policy-only', ['policy.changed']), { kind: 'webhook.put' }))
+            .created,
+        ).to.equal(false);
+        const d = decision({ status: 'requires_approval', expires_at: iso(HOUR) });
+        await stores.decisions.record({
+          decision: d,
+          event: { ...event(d), outcome: 'requires_approval', details: { expires_at: iso(HOUR) } },
+          item: item(d),
+          idemSince: iso(-HOUR),
+        });
+        const allowed = decision();
+        await stores.decisions.record({
+          decision: allowed,
+          event: event(allowed),
+          item: undefined,
+          idemSince: iso(-HOUR),
+        });
+        const pending = await stores.webhooks.deliveries('pending-only', undefined, 10);
+        expect(pending).to.have.length(1);
+        expect(pending[0]).to.include({ type: 'queue.pending', status: 'pending', attempts: 0 });
+        expect(JSON.parse(pending[0]!.payload).data.id).to.equal(d.request_id);
+        expect(await stores.webhooks.deliveries('policy-only', undefined, 10)).to.have.length(0);
+        // A change that is refused writes no delivery either.
+        await stores.policies.commit(change({ expectedRevision: 5 }), () => [{ kind: 'policy.put' }]);
+        expect(await stores.webhooks.deliveries('policy-only', undefined, 10)).to.have.length(0);
+        await stores.policies.commit(change({ seed: true }), () => [{ kind: 'policy.seed' }]);
+        expect(await stores.webhooks.deliveries('policy-only', undefined, 10)).to.have.length(1);
+        expect(await stores.webhooks.countPending()).to.equal(2);
+      });
+
+      it('hands each due delivery to one claimer at a time, across handles, and settles it', async () => {
+        await stores.webhooks.put(hook('all', ['policy.changed']), { kind: 'webhook.put' });
+        let rev = 0;
+        for (let i = 0; i < 6; i++) {
+          await stores.policies.commit(
+            change({ expectedRevision: rev, putPolicies: [rego(`p${i}`)] }),
+            () => [{ kind: 'policy.put' }],
+          );
+          rev++;
+        }
+        const other = await second();
+        try {
+          const lease = iso(60_000);
+          const [x, y] = await Promise.all([
+            stores.webhooks.claimDue(iso(1000), lease, 4),
+            other.webhooks.claimDue(iso(1000), lease, 4),
+          ]);
+          const ids = [...x, ...y].map((d) => d.id);
+          expect(new Set(ids).size).to.equal(ids.length);
+          expect(ids.length).to.equal(6);
+          expect(await stores.webhooks.claimDue(iso(1000), lease, 10)).to.have.length(0);
+          expect(x[0]).to.include({ url: 'http://127.0.0.1:9/all', format: 'json' });
+          await stores.webhooks.settle(ids[0]!, { delivered: true, at: iso(), status: 204 });
+          await stores.webhooks.settle(ids[1]!, {
+            delivered: false,
+            status: 500,
+            error: 'boom',
+            retryAt: iso(-1),
+          });
+          await stores.webhooks.settle(ids[2]!, {
+            delivered: false,
+            status: null,
+            error: 'gone',
+            retryAt: null,
+          });
+          const byId = new Map(
+            (await stores.webhooks.deliveries('all', undefined, 10)).map((d) => [d.id, d]),
+          );
+          expect(byId.get(ids[0]!)).to.include({ status: 'delivered', attempts: 1, last_status: 204 });
+          expect(byId.get(ids[1]!)).to.include({ status: 'pending', attempts: 1, last_error: 'boom' });
+          expect(byId.get(ids[2]!)).to.include({ status: 'failed', attempts: 1 });
+          expect((await stores.webhooks.claimDue(iso(1000), lease, 10)).map((d) => d.id)).to.deep.equal([
+            ids[1],
+          ]);
+          expect(await stores.webhooks.delete('all', { kind: 'webhook.delete' })).to.equal(true);
+          expect(await stores.webhooks.deliveries('all', undefined, 10)).to.have.length(0);
+          expect(await stores.webhooks.delete('all', { kind: 'webhook.delete' })).to.equal(false);
+        } finally {
+          await other.close();
+        }
+      });
+    });
+
+    describe('policy revisions and history', () => {
+      const events = (kind: string) => (revision: number) => [{ kind, policy_revision: revision }];
+
+      it('commits each change as one revision, refusing stale, conflicting and absent changes', async () => {
+        const seed = await stores.policies.commit(
+          change({
+            seed: true,
+            putPolicies: [rego('a'), rego('b')],
+            putData: [{ path: 'cfg', value: { on: true }, sha256: 'd1' }],
+          }),
+          events('policy.seed'),
+        );
+        expect(seed).to.include({ ok: true, revision: 1 });
+        expect(
+          await stores.policies.commit(change({ seed: true, expectedRevision: 1 }), events('x')),
+        ).to.deep.equal({
+          ok: false,
+          stale: true,
+        });
+        expect(await stores.policies.commit(change({ putPolicies: [rego('c')] }), events('x'))).to.deep.equal(
+          {
+            ok: false,
+            stale: true,
+          },
+        );
+        expect(
+          await stores.policies.commit(
+            change({ expectedRevision: 1, ifVersions: { a: 7 }, putPolicies: [rego('a', 'y := 2')] }),
+            events('x'),
+          ),
+        ).to.deep.equal({ ok: false, conflict: 'a' });
+        expect(
+          await stores.policies.commit(change({ expectedRevision: 1, deletePolicies: ['zz'] }), events('x')),
+        ).to.deep.equal({
+          ok: false,
+          absent: 'zz',
+        });
+        const snap = await stores.policies.snapshot();
+        expect(snap).to.include({ revision: 1, seeded: true });
+        expect(snap.policies.map((p) => [p.name, p.version])).to.deep.equal([
+          ['a', 1],
+          ['b', 1],
+        ]);
+        expect(snap.data.map((d) => [d.path, d.value])).to.deep.equal([['cfg', { on: true }]]);
+        expect(await stores.policies.revision()).to.equal(1);
+        expect((await stores.audit.head()).count).to.equal(1);
+      });
+
+      it('keeps every revision, content-addressed, and every version of a policy, deletes included', async () => {
+        await stores.policies.commit(
+          change({ seed: true, putPolicies: [rego('a'), rego('b')] }),
+          events('s'),
+        );
+        await stores.policies.commit(
+          change({
+            expectedRevision: 1,
+            ifVersions: { a: 1 },
+            putPolicies: [rego('a', 'y := 2')],
+            message: 'tweak a',
+          }),
+          events('policy.put'),
+        );
+        await stores.policies.commit(
+          change({ expectedRevision: 2, deletePolicies: ['a'] }),
+          events('policy.delete'),
+        );
+        const r4 = await stores.policies.commit(
+          change({ expectedRevision: 3, putPolicies: [rego('a')] }),
+          events('policy.put'),
+        );
+        expect(r4).to.include({ ok: true, revision: 4 });
+        expect(r4.ok && r4.created).to.deep.equal(['a']);
+        expect(r4.ok && r4.policies[0]?.version).to.equal(4);
+
+        const revs = await stores.policies.listRevisions(undefined, 10);
+        expect(revs.map((r) => r.revision)).to.deep.equal([4, 3, 2, 1]);
+        expect(revs[2]).to.include({ actor: 'tester', message: 'tweak a' });
+        expect(revs[2]!.changes).to.deep.equal([{ kind: 'policy', name: 'a', op: 'put' }]);
+        expect(revs[1]!.changes).to.deep.equal([{ kind: 'policy', name: 'a', op: 'delete' }]);
+        expect(revs[1]!.policies.map((p) => p.name)).to.deep.equal(['b']);
+        expect((await stores.policies.listRevisions(3, 1)).map((r) => r.revision)).to.deep.equal([2]);
+        expect(await stores.policies.getRevision(99)).to.equal(undefined);
+        expect(await stores.policies.firstRevision()).to.equal(1);
+
+        const versions = await stores.policies.policyVersions('a', undefined, 10);
+        expect(versions.map((v) => [v.version, v.revision, v.deleted])).to.deep.equal([
+          [4, 4, false],
+          [3, 3, true],
+          [2, 2, false],
+          [1, 1, false],
+        ]);
+        // Revision 1 and 4 hold the same text of a: one blob serves both.
+        const one = (await stores.policies.getRevision(1))!.policies.find((p) => p.name === 'a')!;
+        const four = (await stores.policies.getRevision(4))!.policies.find((p) => p.name === 'a')!;
+        expect(one.sha256).to.equal(four.sha256);
+        const blobs = await stores.policies.blobs([one.sha256, rego('a', 'y := 2').sha256, 'missing'], []);
+        expect(blobs.rego.get(one.sha256)).to.equal(rego('a').rego);
+        expect(blobs.rego.size).to.equal(2);
+      });
+
+      it('lets exactly one of two changes compiled against the same revision commit', async () => {
+        const other = await second();
+        try {
+          await stores.policies.commit(change({ seed: true }), events('s'));
+          const [x, y] = await Promise.all([
+            stores.policies.commit(
+              change({ expectedRevision: 1, putPolicies: [rego('p')] }),
+              events('policy.put'),
+            ),
+            other.policies.commit(
+              change({ expectedRevision: 1, putPolicies: [rego('q')] }),
+              events('policy.put'),
+            ),
+          ]);
+          expect([x.ok, y.ok].sort()).to.deep.equal([false, true]);
+          expect(await stores.policies.revision()).to.equal(2);
+        } finally {
+          await other.close();
+        }
+      });
+
+      it('keeps compiled sets by hash for any handle to load', async () => {
+        const other = await second();
+        try {
+          await stores.policies.putCompiled('set-1', Buffer.from([0, 97, 115, 109, 1, 2, 3]));
+          expect(await other.policies.getCompiled('set-1')).to.deep.equal(
+            Buffer.from([0, 97, 115, 109, 1, 2, 3]),
+          );
+          expect(await other.policies.getCompiled('set-2')).to.equal(undefined);
+        } finally {
+          await other.close();
+        }
+      });
+    });
+  });
+}

@@ -1,0 +1,129 @@
+import { expect } from 'chai';
+import { onEveryBackend } from './helpers/backends.js';
+import { AGENT, Arbiter, auditEvents, call, HUMAN } from './helpers/harness.js';
+import { expectError } from './helpers/expect-error.js';
+
+// What can and cannot be stored is the point: every backend.
+/**
+ * A lone UTF-16 surrogate cannot be stored as UTF-8 (SQLite and PostgreSQL would replace it), and
+ * U+0000 cannot be stored in PostgreSQL text: either would make the stored event differ from the
+ * hashed one. Such strings are refused at the edge, in every JSON body and every string field.
+ */
+onEveryBackend('strings that cannot be stored as received', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start();
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  /** A JSON text with `value` spliced in as raw escape text (JSON.stringify would escape it twice). */
+  const withRaw = (body: object, field: string, escaped: string) =>
+    JSON.stringify({ ...body, [field]: '@@' }).replace('"@@"', `"${escaped}"`);
+
+  const verifyOk = async () => {
+    const v = await call('GET', `${a.platform}/api/v1/audit/verify`);
+    expect(v.json, v.text).to.include({ ok: true });
+    return v.json.checked as number;
+  };
+
+  const cases: [string, string, object, string][] = [
+    ['agent action', '/v1/agent/authorize', AGENT.allow, 'action'],
+    ['agent_id', '/v1/agent/authorize', AGENT.allow, 'agent_id'],
+    ['user_id', '/v1/authorize', HUMAN.allow, 'user_id'],
+    ['tenant_id', '/v1/authorize', HUMAN.allow, 'tenant_id'],
+  ];
+  for (const [what, path, body, field] of cases) {
+    for (const escaped of ['\\ud800', 'x\\udfff', '\\u0000']) {
+      it(`refuses ${escaped} in the ${what} with 400 and records nothing`, async () => {
+        const before = await verifyOk();
+        const r = await call('POST', a.engine + path, {
+          raw: withRaw(body, field, escaped),
+          headers: { 'content-type': 'application/json' },
+        });
+        expectError(r, 400, new RegExp(`^${field} .*(surrogate|U\\+0000)`));
+        expect(await verifyOk()).to.equal(before);
+      });
+    }
+  }
+
+  it('refuses a lone surrogate deep in the context, and in an object key', async () => {
+    for (const context of ['{"a":{"b":["ok","\\udc00"]}}', '{"\\ud83d":1}']) {
+      const r = await call('POST', a.engine + '/v1/agent/authorize', {
+        raw: JSON.stringify(AGENT.allow).replace(/}$/, `,"context":${context}}`),
+        headers: { 'content-type': 'application/json' },
+      });
+      expectError(r, 400, /surrogate/);
+    }
+  });
+
+  it('accepts a well-formed surrogate pair (an emoji) and an escaped backslash-u text', async () => {
+    const r = await call('POST', a.engine + '/v1/agent/authorize', {
+      raw: JSON.stringify(AGENT.allow).replace(
+        /}$/,
+        ',"context":{"why":"\\ud83d\\ude80 ok","lit":"\\\\ud800"}}',
+      ),
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(r.status, r.text).to.equal(200);
+    const [ev] = await auditEvents(a.platform, { request_id: r.json.request_id });
+    expect(ev.details.context).to.deep.equal({ why: '\u{1F680} ok', lit: '\\ud800' });
+    await verifyOk();
+  });
+
+  it('refuses a lone surrogate in an ingested event and keeps the chain verifiable', async () => {
+    const before = await verifyOk();
+    for (const field of ['kind', 'agent_id', 'message', 'tenant_id']) {
+      const r = await call('POST', `${a.platform}/api/v1/audit/ingest`, {
+        raw: withRaw({ kind: 'edge.decision' }, field, 'bad\\ud800'),
+        headers: { 'content-type': 'application/json' },
+      });
+      expectError(r, 400, /surrogate/);
+    }
+    expect(await verifyOk()).to.equal(before);
+  });
+
+  it('refuses a data document holding a lone surrogate (400, nothing changes)', async () => {
+    const rev = (await call('GET', `${a.engine}/healthz`, { key: null })).json.revision;
+    const r = await call('PUT', `${a.platform}/api/v1/data/probe`, {
+      raw: '{"name":"\\ud800"}',
+      headers: { 'content-type': 'application/json' },
+    });
+    expectError(r, 400, /surrogate/);
+    expect((await call('GET', `${a.platform}/api/v1/data/probe`)).status).to.equal(404);
+    expect((await call('GET', `${a.engine}/healthz`, { key: null })).json.revision).to.equal(rev);
+  });
+
+  it('refuses NUL in a text/plain policy', async () => {
+    const r = await call('PUT', `${a.platform}/api/v1/policies/nul`, {
+      raw: 'package authz.agent\n\ndeny contains "x\u0000" if false\n',
+      headers: { 'content-type': 'text/plain' },
+    });
+    expectError(r, 400, /U\+0000/);
+  });
+  // Path segments and query values reach the stores too (PostgreSQL text cannot hold U+0000).
+  for (const [method, url] of [
+    ['GET', '/v1/queue/%00'],
+    ['GET', '/v1/queue/x%00/events'],
+    ['DELETE', '/v1/tokens/%00'],
+    ['GET', '/v1/queue?status=pending&cursor=%00'],
+  ] as const) {
+    it(`refuses U+0000 in ${method} ${url} with 400`, async () => {
+      const r = await call(method, a.engine + url);
+      expectError(r, 400, /(path|query) parameter \w+ holds a lone UTF-16 surrogate or a U\+0000/);
+    });
+  }
+  it('refuses U+0000 in a policy name and a data path on the Platform API with 400', async () => {
+    for (const url of [
+      '/api/v1/policies/x%00',
+      '/api/v1/data/x%00',
+      '/api/v1/webhooks/x%00',
+      '/api/v1/audit/trace/x%00',
+      '/api/v1/audit?agent_id=x%00',
+    ]) {
+      const r = await call('GET', a.platform + url);
+      expectError(r, 400, /U\+0000/);
+    }
+  });
+});

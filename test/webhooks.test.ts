@@ -1,0 +1,364 @@
+import { expect } from 'chai';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Webhook } from 'standardwebhooks';
+import { onEveryBackend } from './helpers/backends.js';
+import { expectError } from './helpers/expect-error.js';
+import { AGENT, Arbiter, auditEvents, call } from './helpers/harness.js';
+import { sleep } from './helpers/process.js';
+
+interface Received {
+  headers: IncomingMessage['headers'];
+  body: string;
+  at: number;
+}
+
+/** A local webhook receiver the test steers: answer ok, fail N times, hang, or refuse. */
+class Receiver {
+  readonly got: Received[] = [];
+  /** Fail this many attempts of deliveries whose body contains the key (e.g. a request id). */
+  readonly failing = new Map<string, number>();
+  hang = false;
+  private server: Server | undefined;
+  private readonly hanging = new Set<ServerResponse>();
+  port = 0;
+
+  async start(port = 0): Promise<void> {
+    this.server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        if (this.hang) {
+          this.hanging.add(res);
+          return;
+        }
+        this.got.push({ headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), at: Date.now() });
+        const body = Buffer.concat(chunks).toString('utf8');
+        for (const [key, n] of this.failing) {
+          if (n > 0 && body.includes(key)) {
+            this.failing.set(key, n - 1);
+            res.writeHead(500).end('try later');
+            return;
+          }
+        }
+        res.writeHead(204).end();
+      });
+    });
+    await new Promise<void>((resolve) => this.server!.listen(port, '127.0.0.1', resolve));
+    this.port = (this.server.address() as AddressInfo).port;
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}/hook`;
+  }
+
+  /** Messages received so far of one type, parsed. */
+  messages(type?: string): { id: string; type: string; time: string; data: Record<string, unknown> }[] {
+    return this.got
+      .map(
+        (r) =>
+          JSON.parse(r.body) as { id: string; type: string; time: string; data: Record<string, unknown> },
+      )
+      .filter((m) => type === undefined || m.type === type);
+  }
+
+  async waitFor(pred: () => boolean, ms = 10_000): Promise<void> {
+    const until = Date.now() + ms;
+    while (!pred()) {
+      if (Date.now() > until)
+        throw new Error(`receiver did not get it within ${ms} ms: ${this.got.length} received`);
+      await sleep(50);
+    }
+  }
+
+  async stop(): Promise<void> {
+    for (const r of this.hanging) r.destroy();
+    this.hanging.clear();
+    this.server?.closeAllConnections();
+    await new Promise<void>((resolve) => this.server?.close(() => resolve()) ?? resolve());
+  }
+}
+
+const putHook = (a: Arbiter, name: string, body: unknown, key?: string) =>
+  call('PUT', `${a.platform}/api/v1/webhooks/${name}`, { body, ...(key ? { key } : {}) });
+
+// The outbox is written by each backend's transactions: every backend.
+onEveryBackend('webhooks (SPEC §12)', function () {
+  this.timeout(90_000);
+  let a: Arbiter;
+  let rx: Receiver;
+  before(async () => {
+    rx = new Receiver();
+    await rx.start();
+    a = await Arbiter.start({
+      ARBITER_WEBHOOK_RETRY_SECONDS: '1',
+      ARBITER_PUBLIC_URL: 'https://arbiter.example.com',
+    });
+  });
+  after(async () => {
+    await a.close();
+    await rx.stop();
+  });
+
+  describe('configuration', () => {
+    it('creates a webhook with a generated whsec_ secret shown once, and never shows it again', async () => {
+      const r = await putHook(a, 'ops', { url: rx.url, events: ['policy.changed'] });
+      expect(r.status, r.text).to.equal(201);
+      expect(r.json).to.include({ name: 'ops', url: rx.url, format: 'json' });
+      expect(r.json.secret).to.match(/^whsec_[A-Za-z0-9+/]{43}=$/);
+      const got = await call('GET', `${a.platform}/api/v1/webhooks/ops`);
+      expect(got.status).to.equal(200);
+      expect(got.json).to.not.have.property('secret');
+      const again = await putHook(a, 'ops', { url: rx.url, events: ['policy.changed', 'queue.expired'] });
+      expect(again.status).to.equal(200);
+      expect(again.json).to.not.have.property('secret');
+      const list = await call('GET', `${a.platform}/api/v1/webhooks`);
+      expect(list.json.webhooks.map((w: { name: string }) => w.name)).to.include('ops');
+      const [ev] = await auditEvents(a.platform, { kind: 'webhook.put' });
+      expect(JSON.stringify(ev)).to.not.include(r.json.secret.slice(6));
+      expect((await call('DELETE', `${a.platform}/api/v1/webhooks/ops`)).status).to.equal(204);
+      expectError(await call('GET', `${a.platform}/api/v1/webhooks/ops`), 404);
+      expectError(await call('DELETE', `${a.platform}/api/v1/webhooks/ops`), 404);
+      const deletes = await auditEvents(a.platform, { kind: 'webhook.delete' });
+      expect(deletes.filter((e) => e.resource === 'ops')).to.have.length(1);
+    });
+
+    const bad: [string, unknown, RegExp][] = [
+      ['a URL that is not http(s)', { url: 'ftp://x/y', events: ['queue.pending'] }, /url/],
+      ['a URL that is not a URL', { url: 'not a url', events: ['queue.pending'] }, /url/],
+      ['an unknown event', { url: 'http://x/', events: ['queue.exploded'] }, /events\.0/],
+      ['no events', { url: 'http://x/', events: [] }, /events/],
+      ['a repeated event', { url: 'http://x/', events: ['queue.pending', 'queue.pending'] }, /events/],
+      ['an unknown format', { url: 'http://x/', events: ['queue.pending'], format: 'xml' }, /format/],
+      [
+        'a secret without whsec_',
+        { url: 'http://x/', events: ['queue.pending'], secret: 'hunter2' },
+        /secret/,
+      ],
+      ['an unknown field', { url: 'http://x/', events: ['queue.pending'], retries: 3 }, /retries/],
+      ['a missing url', { events: ['queue.pending'] }, /url/],
+    ];
+    for (const [what, body, field] of bad) {
+      it(`refuses ${what} with 400 naming it, and stores nothing`, async () => {
+        expectError(await putHook(a, 'bad-hook', body), 400, field);
+        expectError(await call('GET', `${a.platform}/api/v1/webhooks/bad-hook`), 404);
+      });
+    }
+
+    it('refuses a bad name (400), needs admin (403), and 404s the deliveries of an unknown webhook', async () => {
+      expectError(await putHook(a, 'Bad_Name', { url: rx.url, events: ['queue.pending'] }), 400, /name/);
+      const writer = a.createKey('policy-writer', ['policies:write', 'policies:read']);
+      expectError(await putHook(a, 'nope', { url: rx.url, events: ['queue.pending'] }, writer), 403, /admin/);
+      expectError(await call('GET', `${a.platform}/api/v1/webhooks/nope/deliveries`), 404);
+    });
+  });
+
+  describe('delivery', () => {
+    let secret: string;
+    before(async () => {
+      const r = await putHook(a, 'reviewers', {
+        url: rx.url,
+        events: ['queue.pending', 'queue.approved', 'queue.denied', 'policy.changed'],
+      });
+      expect(r.status, r.text).to.equal(201);
+      secret = r.json.secret as string;
+    });
+
+    it('POSTs a queue.pending message signed per Standard Webhooks, verified by its reference library', async () => {
+      const q = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
+      expect(q.status).to.equal(202);
+      await rx.waitFor(() => rx.messages('queue.pending').some((m) => m.data.id === q.json.request_id));
+      const raw = rx.got.find((g) => g.body.includes(q.json.request_id as string))!;
+      const verified = new Webhook(secret).verify(raw.body, raw.headers as Record<string, string>) as {
+        id: string;
+        type: string;
+        data: Record<string, unknown>;
+      };
+      expect(verified.id).to.equal(raw.headers['webhook-id']);
+      expect(verified.type).to.equal('queue.pending');
+      expect(verified.data).to.include({
+        id: q.json.request_id,
+        agent_id: 'deploy-bot',
+        action: 'deploy',
+        resource: 'prod/api',
+        expires_at: q.json.expires_at,
+        trace_id: q.json.trace_id,
+      });
+      expect(raw.headers['webhook-signature']).to.match(/^v1,[A-Za-z0-9+/]+=*$/);
+      // A wrong secret does not verify.
+      expect(() =>
+        new Webhook(`whsec_${Buffer.alloc(32, 7).toString('base64')}`).verify(
+          raw.body,
+          raw.headers as Record<string, string>,
+        ),
+      ).to.throw();
+
+      const reviewer = a.createKey('hook-reviewer', ['queue:review']);
+      await call('POST', `${a.engine}/v1/queue/${q.json.request_id}/approve`, {
+        key: reviewer,
+        body: { note: 'CHG-9' },
+      });
+      await rx.waitFor(() => rx.messages('queue.approved').some((m) => m.data.id === q.json.request_id));
+      const approved = rx.messages('queue.approved').find((m) => m.data.id === q.json.request_id)!;
+      expect(approved.data).to.include({ status: 'approved', decided_by: 'hook-reviewer', note: 'CHG-9' });
+    });
+
+    it('announces policy changes as policy.changed with the new revision', async () => {
+      const put = await call('PUT', `${a.platform}/api/v1/policies/hook-probe`, {
+        raw: 'package authz.agent\n\ndeny contains "never" if false\n',
+        headers: { 'content-type': 'text/plain' },
+      });
+      expect(put.status).to.equal(201);
+      await rx.waitFor(() =>
+        rx.messages('policy.changed').some((m) => m.data.revision === put.json.revision),
+      );
+      const m = rx.messages('policy.changed').find((x) => x.data.revision === put.json.revision)!;
+      expect(m.data).to.include({ change: 'policy.put', name: 'hook-probe', actor: 'admin' });
+      await call('DELETE', `${a.platform}/api/v1/policies/hook-probe`);
+    });
+
+    it('retries with backoff after failures and records each attempt in the deliveries list', async () => {
+      // Keyed by the trace id, known before the request: the first two attempts fail.
+      const trace = '0af7651916cd43dd8448eb211c80319c';
+      rx.failing.set(trace, 2);
+      const q = await call('POST', `${a.engine}/v1/agent/authorize`, {
+        body: AGENT.approval,
+        headers: { traceparent: `00-${trace}-b7ad6b7169203331-01` },
+      });
+      await rx.waitFor(
+        () => rx.messages('queue.pending').filter((m) => m.data.id === q.json.request_id).length >= 3,
+        20_000,
+      );
+      const attempts = rx.got.filter((g) => g.body.includes(q.json.request_id as string));
+      expect(attempts).to.have.length(3);
+      // One message: the same webhook-id on every attempt; a later attempt waited longer.
+      expect(new Set(attempts.map((x) => x.headers['webhook-id'])).size).to.equal(1);
+      expect(attempts[2]!.at - attempts[1]!.at).to.be.greaterThan(attempts[1]!.at - attempts[0]!.at - 250);
+      const list = await call('GET', `${a.platform}/api/v1/webhooks/reviewers/deliveries?limit=50`);
+      expect(list.status).to.equal(200);
+      const d = list.json.deliveries.find((x: { id: string }) => x.id === attempts[0]!.headers['webhook-id']);
+      expect(d).to.include({ status: 'delivered', attempts: 3, last_status: 204, type: 'queue.pending' });
+      const metrics = await call('GET', `${a.engine}/metrics`);
+      expect(metrics.text).to.match(/arbiter_webhook_deliveries_total\{result="retry"\} [1-9]/);
+      expect(metrics.text).to.match(/arbiter_webhook_deliveries_total\{result="delivered"\} [1-9]/);
+    });
+
+    it('pages the deliveries list and refuses bad paging parameters', async () => {
+      const first = await call('GET', `${a.platform}/api/v1/webhooks/reviewers/deliveries?limit=1`);
+      expect(first.json.deliveries).to.have.length(1);
+      expect(first.json.next_cursor).to.be.a('string');
+      const second = await call(
+        'GET',
+        `${a.platform}/api/v1/webhooks/reviewers/deliveries?limit=1&cursor=${first.json.next_cursor}`,
+      );
+      expect(second.json.deliveries[0].id < first.json.deliveries[0].id).to.equal(true);
+      expectError(
+        await call('GET', `${a.platform}/api/v1/webhooks/reviewers/deliveries?limit=0`),
+        400,
+        /limit/,
+      );
+      expectError(
+        await call('GET', `${a.platform}/api/v1/webhooks/reviewers/deliveries?when=now`),
+        400,
+        /when/,
+      );
+    });
+
+    it('does not slow decisions while the receiver hangs', async () => {
+      rx.hang = true;
+      try {
+        for (let i = 0; i < 8; i++)
+          await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
+        await sleep(300);
+        const times: number[] = [];
+        for (let i = 0; i < 40; i++) {
+          const t = Date.now();
+          const r = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });
+          times.push(Date.now() - t);
+          expect(r.status).to.equal(200);
+        }
+        times.sort((x, y) => x - y);
+        // Deliveries wait up to 10 s on the hanging receiver; decisions must not wait with them.
+        expect(times[times.length - 1], `slowest decision ${times[times.length - 1]} ms`).to.be.lessThan(
+          2_000,
+        );
+      } finally {
+        rx.hang = false;
+      }
+    });
+  });
+
+  it('formats Slack messages with a link to the console item (ARBITER_PUBLIC_URL)', async () => {
+    const slack = new Receiver();
+    await slack.start();
+    try {
+      const r = await putHook(a, 'slack', { url: slack.url, events: ['queue.pending'], format: 'slack' });
+      expect(r.status).to.equal(201);
+      const q = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
+      const link = `https://arbiter.example.com/console/#/item/${q.json.request_id}`;
+      await slack.waitFor(() => slack.got.some((g) => g.body.includes(link)));
+      const msg = JSON.parse(slack.got.find((g) => g.body.includes(link))!.body) as {
+        text: string;
+        blocks: { type: string; elements?: { url: string }[] }[];
+      };
+      expect(msg.text).to.include('Approval needed: deploy-bot wants to deploy on prod/api');
+      expect(msg.text).to.include(`<${link}|Open in Arbiter>`);
+      expect(msg.blocks.find((b) => b.type === 'actions')?.elements?.[0]?.url).to.equal(link);
+    } finally {
+      await call('DELETE', `${a.platform}/api/v1/webhooks/slack`);
+      await slack.stop();
+    }
+  });
+});
+
+onEveryBackend('webhook deliveries survive a crash (transactional outbox)', function () {
+  this.timeout(90_000);
+
+  it('loses no delivery when the process is killed with SIGKILL while they are pending', async () => {
+    const rx = new Receiver();
+    await rx.start();
+    const port = rx.port;
+    await rx.stop(); // the receiver is down: every delivery fails and stays pending
+    const a = await Arbiter.start({ ARBITER_WEBHOOK_RETRY_SECONDS: '1' });
+    try {
+      const r = await putHook(a, 'durable', {
+        url: `http://127.0.0.1:${port}/hook`,
+        events: ['queue.pending'],
+      });
+      expect(r.status).to.equal(201);
+      const ids: string[] = [];
+      for (let i = 0; i < 5; i++) {
+        ids.push(
+          (await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval })).json
+            .request_id as string,
+        );
+      }
+      await sleep(1_500);
+      const pending = await call('GET', `${a.platform}/api/v1/webhooks/durable/deliveries`);
+      expect(pending.json.deliveries).to.have.length(5);
+      for (const d of pending.json.deliveries) expect(d.status).to.equal('pending');
+      expect(pending.json.deliveries.some((d: { attempts: number }) => d.attempts >= 1)).to.equal(true);
+      await a.kill();
+
+      await rx.start(port);
+      await a.restart();
+      await rx.waitFor(() => new Set(rx.messages('queue.pending').map((m) => m.data.id)).size === 5, 30_000);
+      expect([...new Set(rx.messages('queue.pending').map((m) => m.data.id))].sort()).to.deep.equal(
+        [...ids].sort(),
+      );
+      // Each settles once its receiver answered.
+      const settled = async () =>
+        (await call('GET', `${a.platform}/api/v1/webhooks/durable/deliveries`)).json.deliveries.every(
+          (d: { status: string }) => d.status === 'delivered',
+        ) as boolean;
+      const until = Date.now() + 10_000;
+      while (!(await settled())) {
+        if (Date.now() > until) throw new Error('deliveries were received but not recorded as delivered');
+        await sleep(100);
+      }
+    } finally {
+      await a.close();
+      await rx.stop();
+    }
+  });
+});
