@@ -40,7 +40,7 @@ const go = goCandidates.find((g) => spawnSync(g, ['version'], { encoding: 'utf8'
 if (!go) {
   fail(
     'the OPA compiler is needed and Go was not found to build it.\n' +
-      `  Either install Go >= 1.24 (https://go.dev/dl/, or your distribution's golang package) and run \`npm ci\` again,\n` +
+      `  Either install Go >= 1.26 (https://go.dev/dl/, or your distribution's golang package) and run \`npm ci\` again,\n` +
       `  or point ARBITER_OPA_BIN at an existing opa v1.x binary (e.g. ARBITER_OPA_BIN=/usr/local/bin/opa npm ci).`,
   );
 }

@@ -74,6 +74,9 @@ const settings = {
   webhookRetrySeconds: { env: 'ARBITER_WEBHOOK_RETRY_SECONDS', def: '5', parse: positiveInt },
 } as const;
 
+/** The environment variable of every setting (the example configuration file lists them all). */
+export const SETTING_ENV_NAMES: readonly string[] = Object.values(settings).map((s) => s.env);
+
 type Parser<T> = (raw: string, name: string) => T;
 
 export class ConfigError extends Error {}

@@ -66,6 +66,7 @@ export interface HumanRequest {
 export const decisionResponseSchema: JsonSchema = {
   type: 'object',
   required: ['status', 'request_id', 'trace_id'],
+  additionalProperties: false,
   properties: {
     status: { type: 'string', enum: ['allow', 'requires_approval', 'deny'] },
     request_id: { type: 'string', description: 'UUIDv7; also the queue item id for requires_approval' },

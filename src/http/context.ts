@@ -20,6 +20,13 @@ export interface HeaderParam {
   schema: JsonSchema;
 }
 
+/** One documented answer of a route. */
+export interface Answer {
+  status: number;
+  description: string;
+  schema?: JsonSchema | null;
+}
+
 export interface RouteDef {
   method: 'GET' | 'POST' | 'PUT' | 'DELETE';
   /** Koa path, e.g. /api/v1/policies/:name */
@@ -31,8 +38,17 @@ export interface RouteDef {
   scope: Scope | 'authenticated' | null;
   body: BodyKind;
   summary: string;
-  /** Status and meaning of the successful answer (errors are derived from the route). */
+  /**
+   * Status and meaning of the successful answer, with the JSON Schema of its body (absent only for
+   * answers without a JSON body: 204, redirects, `produces`).
+   */
   ok: { status: number; description: string; schema?: JsonSchema };
+  /**
+   * The other answers this route gives beyond the ones derived from its definition (auth, bad
+   * input, unknown id, body limits): each status with its meaning, and the schema of its body
+   * (absent: the `{"error"}` body; `null`: no body at all).
+   */
+  also?: readonly Answer[];
   /** Media types of a successful answer other than JSON (the OpenAPI document names them). */
   produces?: string[];
   /** The JSON Schema the body is validated with (the same object the service uses). */

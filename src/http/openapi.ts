@@ -1,17 +1,11 @@
 import type { Config } from '../config.js';
 import type { RouteDef } from './context.js';
+import { ERROR_REF, ERROR_SCHEMA } from './schemas.js';
 import type { JsonSchema } from '../common/validation.js';
-
-const ERROR_SCHEMA = {
-  type: 'object',
-  required: ['error'],
-  additionalProperties: false,
-  properties: { error: { type: 'string', description: 'human-readable text' } },
-};
 
 const err = (description: string) => ({
   description,
-  content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+  content: { 'application/json': { schema: ERROR_REF } },
 });
 
 /** Our JSON Schemas use `format: date-time` only; they are valid OpenAPI 3.1 schemas as they are. */
@@ -44,45 +38,35 @@ export function openApiDocument(
           : {
               content: r.produces
                 ? Object.fromEntries(r.produces.map((t) => [t, { schema: { type: 'string' } }]))
-                : {
-                    'application/json': {
-                      schema: r.ok.schema ? asSchema(r.ok.schema) : { type: 'object' },
-                    },
-                  },
+                : // A JSON route without ok.schema documents no schema: live validation refuses it.
+                  { 'application/json': r.ok.schema ? { schema: asSchema(r.ok.schema) } : {} },
             }),
       },
     };
-    if (r.ok.schema && r.template.endsWith('authorize')) {
-      responses['202'] = {
-        description: 'requires_approval',
-        content: { 'application/json': { schema: r.ok.schema } },
-      };
-      responses['403'] = {
-        description: 'deny (a decision body), or an error body when the key lacks the scope or binding',
-        content: {
-          'application/json': { schema: { oneOf: [r.ok.schema, { $ref: '#/components/schemas/Error' }] } },
-        },
-      };
-      responses['422'] = err('Idempotency-Key reused with another body');
-      responses['503'] = err('the decision could not be recorded; never allow');
-    }
+    // Every route refuses a malformed request (an unknown query parameter, say) and can fail.
+    responses['400'] = err('invalid request; the message names the field, parameter or header');
     if (r.scope !== null) {
       responses['401'] = err(
         'missing, malformed, unknown or revoked API key (with WWW-Authenticate: Bearer)',
       );
-      responses['403'] ??= err(
-        `API key lacks scope ${r.scope}, or the key's tenant/agent binding forbids it`,
-      );
+      responses['403'] = err(`API key lacks scope ${r.scope}, or the key's tenant/agent binding forbids it`);
     }
-    if (r.body !== 'none' || r.query || params.length > 0)
-      responses['400'] ??= err('invalid request; the message names the field');
-    if (params.length > 0) responses['404'] ??= err('no such resource');
+    if (params.length > 0) responses['404'] = err('no such resource');
+    responses['405'] = err('known path, other method (Allow lists the methods)');
     if (r.body !== 'none') {
       responses['413'] = err(`body larger than ${config.maxBodyBytes} bytes`);
       responses['415'] = err('unsupported Content-Type');
     }
-    responses['405'] = err('known path, other method (Allow lists the methods)');
     responses['500'] = err('internal failure');
+    if (r.scope !== null) responses['503'] = err('storage is unavailable; retry (never an allow)');
+    for (const a of r.also ?? []) {
+      responses[String(a.status)] =
+        a.schema === null
+          ? { description: a.description }
+          : a.schema === undefined
+            ? err(a.description)
+            : { description: a.description, content: { 'application/json': { schema: asSchema(a.schema) } } };
+    }
     const op: Record<string, unknown> = {
       operationId: `${r.method.toLowerCase()}${r.template.replace(/[^A-Za-z0-9]+(\w)?/g, (_m, c: string = '') => c.toUpperCase())}`,
       summary: r.summary,
@@ -106,7 +90,7 @@ export function openApiDocument(
           schema: h.schema,
         })),
       ],
-      responses,
+      responses: Object.fromEntries(Object.entries(responses).sort(([a], [b]) => a.localeCompare(b))),
     };
     if (r.requestSchema) {
       const content: Record<string, unknown> = { 'application/json': { schema: asSchema(r.requestSchema) } };

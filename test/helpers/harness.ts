@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { checkAnswer, watchOrigin } from './openapi-check.js';
 import { createTestDatabase, queryDatabase, TEST_BACKEND, type TestDatabase } from './postgres.js';
 
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
@@ -120,6 +121,7 @@ export class Arbiter {
         () => reject(new Error(`arbiter did not start:\n${this.logs.join('\n')}`)),
         60_000,
       );
+      let ready = false;
       const onLine = (line: string) => {
         this.logs.push(line);
         try {
@@ -129,9 +131,15 @@ export class Arbiter {
         } catch {
           /* not JSON: kept in logs */
         }
-        if (this.engine && this.platform) {
+        if (this.engine && this.platform && !ready) {
+          ready = true;
           clearTimeout(timer);
-          resolve();
+          // Every answer it gives is then checked against the OpenAPI document it serves.
+          const admin = this.fullEnv().ARBITER_ADMIN_KEY ?? ADMIN_KEY;
+          void Promise.all([
+            watchOrigin(this.engine, 'engine', admin),
+            watchOrigin(this.platform, 'platform', admin),
+          ]).then(() => resolve());
         }
       };
       createInterface({ input: child.stdout! }).on('line', onLine);
@@ -215,6 +223,8 @@ export async function call(method: string, url: string, opts: RequestOptions = {
   } catch {
     json = undefined;
   }
+  // Every answer of an Arbiter this harness started must be what its OpenAPI document says.
+  await checkAnswer(method, url, res.status, res.headers.get('content-type'), text, json);
   return { status: res.status, headers: res.headers, text, json };
 }
 

@@ -3,6 +3,7 @@ import { invalid } from '../../errors.js';
 import { principalOf, type RouteDef } from '../context.js';
 import { filterParam, PAGE_QUERY, queryOf, queryParam, timeParam } from '../query.js';
 import type { RouteDeps } from './index.js';
+import { auditEventSchema, exact, page } from '../schemas.js';
 import { param, PLATFORM } from './shared.js';
 
 const only = (field: string) => `only events with this ${field}`;
@@ -42,7 +43,11 @@ export function auditRoutes(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/api/v1/audit',
       template: '/api/v1/audit',
-      ok: { status: 200, description: '{"events": [event], "next_cursor": string|null}, newest first' },
+      ok: {
+        status: 200,
+        description: '{"events": [event], "next_cursor": string|null}, newest first',
+        schema: page('events', auditEventSchema),
+      },
       query: AUDIT_QUERY,
       apis: PLATFORM,
       scope: 'audit:read',
@@ -60,6 +65,7 @@ export function auditRoutes(d: RouteDeps): RouteDef[] {
       ok: {
         status: 200,
         description: '{"trace_id", "events": [event], "next_cursor"}, oldest first; 404 when none',
+        schema: page('events', auditEventSchema, { trace_id: { type: 'string' } }),
       },
       query: PAGE_QUERY,
       apis: PLATFORM,
@@ -74,7 +80,14 @@ export function auditRoutes(d: RouteDeps): RouteDef[] {
       method: 'POST',
       path: '/api/v1/audit/ingest',
       template: '/api/v1/audit/ingest',
-      ok: { status: 202, description: '{"accepted": n, "ids": [...]}' },
+      ok: {
+        status: 202,
+        description: '{"accepted": n, "ids": [...]}',
+        schema: exact({
+          accepted: { type: 'integer', minimum: 0 },
+          ids: { type: 'array', items: { type: 'string' } },
+        }),
+      },
       requestSchema: { oneOf: [ingestEventSchema, ingestBatchSchema] },
       apis: PLATFORM,
       scope: 'audit:write',
@@ -92,6 +105,17 @@ export function auditRoutes(d: RouteDeps): RouteDef[] {
       ok: {
         status: 200,
         description: '{"ok": true, "checked", "head"} or {"ok": false, "checked", "first_bad", "reason"}',
+        schema: {
+          oneOf: [
+            exact({ ok: { const: true }, checked: { type: 'integer' }, head: { type: 'string' } }),
+            exact({
+              ok: { const: false },
+              checked: { type: 'integer' },
+              first_bad: { type: ['string', 'null'] },
+              reason: { type: 'string' },
+            }),
+          ],
+        },
       },
       apis: PLATFORM,
       scope: 'audit:read',

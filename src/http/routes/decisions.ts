@@ -1,12 +1,25 @@
 import { agentRequestSchema, decisionResponseSchema, humanRequestSchema } from '../../decisions/schemas.js';
 import type { DecisionResult } from '../../decisions/service.js';
 import { invalid } from '../../errors.js';
-import { principalOf, type Ctx, type HeaderParam, type RouteDef } from '../context.js';
+import { principalOf, type Answer, type Ctx, type HeaderParam, type RouteDef } from '../context.js';
+import { ERROR_REF } from '../schemas.js';
 import type { RouteDeps } from './index.js';
 import { BOTH, ENGINE } from './shared.js';
 
 /** SPEC §5: the status of each answer. */
 const STATUS = { allow: 200, requires_approval: 202, deny: 403 } as const;
+
+/** Every answer of an authorize route besides 200 allow and the derived errors (SPEC §5). */
+const DECISION_ANSWERS: readonly Answer[] = [
+  { status: 202, description: 'requires_approval: queued for human review', schema: decisionResponseSchema },
+  {
+    status: 403,
+    description: 'deny (a decision body), or an error body when the key lacks the scope or binding',
+    schema: { oneOf: [decisionResponseSchema, ERROR_REF] },
+  },
+  { status: 422, description: 'Idempotency-Key reused with another body' },
+  { status: 503, description: 'the decision could not be recorded, or storage is unavailable; never allow' },
+];
 
 /** Keys are opaque to us; bounded so they cannot be used to bloat the store. */
 const IDEMPOTENCY_KEY_PATTERN = '^[\\x21-\\x7e]{1,255}$';
@@ -52,6 +65,7 @@ export function decisionRoutes(d: RouteDeps): RouteDef[] {
         description: 'allow (200), requires_approval (202) or deny (403)',
         schema: decisionResponseSchema,
       },
+      also: DECISION_ANSWERS,
       requestSchema: agentRequestSchema,
       headers: [IDEMPOTENCY_KEY],
       apis: BOTH,
@@ -69,6 +83,7 @@ export function decisionRoutes(d: RouteDeps): RouteDef[] {
         description: 'allow (200), requires_approval (202) or deny (403)',
         schema: decisionResponseSchema,
       },
+      also: DECISION_ANSWERS,
       requestSchema: humanRequestSchema,
       headers: [IDEMPOTENCY_KEY],
       apis: ENGINE,

@@ -4,6 +4,7 @@ import { metaOf, type PolicyMeta, type Precondition } from '../../policy/service
 import type { Ctx, HeaderParam, RouteDef } from '../context.js';
 import { boolParam, PAGE_QUERY, queryOf } from '../query.js';
 import type { RouteDeps } from './index.js';
+import { DATE_TIME, exact, page } from '../schemas.js';
 import { change, param, PLATFORM } from './shared.js';
 
 /** Optimistic concurrency on a policy: the write happens only if the policy is still as read. */
@@ -37,6 +38,24 @@ function ifMatch(ctx: Ctx): Precondition | undefined {
 }
 
 const PUT_QUERY = [boolParam('dry_run', 'compile and report without storing (true or false)')] as const;
+
+/** A policy's metadata, as every policy answer shows it. */
+const POLICY_META = {
+  name: { type: 'string' },
+  description: { type: 'string' },
+  sha256: { type: 'string', description: 'hex SHA-256 of the Rego source' },
+  version: { type: 'integer', description: 'counts the writes of this policy' },
+  updated_at: DATE_TIME,
+};
+const REVISION = { type: 'integer', description: 'the policy set revision' };
+/** A policy write's answer: its metadata and the revision it made live. */
+const policyWrittenSchema = exact({ ...POLICY_META, revision: REVISION });
+const PRECONDITION_FAILED = {
+  status: 412,
+  description: 'If-Match does not hold; nothing changed',
+};
+
+const dataWrittenSchema = exact({ path: { type: 'string' }, revision: REVISION, updated_at: DATE_TIME });
 
 /** Body of PUT /api/v1/policies/{name} as JSON (text/plain Rego is the other form). */
 export const policyRequestSchema = {
@@ -76,6 +95,7 @@ export function policyRoutes(d: RouteDeps): RouteDef[] {
         status: 200,
         description:
           '{"policies": [{name, description, sha256, version, updated_at}], "revision", "next_cursor"}',
+        schema: page('policies', exact(POLICY_META), { revision: REVISION }),
       },
       query: PAGE_QUERY,
       apis: PLATFORM,
@@ -92,7 +112,11 @@ export function policyRoutes(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/api/v1/policies/:name',
       template: '/api/v1/policies/{name}',
-      ok: { status: 200, description: 'Policy metadata plus rego, with ETag' },
+      ok: {
+        status: 200,
+        description: 'Policy metadata plus rego, with ETag',
+        schema: exact({ ...POLICY_META, rego: { type: 'string' } }),
+      },
       apis: PLATFORM,
       scope: 'policies:read',
       body: 'none',
@@ -110,8 +134,23 @@ export function policyRoutes(d: RouteDeps): RouteDef[] {
       ok: {
         status: 200,
         description:
-          '200 updated or 201 created: policy metadata and revision; 400 names policy, row and column',
+          '200 updated (or, with ?dry_run=true, compiled and not stored): policy metadata and revision; 400 names policy, row and column',
+        schema: {
+          oneOf: [
+            policyWrittenSchema,
+            exact({
+              dry_run: { const: true },
+              compiled: { const: true },
+              ...POLICY_META,
+              revision: { type: 'integer', description: 'the current revision (unchanged)' },
+            }),
+          ],
+        },
       },
+      also: [
+        { status: 201, description: 'created: policy metadata and revision', schema: policyWrittenSchema },
+        PRECONDITION_FAILED,
+      ],
       requestSchema: policyRequestSchema,
       query: PUT_QUERY,
       headers: [IF_MATCH],
@@ -143,6 +182,7 @@ export function policyRoutes(d: RouteDeps): RouteDef[] {
       path: '/api/v1/policies/:name',
       template: '/api/v1/policies/{name}',
       ok: { status: 204, description: 'Deleted' },
+      also: [PRECONDITION_FAILED],
       apis: PLATFORM,
       scope: 'policies:write',
       body: 'none',
@@ -157,7 +197,13 @@ export function policyRoutes(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/api/v1/data',
       template: '/api/v1/data',
-      ok: { status: 200, description: '{"documents": [{path, updated_at}], "revision", "next_cursor"}' },
+      ok: {
+        status: 200,
+        description: '{"documents": [{path, updated_at}], "revision", "next_cursor"}',
+        schema: page('documents', exact({ path: { type: 'string' }, updated_at: DATE_TIME }), {
+          revision: REVISION,
+        }),
+      },
       query: PAGE_QUERY,
       apis: PLATFORM,
       scope: 'policies:read',
@@ -173,7 +219,15 @@ export function policyRoutes(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/api/v1/data/*path',
       template: '/api/v1/data/{path}',
-      ok: { status: 200, description: '{path, value, updated_at}' },
+      ok: {
+        status: 200,
+        description: '{path, value, updated_at}',
+        schema: exact({
+          path: { type: 'string' },
+          value: { description: 'any JSON value' },
+          updated_at: DATE_TIME,
+        }),
+      },
       apis: PLATFORM,
       scope: 'policies:read',
       body: 'none',
@@ -187,7 +241,11 @@ export function policyRoutes(d: RouteDeps): RouteDef[] {
       method: 'PUT',
       path: '/api/v1/data/*path',
       template: '/api/v1/data/{path}',
-      ok: { status: 200, description: '200 replaced or 201 created: {path, revision, updated_at}' },
+      ok: { status: 200, description: 'replaced: {path, revision, updated_at}', schema: dataWrittenSchema },
+      also: [
+        { status: 201, description: 'created: {path, revision, updated_at}', schema: dataWrittenSchema },
+        { status: 409, description: 'the path overlaps an existing document (a prefix of it, or under it)' },
+      ],
       requestSchema: {},
       apis: PLATFORM,
       scope: 'policies:write',

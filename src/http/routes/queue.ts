@@ -4,7 +4,35 @@ import type { DecidedStatus } from '../../queue/store.js';
 import { principalOf, type RouteDef } from '../context.js';
 import { filterParam, PAGE_QUERY, queryOf, queryParam, timeParam } from '../query.js';
 import type { RouteDeps } from './index.js';
+import { auditEventSchema, DATE_TIME, exact, NULLABLE_DATE_TIME, NULLABLE_STRING, page } from '../schemas.js';
 import { ENGINE, param } from './shared.js';
+
+/** A queue item as the API shows it (`present`, SPEC §6). */
+const queueItemSchema = exact({
+  id: { type: 'string', description: 'the request_id of the decision that asked for review' },
+  status: { type: 'string', enum: [...QUEUE_STATUSES] },
+  kind: { type: 'string', enum: ['agent', 'human'] },
+  agent_id: NULLABLE_STRING,
+  user_id: NULLABLE_STRING,
+  tenant_id: NULLABLE_STRING,
+  action: { type: 'string' },
+  resource: { description: 'a string (agents) or {type, id} (humans)' },
+  confidence: { type: ['number', 'null'] },
+  context: { type: 'object' },
+  message: { type: 'string' },
+  trace_id: { type: 'string' },
+  created_at: DATE_TIME,
+  expires_at: DATE_TIME,
+  decided_at: NULLABLE_DATE_TIME,
+  decided_by: NULLABLE_STRING,
+  note: NULLABLE_STRING,
+  request_digest: NULLABLE_STRING,
+  policy_revision: { type: ['integer', 'null'] },
+  on_behalf_of: {
+    oneOf: [{ type: 'null' }, exact({ tenant_id: { type: 'string' }, user_id: { type: 'string' } })],
+  },
+});
+const ITEMS = page('items', queueItemSchema);
 
 const QUEUE_FILTERS = [
   filterParam('agent_id', 'only this agent'),
@@ -74,7 +102,7 @@ export function queueRoutes(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/v1/queue/pending',
       template: '/v1/queue/pending',
-      ok: { status: 200, description: '{"items": [queue item], "next_cursor": string|null}' },
+      ok: { status: 200, description: '{"items": [queue item], "next_cursor": string|null}', schema: ITEMS },
       query: PENDING_QUERY,
       apis: ENGINE,
       scope: 'queue:read',
@@ -93,6 +121,7 @@ export function queueRoutes(d: RouteDeps): RouteDef[] {
         status: 200,
         description:
           '{"items": [queue item], "next_cursor": string|null}: pending oldest first, decided items newest decision first',
+        schema: ITEMS,
       },
       query: LIST_QUERY,
       apis: ENGINE,
@@ -109,7 +138,8 @@ export function queueRoutes(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/v1/queue/:id',
       template: '/v1/queue/{id}',
-      ok: { status: 200, description: 'The queue item' },
+      ok: { status: 200, description: 'The queue item', schema: queueItemSchema },
+      also: [{ status: 429, description: 'too many requests are waiting on the queue (Retry-After: 1)' }],
       query: ITEM_QUERY,
       apis: ENGINE,
       scope: 'queue:read',
@@ -128,6 +158,7 @@ export function queueRoutes(d: RouteDeps): RouteDef[] {
         status: 200,
         description:
           '{"id", "trace_id", "events": [event], "next_cursor"}: the decision (details.reasons), its approval, denial or expiry and its tokens, oldest first',
+        schema: page('events', auditEventSchema, { id: { type: 'string' }, trace_id: { type: 'string' } }),
       },
       query: PAGE_QUERY,
       apis: ENGINE,
@@ -142,7 +173,14 @@ export function queueRoutes(d: RouteDeps): RouteDef[] {
       method: 'POST',
       path: `/v1/queue/:id/${verb}`,
       template: `/v1/queue/{id}/${verb}`,
-      ok: { status: 200, description: `The ${to} item; 409 when not pending` },
+      ok: { status: 200, description: `The ${to} item`, schema: queueItemSchema },
+      also: [
+        {
+          status: 409,
+          description:
+            'the item is not pending (already decided or expired), or approving it would exceed a budget',
+        },
+      ],
       requestSchema: decideRequestSchema,
       apis: ENGINE,
       scope: 'queue:review',

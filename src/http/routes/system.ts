@@ -2,7 +2,11 @@ import { CONSOLE_HEADERS, type ConsoleFile } from '../console.js';
 import { principalOf, type Ctx, type RouteDef } from '../context.js';
 import { openApiDocument } from '../openapi.js';
 import type { RouteDeps } from './index.js';
+import { exact, NULLABLE_STRING } from '../schemas.js';
 import { BOTH, ENGINE, param } from './shared.js';
+
+/** A console file the client already holds (If-None-Match). */
+const NOT_MODIFIED = { status: 304, description: 'not modified (If-None-Match holds)', schema: null };
 
 /** Sends one console file with the console's security headers; 304 when the client has it. */
 function sendConsoleFile(ctx: Ctx, file: () => ConsoleFile): void {
@@ -27,7 +31,15 @@ export function systemRoutes(d: RouteDeps, all: () => RouteDef[]): RouteDef[] {
       method: 'GET',
       path: '/openapi.json',
       template: '/openapi.json',
-      ok: { status: 200, description: 'This OpenAPI 3.1 document (any valid API key)' },
+      ok: {
+        status: 200,
+        description: 'This OpenAPI 3.1 document (any valid API key)',
+        schema: {
+          type: 'object',
+          required: ['openapi', 'info', 'paths'],
+          properties: { openapi: { const: '3.1.0' } },
+        },
+      },
       apis: BOTH,
       // SPEC §2 exempts only /healthz and the JWKS from authentication.
       scope: 'authenticated',
@@ -45,7 +57,15 @@ export function systemRoutes(d: RouteDeps, all: () => RouteDef[]): RouteDef[] {
         status: 200,
         description:
           'Healthy: {"status":"ok","revision":N}; 503 when storage is unusable or no policy set is loaded',
+        schema: exact({ status: { const: 'ok' }, revision: { type: ['integer', 'null'] } }),
       },
+      also: [
+        {
+          status: 503,
+          description: 'storage is unusable or no policy set is loaded',
+          schema: exact({ status: { const: 'unavailable' }, error: { type: 'string' } }),
+        },
+      ],
       apis: BOTH,
       scope: null,
       body: 'none',
@@ -77,7 +97,23 @@ export function systemRoutes(d: RouteDeps, all: () => RouteDef[]): RouteDef[] {
       method: 'GET',
       path: '/.well-known/jwks.json',
       template: '/.well-known/jwks.json',
-      ok: { status: 200, description: 'JWK Set with the Ed25519 public key' },
+      ok: {
+        status: 200,
+        description: 'JWK Set with the Ed25519 public key',
+        schema: exact({
+          keys: {
+            type: 'array',
+            items: exact({
+              kty: { const: 'OKP' },
+              crv: { const: 'Ed25519' },
+              x: { type: 'string' },
+              kid: { type: 'string' },
+              alg: { const: 'EdDSA' },
+              use: { const: 'sig' },
+            }),
+          },
+        }),
+      },
       apis: BOTH,
       scope: null,
       body: 'none',
@@ -94,6 +130,12 @@ export function systemRoutes(d: RouteDeps, all: () => RouteDef[]): RouteDef[] {
       ok: {
         status: 200,
         description: '{"name", "scopes": [scope], "tenant": string|null, "agent": string|null}',
+        schema: exact({
+          name: { type: 'string' },
+          scopes: { type: 'array', items: { type: 'string' } },
+          tenant: NULLABLE_STRING,
+          agent: NULLABLE_STRING,
+        }),
       },
       apis: ENGINE,
       scope: 'authenticated',
@@ -109,6 +151,7 @@ export function systemRoutes(d: RouteDeps, all: () => RouteDef[]): RouteDef[] {
       path: '/console/',
       template: '/console/',
       ok: { status: 200, description: 'The reviewer console page (public: it holds no data)' },
+      also: [NOT_MODIFIED, { status: 404, description: 'the console is not built' }],
       produces: ['text/html'],
       apis: ENGINE,
       scope: null,
@@ -139,6 +182,7 @@ export function systemRoutes(d: RouteDeps, all: () => RouteDef[]): RouteDef[] {
       path: '/console/*asset',
       template: '/console/{asset}',
       ok: { status: 200, description: 'A script, style sheet or image of the console' },
+      also: [NOT_MODIFIED],
       produces: ['text/javascript', 'text/css', 'image/svg+xml'],
       apis: ENGINE,
       scope: null,

@@ -1,6 +1,8 @@
 import { webhookRequestSchema, type WebhookService } from '../../webhooks/service.js';
 import { actorOf, type RouteDef } from '../context.js';
 import { PAGE_QUERY, queryOf } from '../query.js';
+import { WEBHOOK_EVENTS } from '../../webhooks/types.js';
+import { DATE_TIME, exact, NULLABLE_DATE_TIME, NULLABLE_STRING, page } from '../schemas.js';
 import { param, PLATFORM } from './shared.js';
 
 const webhookSchema = {
@@ -10,12 +12,33 @@ const webhookSchema = {
   properties: {
     name: { type: 'string' },
     url: { type: 'string' },
-    events: { type: 'array', items: { type: 'string' } },
+    events: { type: 'array', items: { type: 'string', enum: [...WEBHOOK_EVENTS] } },
     format: { type: 'string', enum: ['json', 'slack'] },
-    created_at: { type: 'string', format: 'date-time' },
-    updated_at: { type: 'string', format: 'date-time' },
+    created_at: DATE_TIME,
+    updated_at: DATE_TIME,
   },
 };
+const webhookWithSecretSchema = {
+  ...webhookSchema,
+  properties: {
+    ...webhookSchema.properties,
+    secret: { type: 'string', description: 'only when Arbiter generated it, and only in this answer' },
+  },
+};
+
+/** One delivery as the API shows it (its payload aside). */
+const deliverySchema = exact({
+  id: { type: 'string', description: 'the message id (webhook-id), the same on every attempt' },
+  webhook: { type: 'string' },
+  type: { type: 'string', enum: [...WEBHOOK_EVENTS] },
+  status: { type: 'string', enum: ['pending', 'delivered', 'failed'] },
+  attempts: { type: 'integer' },
+  next_attempt_at: DATE_TIME,
+  last_status: { type: ['integer', 'null'] },
+  last_error: NULLABLE_STRING,
+  created_at: DATE_TIME,
+  delivered_at: NULLABLE_DATE_TIME,
+});
 
 /** The webhook routes of SPEC §12 (Platform API, `admin`). */
 export function webhookRoutes(webhooks: WebhookService): RouteDef[] {
@@ -27,11 +50,7 @@ export function webhookRoutes(webhooks: WebhookService): RouteDef[] {
       ok: {
         status: 200,
         description: '{"webhooks": [webhook]} (never their secrets)',
-        schema: {
-          type: 'object',
-          required: ['webhooks'],
-          properties: { webhooks: { type: 'array', items: webhookSchema } },
-        },
+        schema: exact({ webhooks: { type: 'array', items: webhookSchema } }),
       },
       apis: PLATFORM,
       scope: 'admin',
@@ -60,9 +79,16 @@ export function webhookRoutes(webhooks: WebhookService): RouteDef[] {
       template: '/api/v1/webhooks/{name}',
       ok: {
         status: 200,
-        description: '200 updated or 201 created: the webhook, plus `secret` once when Arbiter generated it',
-        schema: { ...webhookSchema, properties: { ...webhookSchema.properties, secret: { type: 'string' } } },
+        description: 'replaced: the webhook, plus `secret` once when Arbiter generated it',
+        schema: webhookWithSecretSchema,
       },
+      also: [
+        {
+          status: 201,
+          description: 'created: the webhook, plus `secret` once when Arbiter generated it',
+          schema: webhookWithSecretSchema,
+        },
+      ],
       requestSchema: webhookRequestSchema,
       apis: PLATFORM,
       scope: 'admin',
@@ -95,7 +121,8 @@ export function webhookRoutes(webhooks: WebhookService): RouteDef[] {
       ok: {
         status: 200,
         description:
-          '{"deliveries": [{id, type, status, attempts, last_status, last_error, next_attempt_at, created_at, delivered_at}], "next_cursor"}, newest first',
+          '{"deliveries": [{id, webhook, type, status, attempts, last_status, last_error, next_attempt_at, created_at, delivered_at}], "next_cursor"}, newest first',
+        schema: page('deliveries', deliverySchema),
       },
       query: PAGE_QUERY,
       apis: PLATFORM,

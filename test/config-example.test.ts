@@ -1,0 +1,60 @@
+import { expect } from 'chai';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import YAML from 'yaml';
+import { loadConfig, SETTING_ENV_NAMES } from '../src/config.js';
+import { onceOnly } from './helpers/backends.js';
+import { expectError } from './helpers/expect-error.js';
+import { Arbiter, call, REPO } from './helpers/harness.js';
+
+const EXAMPLE = path.join(REPO, 'arbiter.example.yaml');
+
+// Configuration parsing and start-up touch no stored state of their own: once (SQLite run).
+onceOnly('arbiter.example.yaml', () => {
+  it('names every setting, each by its YAML key, and holds nothing else', () => {
+    const doc = YAML.parse(readFileSync(EXAMPLE, 'utf8')) as Record<string, unknown>;
+    const keys = SETTING_ENV_NAMES.map((e) => e.replace(/^ARBITER_/, '').toLowerCase());
+    expect(Object.keys(doc).sort()).to.deep.equal([...keys].sort());
+  });
+
+  it('loads as the defaults: the example changes nothing by being used', () => {
+    const fromFile = loadConfig({ ARBITER_CONFIG: EXAMPLE });
+    const defaults = loadConfig({});
+    expect(fromFile).to.deep.equal(defaults);
+  });
+
+  describe('starts the service through ARBITER_CONFIG', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-example-'));
+    let a: Arbiter | undefined;
+    afterEach(async () => {
+      await a?.close();
+      a = undefined;
+    });
+    after(() => rmSync(dir, { recursive: true, force: true }));
+
+    it('as it is', async () => {
+      a = await Arbiter.start({ ARBITER_CONFIG: EXAMPLE });
+      const r = await call('GET', a.engine + '/healthz', { key: null });
+      expect(r.status).to.equal(200);
+      expect(r.json.status).to.equal('ok');
+    });
+
+    it('with a value edited in the file, which the process then applies', async () => {
+      // The harness sets ports, data directory, admin key, policy directory and log level in the
+      // environment (which wins); a setting it leaves alone comes from the file.
+      const edited = path.join(dir, 'arbiter.yaml');
+      const text = readFileSync(EXAMPLE, 'utf8');
+      expect(text).to.match(/^max_body_bytes: 1048576 /m);
+      writeFileSync(edited, text.replace(/^max_body_bytes: 1048576 /m, 'max_body_bytes: 2000 '));
+      a = await Arbiter.start({ ARBITER_CONFIG: edited });
+      const body = { agent_id: 'deploy-bot', action: 'read', resource: 'repo/x', confidence: 0.9 };
+      const small = await call('POST', a.engine + '/v1/agent/authorize', { body });
+      expect(small.status).to.equal(200);
+      const big = await call('POST', a.engine + '/v1/agent/authorize', {
+        body: { ...body, context: { pad: 'x'.repeat(3000) } },
+      });
+      expectError(big, 413);
+    });
+  });
+});
