@@ -57,6 +57,10 @@ export function openApiDocument(
       responses['413'] = err(`body larger than ${config.maxBodyBytes} bytes`);
       responses['415'] = err('unsupported Content-Type');
     }
+    // Answers of the HTTP layer itself, before any route: to any request.
+    responses['408'] = err('the request was not received in time');
+    responses['417'] = err('an Expect header other than 100-continue');
+    responses['431'] = err('request headers too large');
     responses['500'] = err('internal failure');
     if (r.scope !== null) responses['503'] = err('storage is unavailable; retry (never an allow)');
     for (const a of r.also ?? []) {

@@ -15,7 +15,7 @@ type Doc = any;
 interface Checker {
   doc: Doc;
   ajv: Ajv;
-  templates: { template: string; strict: RegExp; greedy: RegExp; params: number }[];
+  templates: { template: string; exact: RegExp; strict: RegExp; greedy: RegExp; params: number }[];
   compiled: Map<string, ValidateFunction>;
 }
 
@@ -39,7 +39,7 @@ export async function watchOrigin(url: string, api: 'engine' | 'platform', admin
 
 const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
-function templateRegex(template: string, greedyLast: boolean): RegExp {
+function templateRegex(template: string, greedyLast: boolean, trailingSlash: boolean): RegExp {
   const parts = template.split(/(\{\w+\})/);
   const lastParam = parts
     .map((p, i) => (/^\{\w+\}$/.test(p) ? i : -1))
@@ -48,7 +48,8 @@ function templateRegex(template: string, greedyLast: boolean): RegExp {
   const src = parts
     .map((p, i) => (/^\{\w+\}$/.test(p) ? (greedyLast && i === lastParam ? '.+' : '[^/]+') : escapeRe(p)))
     .join('');
-  return new RegExp(`^${src}$`);
+  // The router matches paths case-insensitively, and with or without a trailing slash.
+  return new RegExp(`^${src}${trailingSlash ? '/?' : ''}$`, 'i');
 }
 
 async function load(origin: string, key: string): Promise<Checker> {
@@ -62,8 +63,9 @@ async function load(origin: string, key: string): Promise<Checker> {
   ajv.addSchema({ ...doc, $id: DOC_ID });
   const templates = Object.keys(doc.paths as object).map((template) => ({
     template,
-    strict: templateRegex(template, false),
-    greedy: templateRegex(template, true),
+    exact: templateRegex(template, false, false),
+    strict: templateRegex(template, false, true),
+    greedy: templateRegex(template, true, true),
     params: (template.match(/\{/g) ?? []).length,
   }));
   return { doc, ajv, templates, compiled: new Map() };
@@ -77,7 +79,7 @@ const pointer = (...segs: string[]) =>
  * over a wildcard; only operations this listener serves (x-arbiter-apis) count.
  */
 function templateOf(c: Checker, path: string, method: string, api: string): string | undefined {
-  for (const kind of ['strict', 'greedy'] as const) {
+  for (const kind of ['exact', 'strict', 'greedy'] as const) {
     const hits = c.templates
       .filter((t) => t[kind].test(path))
       .filter((t) =>
@@ -97,7 +99,8 @@ function templateOf(c: Checker, path: string, method: string, api: string): stri
 
 /**
  * Checks one answer; throws an Error naming the request, the status and what does not match.
- * `json` is the parsed body (undefined when the body is empty or not JSON).
+ * `json` is the parsed body (undefined when the body is empty or not JSON). `rawTarget`: the
+ * request-target was sent as written in `url` (not normalized as fetch normalizes it).
  */
 export async function checkAnswer(
   method: string,
@@ -106,22 +109,25 @@ export async function checkAnswer(
   contentType: string | null,
   text: string,
   json: unknown,
+  rawTarget = false,
 ): Promise<void> {
   const u = new URL(url);
   const listener = origins.get(u.origin);
   if (listener === undefined) return;
   const c = await checkers.get(u.origin)!;
+  const path = rawTarget ? url.slice(u.origin.length).replace(/[?#].*$/s, '') : u.pathname;
   const m = method.toLowerCase() === 'head' ? 'get' : method.toLowerCase();
-  const what = `${method} ${u.pathname} answered ${status}`;
+  const what = `${method} ${path} answered ${status}`;
   const isJson = /^application\/(.+\+)?json\b/.test(contentType ?? '');
   if (isJson && text !== '' && json === undefined) throw new Error(`${what} with malformed JSON: ${text}`);
-  const template = templateOf(c, u.pathname, m, listener.api);
+  const template = templateOf(c, path, m, listener.api);
   const op = template === undefined ? undefined : c.doc.paths[template][m];
   const served = (op?.['x-arbiter-apis'] as string[] | undefined)?.includes(listener.api) === true;
   let schemaAt: string;
   if (!served) {
-    // No route of this listener: only "no such route" (404) or "other method" (405), as {"error"}.
-    if (status !== 404 && status !== 405) {
+    // No route of this listener: only "no such route" (404), "other method" (405), or a refusal
+    // before any route (a malformed request, an unmeetable Expect, …), as {"error"}.
+    if (![400, 404, 405, 408, 417, 431].includes(status)) {
       throw new Error(
         `${what}, but the OpenAPI document has no operation ${m.toUpperCase()} for it on the ${listener.api} API`,
       );
