@@ -23,7 +23,8 @@ function patternsOf(node: unknown, at = '#', out: { at: string; pattern: string 
 
 /**
  * What RE2 (Go's regexp, hence kin-openapi and most gateways) does not take: lookahead and
- * lookbehind, backreferences (numbered and named), and \u escapes (RE2 writes \x{…}).
+ * lookbehind, backreferences (numbered and named), \u escapes (RE2 writes \x{…}) and repetition
+ * counts over 1000.
  */
 function re2Problem(pattern: string): string | undefined {
   // Walk the pattern so that an escaped backslash or parenthesis is not mistaken for syntax.
@@ -35,6 +36,11 @@ function re2Problem(pattern: string): string | undefined {
       if (n === 'k') return 'a named backreference';
       if (n === 'u') return 'a \\u escape (RE2 needs \\x{…})';
       i++;
+    } else if (c === '{') {
+      const counts = /^\{(\d+)(?:,(\d*))?\}/.exec(pattern.slice(i));
+      if (counts && counts.slice(1).some((n) => n !== undefined && n !== '' && Number(n) > 1000)) {
+        return 'a repetition count over 1000';
+      }
     } else if (c === '(' && pattern[i + 1] === '?') {
       const rest = pattern.slice(i + 2, i + 4);
       if (/^[=!]/.test(rest) || /^<[=!]/.test(rest)) return 'a lookaround';
@@ -130,10 +136,11 @@ onceOnly('GET /openapi.json', () => {
       '(a)\\1',
       '(?<n>a)\\k<n>',
       '^\\u00e9$',
+      '^a{2000}$',
     ]) {
       expect(re2Problem(bad), bad).to.be.a('string');
     }
-    for (const good of ['^[^\\s\\x00-\\x1f\\x7f]+$', '^\\S+$', '\\(?=', '(?:a)', '(?P<n>a)']) {
+    for (const good of ['^[^\\s\\x00-\\x1f\\x7f]+$', '^\\S+$', '\\(?=', '(?:a)', '(?P<n>a)', '^a{1,1000}$']) {
       expect(re2Problem(good), good).to.equal(undefined);
     }
   });
