@@ -14,7 +14,7 @@ import { buildApp, createApiServer } from './http/server.js';
 import { newId, newTraceId } from './ids.js';
 import { KeyService } from './keys/service.js';
 import type { Logger } from './observability/logger.js';
-import { isWorker, WorkerLink } from './cluster.js';
+import { isWorker, WorkerLink, type Listener } from './cluster.js';
 import { createMetrics, gaugeFrom, threadCpuGauge } from './observability/metrics.js';
 import { threadCpuSeconds } from './observability/thread-cpu.js';
 import { QueueService } from './queue/service.js';
@@ -55,12 +55,6 @@ const CONSOLE_DIR = path.join(repoRoot, 'dist', 'console');
 
 /** Our own event kinds are a fixed set; ingested kinds are free text, so they share one label. */
 const metricKind = (kind: string) => (isReservedKind(kind) ? kind : 'ingested');
-
-export interface Listener {
-  api: Api;
-  url: string;
-  port: number;
-}
 
 export interface Running {
   listeners: Listener[];
