@@ -176,7 +176,12 @@ export class DecisionService {
     idemKey: string | undefined,
     { subject, call }: { subject: Subject; call: Call },
   ): Promise<DecisionResult> {
-    const idem = idempotency(kind, req, idemKey);
+    // An AuthZEN request is the same request only if its input.authzen is the same too.
+    const idem = idempotency(
+      kind,
+      call.extras.authzen ? { req, authzen: call.extras.authzen } : req,
+      idemKey,
+    );
     if (idem) {
       const prior = await this.store.findByIdempotencyKey(principal.keyId, idem.key, idem.since);
       if (prior) return replay(prior, idem.hash);

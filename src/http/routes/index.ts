@@ -8,6 +8,7 @@ import type { TokenService } from '../../tokens/service.js';
 import type { ConsoleAssets } from '../console.js';
 import type { RouteDef } from '../context.js';
 import { auditRoutes } from './audit.js';
+import { authzenRoutes } from './authzen.js';
 import { decisionRoutes } from './decisions.js';
 import { policyRoutes } from './policies.js';
 import { queueRoutes } from './queue.js';
@@ -48,6 +49,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
     ...auditRoutes(d),
     ...policyRoutes(d),
     ...webhookRoutes(d.webhooks),
+    ...authzenRoutes(d),
   ];
   return routes;
 }
