@@ -1,9 +1,10 @@
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import { onceOnly, onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
-import { Arbiter, auditCount, auditEvents, call, REPO } from './helpers/harness.js';
+import { ADMIN_KEY, Arbiter, auditCount, auditEvents, call, REPO } from './helpers/harness.js';
 
 const INTEROP_POLICY = readFileSync(path.join(REPO, 'test', 'fixtures', 'authzen-interop.rego'), 'utf8');
 
@@ -360,6 +361,29 @@ onEveryBackend('AuthZEN Authorization API 1.0 (SPEC §14)', () => {
       expect(r.json.decision).to.equal(false);
       expect(r.json.context.reason).to.match(/no policy allows/);
     });
+  });
+
+  it("runs the README's AuthZEN examples as written and shows the outcomes they promise", () => {
+    const readme = readFileSync(path.join(REPO, 'README.md'), 'utf8');
+    const start = readme.indexOf('## AuthZEN');
+    const open = readme.indexOf('```sh\n', start) + '```sh\n'.length;
+    const script = readme
+      .slice(open, readme.indexOf('```\n', open))
+      .replace('dev-admin-key-change-me', ADMIN_KEY)
+      .replace('E=http://127.0.0.1:8080', `E=${a.engine}`);
+    const r = spawnSync('bash', ['-c', script], { cwd: REPO, encoding: 'utf8', timeout: 60_000 });
+    expect(r.status, r.stderr).to.equal(0);
+    const answers = r.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(answers).to.have.length(4);
+    const [metadata, allow, approval, batch] = answers;
+    expect(metadata.access_evaluation_endpoint).to.equal(`${a.engine}/access/v1/evaluation`);
+    expect(allow).to.deep.include({ decision: true });
+    expect(approval.decision).to.equal(false);
+    expect(approval.context.access_request.id).to.equal(approval.context.request_id);
+    expect(batch.evaluations.map((e: { decision: boolean }) => e.decision)).to.deep.equal([true, false]);
   });
 
   describe('bad input: the right status, a clear error, nothing recorded', () => {
