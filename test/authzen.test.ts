@@ -386,6 +386,44 @@ onEveryBackend('AuthZEN Authorization API 1.0 (SPEC §14)', () => {
     expect(batch.evaluations.map((e: { decision: boolean }) => e.decision)).to.deep.equal([true, false]);
   });
 
+  describe('fails closed', () => {
+    // Two values for one complete rule: a conflict OPA reports only at evaluation time.
+    const CONFLICT = `package authz.human
+
+authzen_conflict := 1 if input.authzen.action.name == "explode"
+
+authzen_conflict := 2 if input.authzen.action.name == "explode"
+
+allow if authzen_conflict
+`;
+    before(async () => {
+      const r = await call('PUT', `${a.platform}/api/v1/policies/authzen-conflict`, {
+        body: { rego: CONFLICT },
+      });
+      expect(r.status, r.text).to.equal(201);
+    });
+    after(async () => {
+      await call('DELETE', `${a.platform}/api/v1/policies/authzen-conflict`);
+    });
+
+    it('answers decision false when evaluation fails, and records the error', async () => {
+      const body = { ...user('alice', 'explode') };
+      const r = await evaluation(body);
+      expect(r.status, r.text).to.equal(200);
+      expect(r.json.decision).to.equal(false);
+      expect(r.json.context.status).to.equal('deny');
+      expect(r.json.context.reason).to.match(/evaluation/i);
+      const [ev] = await auditEvents(a.platform, { request_id: r.json.context.request_id });
+      expect(ev.outcome).to.equal('deny');
+      expect(ev.details.error).to.be.a('string').and.not.equal('');
+      const batch = await evaluations({ evaluations: [body, user('alice')] });
+      expect(batch.json.evaluations.map((e: { decision: boolean }) => e.decision)).to.deep.equal([
+        false,
+        true,
+      ]);
+    });
+  });
+
   describe('bad input: the right status, a clear error, nothing recorded', () => {
     const many = (n: number) => ({ evaluations: Array.from({ length: n }, () => AZ.allow) });
     const cases: [string, 'evaluation' | 'evaluations', unknown, number, RegExp][] = [
