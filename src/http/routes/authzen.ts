@@ -1,9 +1,4 @@
-import {
-  AuthzenService,
-  evaluationRequestSchema,
-  evaluationsRequestSchema,
-  type Outcome,
-} from '../../authzen/service.js';
+import { evaluationRequestSchema, evaluationsRequestSchema, type Outcome } from '../../authzen/service.js';
 import type { DecisionBody } from '../../decisions/service.js';
 import type { JsonSchema } from '../../common/validation.js';
 import { statusOfKind } from '../errors.js';
@@ -94,7 +89,7 @@ function presentOutcome(base: string, o: Outcome) {
 
 /** SPEC §14: the OpenID AuthZEN Authorization API 1.0 on the Engine API. */
 export function authzenRoutes(d: RouteDeps): RouteDef[] {
-  const authzen = new AuthzenService(d.decisions, d.config.authzenDefaultTenant);
+  const authzen = d.authzen;
   return [
     {
       method: 'POST',

@@ -1,4 +1,5 @@
 import type { AuditService } from '../../audit/service.js';
+import type { AuthzenService } from '../../authzen/service.js';
 import type { Config } from '../../config.js';
 import type { DecisionService } from '../../decisions/service.js';
 import type { Metrics } from '../../observability/metrics.js';
@@ -24,6 +25,7 @@ export interface RouteDeps {
   metricsText: () => Promise<string>;
   audit: AuditService;
   decisions: DecisionService;
+  authzen: AuthzenService;
   queue: QueueService;
   tokens: TokenService;
   policies: PolicyService;
