@@ -4,7 +4,7 @@ import path from 'node:path';
 import { expect } from 'chai';
 import { onceOnly, onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
-import { ADMIN_KEY, Arbiter, auditCount, auditEvents, call, REPO } from './helpers/harness.js';
+import { ADMIN_KEY, Arbiter, auditCount, auditEvents, call, REPO, storedText } from './helpers/harness.js';
 
 const INTEROP_POLICY = readFileSync(path.join(REPO, 'test', 'fixtures', 'authzen-interop.rego'), 'utf8');
 
@@ -547,6 +547,25 @@ allow if authzen_conflict
       expect(r.status, r.text).to.equal(200);
       expect(r.json.evaluations).to.have.length(100);
     });
+  });
+});
+
+onEveryBackend('AuthZEN with ARBITER_AUDIT_MASK_FIELDS', () => {
+  it('masks the context in input.authzen as everywhere else: the secret is stored nowhere', async () => {
+    const a = await Arbiter.start({ ARBITER_AUDIT_MASK_FIELDS: 'context.ssn' });
+    try {
+      const secret = 'ssn-123-45-6789';
+      const r = await call('POST', `${a.engine}/access/v1/evaluation`, {
+        body: { ...AZ.approval, context: { ssn: secret, ticket: 'CHG-1' } },
+      });
+      expect(r.status, r.text).to.equal(200);
+      expect(r.json.context.status).to.equal('requires_approval');
+      const [ev] = await auditEvents(a.platform, { request_id: r.json.context.request_id });
+      expect(ev.details.input.authzen.context).to.deep.equal({ ssn: '[masked]', ticket: 'CHG-1' });
+      expect(await storedText(a)).to.not.include(secret);
+    } finally {
+      await a.close();
+    }
   });
 });
 

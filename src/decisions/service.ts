@@ -384,6 +384,10 @@ function decisionEvent(
   shadow: ShadowOutcome | undefined,
 ): NewAuditEvent {
   const { context: _context, ...inputWithoutContext } = input;
+  // input.authzen repeats the context (SPEC §14): store it masked, as details.context is.
+  if (inputWithoutContext.authzen) {
+    inputWithoutContext.authzen = { ...(inputWithoutContext.authzen as object), context: subject.context };
+  }
   return {
     kind: 'decision',
     time: now.toISOString(),
