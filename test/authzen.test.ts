@@ -196,6 +196,12 @@ onEveryBackend('AuthZEN Authorization API 1.0 (SPEC §14)', () => {
       expect(r.headers.get('x-request-id')).to.equal(id);
       const b = await evaluations({ evaluations: [AZ.allow] }, { headers: { 'X-Request-ID': id } });
       expect(b.headers.get('x-request-id')).to.equal(id);
+      const bad = await evaluation({ subject: AZ.allow.subject }, { headers: { 'X-Request-ID': id } });
+      expectError(bad, 400);
+      expect(bad.headers.get('x-request-id')).to.equal(id);
+      // One that is not a bounded visible-ASCII token is not echoed: Arbiter's own id stays.
+      const long = await evaluation(AZ.allow, { headers: { 'X-Request-ID': 'x'.repeat(300) } });
+      expect(long.headers.get('x-request-id')).to.match(/^[0-9a-f-]{36}$/);
     });
 
     it('replays an Idempotency-Key retry, and refuses the key with other properties (422)', async () => {
