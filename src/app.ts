@@ -7,6 +7,7 @@ import { repoRoot, type Config, type Role } from './config.js';
 import { VERSION } from './version.js';
 import { WebhookService } from './webhooks/service.js';
 import { DecisionService } from './decisions/service.js';
+import { AuthzenService } from './authzen/service.js';
 import type { Api } from './http/context.js';
 import { ConsoleAssets } from './http/console.js';
 import { routeTable } from './http/routes/index.js';
@@ -169,6 +170,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
         },
       },
     );
+    const authzen = new AuthzenService(decisions, config.authzenDefaultTenant);
     const audit = new AuditService(stores.audit, makeMasker(config.auditMaskFields));
     const queue = new QueueService(
       stores.queue,
@@ -224,6 +226,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       metricsText,
       audit,
       decisions,
+      authzen,
       queue,
       tokens,
       policies,

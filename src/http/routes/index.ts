@@ -1,4 +1,5 @@
 import type { AuditService } from '../../audit/service.js';
+import type { AuthzenService } from '../../authzen/service.js';
 import type { Config } from '../../config.js';
 import type { DecisionService } from '../../decisions/service.js';
 import type { Metrics } from '../../observability/metrics.js';
@@ -8,6 +9,7 @@ import type { TokenService } from '../../tokens/service.js';
 import type { ConsoleAssets } from '../console.js';
 import type { RouteDef } from '../context.js';
 import { auditRoutes } from './audit.js';
+import { authzenRoutes } from './authzen.js';
 import { decisionRoutes } from './decisions.js';
 import { policyRoutes } from './policies.js';
 import { queueRoutes } from './queue.js';
@@ -23,6 +25,7 @@ export interface RouteDeps {
   metricsText: () => Promise<string>;
   audit: AuditService;
   decisions: DecisionService;
+  authzen: AuthzenService;
   queue: QueueService;
   tokens: TokenService;
   policies: PolicyService;
@@ -48,6 +51,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
     ...auditRoutes(d),
     ...policyRoutes(d),
     ...webhookRoutes(d.webhooks),
+    ...authzenRoutes(d),
   ];
   return routes;
 }
