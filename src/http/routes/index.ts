@@ -9,6 +9,7 @@ import type { ConsoleAssets } from '../console.js';
 import type { RouteDef } from '../context.js';
 import { auditRoutes } from './audit.js';
 import { decisionRoutes } from './decisions.js';
+import { lifecycleRoutes } from './lifecycle.js';
 import { policyRoutes } from './policies.js';
 import { queueRoutes } from './queue.js';
 import { systemRoutes } from './system.js';
@@ -47,6 +48,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
     ...tokenRoutes(d),
     ...auditRoutes(d),
     ...policyRoutes(d),
+    ...lifecycleRoutes(d),
     ...webhookRoutes(d.webhooks),
   ];
   return routes;
