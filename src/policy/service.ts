@@ -823,10 +823,11 @@ export const BUNDLED_BUILTIN = 'authz.rego';
  * by its relative path (`a/b.rego` → `a.b`); `data.json` / `data.yaml` become data documents at
  * their directory's path (top-level keys of the root one each become a document).
  */
-export async function readPolicyDir(
-  dir: string,
-): Promise<{ modules: (Module & { description: string })[]; data: { path: string; value: unknown }[] }> {
-  const modules: (Module & { description: string })[] = [];
+export async function readPolicyDir(dir: string): Promise<{
+  modules: (Module & { description: string; file: string })[];
+  data: { path: string; value: unknown }[];
+}> {
+  const modules: (Module & { description: string; file: string })[] = [];
   const data: { path: string; value: unknown }[] = [];
   let entries;
   try {
@@ -846,10 +847,20 @@ export async function readPolicyDir(
     if (rel.endsWith('.rego') && !rel.endsWith('_test.rego')) {
       const name = rel.slice(0, -'.rego'.length).replace(/\//g, '.');
       if (!POLICY_NAME.test(name)) throw new Error(`${full}: ${name} is not a valid policy name`);
-      modules.push({ name, rego: await readFile(full, 'utf8'), description: `seeded from ${rel}` });
+      modules.push({
+        name,
+        rego: await readFile(full, 'utf8'),
+        description: `seeded from ${rel}`,
+        file: rel,
+      });
     } else if (/(^|\/)data\.(json|ya?ml)$/.test(rel)) {
       const text = await readFile(full, 'utf8');
-      const value: unknown = rel.endsWith('.json') ? JSON.parse(text) : YAML.parse(text);
+      let value: unknown;
+      try {
+        value = rel.endsWith('.json') ? JSON.parse(text) : YAML.parse(text);
+      } catch (e) {
+        throw new Error(`${full}: ${(e as Error).message}`, { cause: e });
+      }
       const at = path.posix.dirname(rel);
       if (at === '.') {
         if (typeof value !== 'object' || value === null || Array.isArray(value)) {
