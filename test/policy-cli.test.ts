@@ -1,4 +1,6 @@
 import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import { createServer, type Server } from 'node:http';
 import {
   cpSync,
   existsSync,
@@ -13,7 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { onceOnly, onEveryBackend } from './helpers/backends.js';
 import { ADMIN_KEY, AGENT, Arbiter, call, REPO } from './helpers/harness.js';
-import { baseEnv, runSync } from './helpers/process.js';
+import { baseEnv, MAIN, runSync } from './helpers/process.js';
 
 const POLICIES = path.join(REPO, 'policies');
 const DENY_READ = 'package authz.agent\n\ndeny contains "reads are off" if input.action == "read"\n';
@@ -47,6 +49,23 @@ function policy(args: string[], env: Record<string, string | undefined> = {}) {
     baseEnv({ ARBITER_OPA_BIN: process.env.ARBITER_OPA_BIN, ...env }),
     120_000,
   );
+}
+
+/** `policy` without blocking the event loop (for a test whose own server must answer meanwhile). */
+function policyAsync(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [MAIN, 'policy', ...args], {
+      env: baseEnv({ ARBITER_OPA_BIN: process.env.ARBITER_OPA_BIN, ...env }),
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
+    child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
 }
 
 // check and test compile and run Rego locally: no server, no storage.
@@ -241,6 +260,56 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     expect(bad.code).to.equal(1);
     expect(bad.stderr).to.contain('401');
     expect(await revision()).to.equal(before);
+  });
+
+  it('push: a change that lands between plan and push makes it exit 1 and pushes nothing (If-Match)', async () => {
+    // A pass-through proxy to the real server that, just before forwarding the bundle, lets
+    // another writer change the live set: the race the conditional push exists for.
+    let raced = 0;
+    const proxy: Server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        void (async () => {
+          if (req.method === 'POST' && req.url === '/api/v1/bundle') {
+            raced = (
+              await call('PUT', `${a.platform}/api/v1/policies/cli-racer`, { body: { rego: HARMLESS } })
+            ).json.revision as number;
+          }
+          const headers: Record<string, string> = {};
+          for (const h of ['authorization', 'content-type', 'if-match']) {
+            const v = req.headers[h];
+            if (typeof v === 'string') headers[h] = v;
+          }
+          const body = chunks.length > 0 ? Buffer.concat(chunks) : undefined;
+          const r = await fetch(a.platform + (req.url ?? '/'), {
+            method: req.method,
+            headers,
+            body,
+          });
+          res.writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/json' });
+          res.end(Buffer.from(await r.arrayBuffer()));
+        })();
+      });
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    try {
+      const port = (proxy.address() as { port: number }).port;
+      const dir = copyOfPolicies();
+      writeFileSync(path.join(dir, 'cli-late.rego'), DENY_READ);
+      const r = await policyAsync(['push', dir], {
+        ARBITER_URL: `http://127.0.0.1:${port}`,
+        ARBITER_KEY: ADMIN_KEY,
+      });
+      expect(r.code, r.stdout + r.stderr).to.equal(1);
+      expect(r.stderr).to.contain('changed since the plan was made');
+      expect(raced).to.be.greaterThan(0);
+      expect(await revision()).to.equal(raced);
+      expect(await names()).to.not.include('cli-late');
+    } finally {
+      await new Promise<void>((resolve) => proxy.close(() => resolve()));
+      await call('DELETE', `${a.platform}/api/v1/policies/cli-racer`);
+    }
   });
 
   it('pull: writes the live set in the directory layout; pushing it back changes nothing', async () => {
