@@ -247,6 +247,11 @@ onEveryBackend('Platform API: bundles, history and restore (real compiler, real 
         expectError(await bundle({ policies: {}, extra: 1 }), 400, /extra/);
         expectError(await bundle({ policies: {} }, {}, '?dry_run=maybe'), 400, /dry_run/);
         expectError(await bundle([1]), 400);
+        expectError(
+          await bundle(undefined, { raw: 'package x', headers: { 'content-type': 'text/plain' } }),
+          415,
+        );
+        expectError(await bundle({ policies: {} }, { headers: { 'if-match': '*' } }), 400, /If-Match/);
       });
     });
 
