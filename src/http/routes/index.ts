@@ -9,12 +9,14 @@ import type { ConsoleAssets } from '../console.js';
 import type { RouteDef } from '../context.js';
 import { auditRoutes } from './audit.js';
 import { decisionRoutes } from './decisions.js';
+import { limitRoutes } from './limits.js';
 import { policyRoutes } from './policies.js';
 import { queueRoutes } from './queue.js';
 import { systemRoutes } from './system.js';
 import { tokenRoutes } from './tokens.js';
 import { webhookRoutes } from './webhooks.js';
 import type { WebhookService } from '../../webhooks/service.js';
+import type { BudgetService } from '../../decisions/budgets.js';
 
 export interface RouteDeps {
   config: Config;
@@ -31,6 +33,7 @@ export interface RouteDeps {
   /** The reviewer console's built files (served on the Engine API). */
   console: ConsoleAssets;
   webhooks: WebhookService;
+  budgets: BudgetService;
 }
 
 /**
@@ -48,6 +51,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
     ...auditRoutes(d),
     ...policyRoutes(d),
     ...webhookRoutes(d.webhooks),
+    ...limitRoutes(d.budgets),
   ];
   return routes;
 }
