@@ -536,3 +536,57 @@ onPostgresOnly('budgets across two engine processes (SPEC §13)', function () {
     expect(usage.json.limits[0]).to.include({ used: 7, max: 7, remaining: 0 });
   });
 });
+
+// The example policies in policies/ (budgets.rego, delegation.rego), live in the real service.
+onEveryBackend('the example governance policies (policies/)', function () {
+  this.timeout(120_000);
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start();
+  });
+  after(async () => a?.close());
+
+  const authorize = (body: unknown) => call('POST', `${a.engine}/v1/agent/authorize`, { body });
+
+  it('charges finance-bot’s daily invoice spend and denies a payment over it', async () => {
+    const pay = (amount: unknown) =>
+      authorize({
+        agent_id: 'finance-bot',
+        action: 'invoices.pay',
+        resource: 'invoices/i-1',
+        confidence: 0.95,
+        context: { amount },
+      });
+    expect((await pay(15_000)).status).to.equal(200);
+    const over = await pay(6_000);
+    expect(over.status).to.equal(403);
+    expect(over.json.message).to.include('"agent:finance-bot:invoices.usd"').and.include('allows 20000');
+    const unpriced = await pay('6000');
+    expect(unpriced.status).to.equal(403);
+    expect(unpriced.json.message).to.equal('invoices.pay requires a positive numeric context.amount');
+    const usage = await call('GET', `${a.platform}/api/v1/limits?key=agent:finance-bot:invoices.usd`);
+    expect(usage.json.limits[0]).to.include({ window: '24h', used: 15_000, max: 20_000, remaining: 5_000 });
+    const count = await call('GET', `${a.platform}/api/v1/limits?key=agent:finance-bot:invoices.pay`);
+    expect(count.json.limits[0]).to.include({ used: 1, max: 50 });
+  });
+
+  it('decides deploy-bot on behalf of acme users by their roles, and never delegates delete', async () => {
+    const obo = (user: string, action: string, resource: string) =>
+      authorize({
+        agent_id: 'deploy-bot',
+        action,
+        resource,
+        confidence: 0.99,
+        on_behalf_of: { tenant_id: 'acme', user_id: user },
+      });
+    expect((await obo('alice', 'read', 'repo/arbiter')).status).to.equal(200);
+    const bob = await obo('bob', 'deploy', 'prod/api');
+    expect(bob.status).to.equal(403);
+    expect(bob.json.message).to.include('on behalf of bob: no policy allows deploy');
+    const del = await obo('alice', 'delete', 'repo/old');
+    expect(del.status).to.equal(403);
+    expect(del.json.message).to.include('agent deploy-bot may not delete on behalf of a user');
+    const usage = await call('GET', `${a.platform}/api/v1/limits?key=delegated:acme:alice`);
+    expect(usage.json.limits[0]).to.include({ window: '1h', used: 1, max: 1000 });
+  });
+});
