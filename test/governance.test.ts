@@ -1,12 +1,13 @@
 import { expect } from 'chai';
 import { decodeJwt } from 'jose';
+import { spawnSync } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { onEveryBackend, onPostgresOnly } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
-import { Arbiter, auditCount, auditEvents, call, type Response } from './helpers/harness.js';
+import { Arbiter, auditCount, auditEvents, call, REPO, type Response } from './helpers/harness.js';
 import { createTestDatabase, type TestDatabase } from './helpers/postgres.js';
 import { sleep } from './helpers/process.js';
 
@@ -568,6 +569,25 @@ onEveryBackend('the example governance policies (policies/)', function () {
     expect(usage.json.limits[0]).to.include({ window: '24h', used: 15_000, max: 20_000, remaining: 5_000 });
     const count = await call('GET', `${a.platform}/api/v1/limits?key=agent:finance-bot:invoices.pay`);
     expect(count.json.limits[0]).to.include({ used: 1, max: 50 });
+  });
+
+  it('answers the request_digest that the README recipe computes', async () => {
+    const readme = readFileSync(path.join(REPO, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('## Governance: on behalf of'));
+    const open = section.indexOf("```sh\nnode -e '") + '```sh\n'.length;
+    const script = section.slice(open, section.indexOf('```\n', open));
+    const r = spawnSync('bash', ['-c', script], { encoding: 'utf8', timeout: 30_000 });
+    expect(r.status, r.stderr).to.equal(0);
+    const [canonical, digest] = r.stdout.trim().split('\n');
+    const answer = await authorize({
+      agent_id: 'deploy-bot',
+      action: 'read',
+      resource: 'repo/arbiter',
+      confidence: 0.95,
+    });
+    expect(answer.json.request_digest).to.equal(digest).and.equal(digestOf(canonical!));
+    // The README shows the output it promises.
+    expect(script).to.include(`# ${canonical}`).and.include(`# ${digest}`);
   });
 
   it('decides deploy-bot on behalf of acme users by their roles, and never delegates delete', async () => {
