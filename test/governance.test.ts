@@ -383,6 +383,26 @@ onEveryBackend('agent governance (SPEC §13)', function () {
     });
   });
 
+  describe('budgets consumed by approvals', () => {
+    it('approves exactly M of N pending items approved at once against a budget of M', async () => {
+      const key = `k-${randomUUID()}`;
+      const limits = [{ key, window: '1h', max: 3 }];
+      const asked = await Promise.all(
+        Array.from({ length: 8 }, () => authorize(spend('spend', limits, { agent: 'approve' }))),
+      );
+      expect(tally(asked)).to.deep.equal({ 202: 8 });
+      const rs = await Promise.all(
+        asked.map((r) => call('POST', `${a.engine}/v1/queue/${r.json.request_id}/approve`)),
+      );
+      expect(tally(rs)).to.deep.equal({ 200: 3, 409: 5 });
+      expect((await limitsOf(key))[0]).to.include({ used: 3, remaining: 0 });
+      const approvals = await Promise.all(
+        asked.map((r) => auditEvents(a.platform, { kind: 'queue.approve', request_id: r.json.request_id })),
+      );
+      expect(approvals.flat()).to.have.length(3);
+    });
+  });
+
   describe('GET /api/v1/limits', () => {
     it('answers 400 without a key, with an empty or repeated key, or an unknown parameter', async () => {
       for (const q of ['', '?key=', '?key=a&key=b', '?key=a&window=1h', `?key=${'x'.repeat(257)}`]) {
