@@ -356,6 +356,18 @@ onEveryBackend('agent governance (SPEC §13)', function () {
       expect(events.map((e) => e.outcome).sort()).to.deep.equal(['allow', 'deny']);
     });
 
+    it('charges a retried allow once: the replay consumes nothing', async () => {
+      const key = `k-${randomUUID()}`;
+      const body = spend('spend', [{ key, window: '1h', max: 5 }]);
+      const headers = { 'idempotency-key': `retry-${randomUUID()}` };
+      const send = () => call('POST', `${a.engine}/v1/agent/authorize`, { body, key: agentKey, headers });
+      const first = await send();
+      const again = await send();
+      expect([first.status, again.status]).to.deep.equal([200, 200]);
+      expect(again.json.request_id).to.equal(first.json.request_id);
+      expect((await limitsOf(key))[0]).to.include({ used: 1 });
+    });
+
     it('consumes on approval, and refuses the approval with 409 once the budget is exhausted', async () => {
       const key = `k-${randomUUID()}`;
       const limits = [{ key, window: '1h', max: 1 }];
