@@ -1,4 +1,5 @@
 import type { AuditService } from '../../audit/service.js';
+import type { AuthzenService } from '../../authzen/service.js';
 import type { Config } from '../../config.js';
 import type { DecisionService } from '../../decisions/service.js';
 import type { Metrics } from '../../observability/metrics.js';
@@ -8,6 +9,7 @@ import type { TokenService } from '../../tokens/service.js';
 import type { ConsoleAssets } from '../console.js';
 import type { RouteDef } from '../context.js';
 import { auditRoutes } from './audit.js';
+import { authzenRoutes } from './authzen.js';
 import { decisionRoutes } from './decisions.js';
 import { limitRoutes } from './limits.js';
 import { policyRoutes } from './policies.js';
@@ -25,6 +27,7 @@ export interface RouteDeps {
   metricsText: () => Promise<string>;
   audit: AuditService;
   decisions: DecisionService;
+  authzen: AuthzenService;
   queue: QueueService;
   tokens: TokenService;
   policies: PolicyService;
@@ -51,6 +54,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
     ...auditRoutes(d),
     ...policyRoutes(d),
     ...webhookRoutes(d.webhooks),
+    ...authzenRoutes(d),
     ...limitRoutes(d.budgets),
   ];
   return routes;
