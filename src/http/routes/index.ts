@@ -11,6 +11,7 @@ import type { RouteDef } from '../context.js';
 import { auditRoutes } from './audit.js';
 import { authzenRoutes } from './authzen.js';
 import { decisionRoutes } from './decisions.js';
+import { lifecycleRoutes } from './lifecycle.js';
 import { limitRoutes } from './limits.js';
 import { policyRoutes } from './policies.js';
 import { queueRoutes } from './queue.js';
@@ -53,6 +54,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
     ...tokenRoutes(d),
     ...auditRoutes(d),
     ...policyRoutes(d),
+    ...lifecycleRoutes(d),
     ...webhookRoutes(d.webhooks),
     ...authzenRoutes(d),
     ...limitRoutes(d.budgets),
