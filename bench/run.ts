@@ -21,7 +21,14 @@ import {
 } from './lib/load.js';
 import { benchBackends, type BackendRow } from './lib/storage.js';
 import { benchScenarios, type ScenarioRow } from './lib/scenarios.js';
-import { benchAuditAppend, benchEvaluation, benchTokens, type EvalResult, type Timing } from './lib/micro.js';
+import {
+  benchAuditAppend,
+  benchDecideLimits,
+  benchEvaluation,
+  benchTokens,
+  type EvalResult,
+  type Timing,
+} from './lib/micro.js';
 import { killAllSync, RssSampler, stopAll } from './lib/proc.js';
 import { summarizeProfile, type ProfileSummary } from './lib/profile.js';
 import {
@@ -263,8 +270,13 @@ async function main(): Promise<void> {
   );
 
   // ---- micro-benchmarks, before any server runs so that nothing competes for the CPU
-  let micro: { evaluation: EvalResult; auditAppend: Timing; tokenMint: Timing; introspect: Timing } | null =
-    null;
+  let micro: {
+    evaluation: EvalResult;
+    auditAppend: Timing;
+    tokenMint: Timing;
+    introspect: Timing;
+    decide: { withoutLimits: Timing; withLimits: Timing };
+  } | null = null;
   if (!o.skipMicro) {
     log('\n[micro] policy evaluation (in-process, 100k timed after 10k warm-up)…');
     const evaluation = await benchEvaluation();
@@ -272,7 +284,9 @@ async function main(): Promise<void> {
     const auditAppend = await benchAuditAppend();
     log('[micro] token mint (2k) and introspection (10k)…');
     const t = await benchTokens();
-    micro = { evaluation, auditAppend, tokenMint: t.mint, introspect: t.introspect };
+    log('[micro] decide path without and with budgets (SQLite, synchronous=NORMAL, 2 × 5k)…');
+    const decide = await benchDecideLimits();
+    micro = { evaluation, auditAppend, tokenMint: t.mint, introspect: t.introspect, decide };
   }
 
   // ---- servers
@@ -466,6 +480,11 @@ async function main(): Promise<void> {
     );
     log(
       `micro: introspection   p50 ${m.introspect.p50} µs  p99 ${m.introspect.p99} µs  (${m.introspect.perSecond}/s)`,
+    );
+    const { withoutLimits: w0, withLimits: w2 } = m.decide;
+    log(
+      `micro: decide          p50 ${w0.p50} µs  p99 ${w0.p99} µs without limits; ` +
+        `p50 ${w2.p50} µs  p99 ${w2.p99} µs with its 2 limits (+${round(w2.mean - w0.mean, 1)} µs mean)`,
     );
   }
   log(

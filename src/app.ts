@@ -7,6 +7,7 @@ import { repoRoot, type Config, type Role } from './config.js';
 import { VERSION } from './version.js';
 import { WebhookService } from './webhooks/service.js';
 import { DecisionService } from './decisions/service.js';
+import { BudgetService } from './decisions/budgets.js';
 import { AuthzenService } from './authzen/service.js';
 import type { Api } from './http/context.js';
 import { ConsoleAssets } from './http/console.js';
@@ -234,6 +235,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       health,
       console: ConsoleAssets.load(CONSOLE_DIR),
       webhooks,
+      budgets: new BudgetService(stores.limits),
     });
     // Declared before any listener exists: a request may arrive while the next one binds.
     let closing: Promise<void> | undefined;

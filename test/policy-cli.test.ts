@@ -73,7 +73,7 @@ onceOnly('arbiter policy check and test (no server)', () => {
   it('check: the repository policies compile (exit 0)', () => {
     const r = policy(['check', POLICIES]);
     expect(r.code, r.stderr).to.equal(0);
-    expect(r.stdout).to.match(/^ok: 2 policies and \d+ data documents compile/);
+    expect(r.stdout).to.match(/^ok: 4 policies and \d+ data documents compile/);
   });
 
   it('check: a file that is not Rego is exit 1 with file:row:col: msg', () => {
@@ -176,7 +176,7 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     const r = policy(['diff', POLICIES, '--url', a.platform, '--key', ADMIN_KEY]);
     expect(r.code, r.stderr).to.equal(0);
     expect(r.stdout).to.contain('no changes');
-    expect(r.stdout).to.contain('unchanged: 2 policies');
+    expect(r.stdout).to.contain('unchanged: 4 policies');
   });
 
   it('diff: prints create/update/delete and data changes, says whether impact is available, changes nothing', async () => {
@@ -235,7 +235,7 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     const pruned = policy(['push', dir, '--prune', '--json'], env);
     expect(pruned.code, pruned.stderr).to.equal(0);
     expect(JSON.parse(pruned.stdout).result.deleted).to.deep.equal(['cli-deny', 'cli-stale']);
-    expect(await names()).to.have.members(['agent', 'human']);
+    expect(await names()).to.have.members(['agent', 'budgets', 'delegation', 'human']);
   });
 
   it('push: a module that does not compile is exit 1 and nothing changes', async () => {
@@ -317,7 +317,14 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     const dir = path.join(tempDir(), 'pulled');
     const r = policy(['pull', dir], env);
     expect(r.code, r.stderr).to.equal(0);
-    expect(readdirSync(dir).sort()).to.deep.equal(['agent.rego', 'cli', 'data.json', 'human.rego']);
+    expect(readdirSync(dir).sort()).to.deep.equal([
+      'agent.rego',
+      'budgets.rego',
+      'cli',
+      'data.json',
+      'delegation.rego',
+      'human.rego',
+    ]);
     expect(readFileSync(path.join(dir, 'agent.rego'), 'utf8')).to.equal(
       (await call('GET', `${a.platform}/api/v1/policies/agent`)).json.rego,
     );

@@ -12,12 +12,14 @@ import { auditRoutes } from './audit.js';
 import { authzenRoutes } from './authzen.js';
 import { decisionRoutes } from './decisions.js';
 import { lifecycleRoutes } from './lifecycle.js';
+import { limitRoutes } from './limits.js';
 import { policyRoutes } from './policies.js';
 import { queueRoutes } from './queue.js';
 import { systemRoutes } from './system.js';
 import { tokenRoutes } from './tokens.js';
 import { webhookRoutes } from './webhooks.js';
 import type { WebhookService } from '../../webhooks/service.js';
+import type { BudgetService } from '../../decisions/budgets.js';
 
 export interface RouteDeps {
   config: Config;
@@ -35,6 +37,7 @@ export interface RouteDeps {
   /** The reviewer console's built files (served on the Engine API). */
   console: ConsoleAssets;
   webhooks: WebhookService;
+  budgets: BudgetService;
 }
 
 /**
@@ -54,6 +57,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
     ...lifecycleRoutes(d),
     ...webhookRoutes(d.webhooks),
     ...authzenRoutes(d),
+    ...limitRoutes(d.budgets),
   ];
   return routes;
 }
