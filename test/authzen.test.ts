@@ -228,6 +228,22 @@ onEveryBackend('AuthZEN Authorization API 1.0 (SPEC §14)', () => {
       expect(await auditCount(a.platform)).to.equal(events);
     });
 
+    it('holds a tenant-bound key to its tenant for an agent subject claiming another (403), recording nothing', async () => {
+      const key = a.createKey('authzen-globex-agent', ['authorize'], { tenant: 'globex' });
+      const events = await auditCount(a.platform);
+      const claim = {
+        ...AZ.allow,
+        subject: { ...AZ.allow.subject, properties: { ...AZ.allow.subject.properties, tenant_id: 'acme' } },
+      };
+      expectError(await evaluation(claim, { key }), 403, /globex/);
+      expect(await auditCount(a.platform)).to.equal(events);
+      const own = {
+        ...AZ.allow,
+        subject: { ...AZ.allow.subject, properties: { ...AZ.allow.subject.properties, tenant_id: 'globex' } },
+      };
+      expect((await evaluation(own, { key })).status).to.equal(200);
+    });
+
     it('needs a key with the authorize scope', async () => {
       expectError(await evaluation(AZ.allow, { key: null }), 401);
       const key = a.createKey('authzen-reader', ['queue:read']);

@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { createHash } from 'node:crypto';
 import { onEveryBackend } from './helpers/backends.js';
 import { bigJsonBody, expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditEvents, call, type RequestOptions } from './helpers/harness.js';
@@ -141,6 +142,53 @@ onEveryBackend('Platform API: bundles, history and restore (real compiler, real 
         (p: { name: string }) => p.name,
       );
       expect(names).to.have.members(Object.keys(keep));
+    });
+
+    it('prunes and deletes a policy named like an Object.prototype member (constructor)', async () => {
+      expect((await bundle({ policies: { constructor: HARMLESS } })).status).to.equal(200);
+      const del = await bundle({ policies: {}, delete: ['constructor'] });
+      expect(del.status, del.text).to.equal(200);
+      expect(del.json.deleted).to.deep.equal(['constructor']);
+      expect((await bundle({ policies: { constructor: HARMLESS } })).status).to.equal(200);
+      const live = (await call('GET', a.platform + '/api/v1/policies')).json.policies as { name: string }[];
+      const keep = Object.fromEntries(
+        await Promise.all(
+          live
+            .filter((p) => p.name !== 'constructor')
+            .map(async (p) => [
+              p.name,
+              (await call('GET', `${a.platform}/api/v1/policies/${p.name}`)).json.rego as string,
+            ]),
+        ),
+      );
+      const pruned = await bundle({ policies: keep, prune: true });
+      expect(pruned.status, pruned.text).to.equal(200);
+      expect(pruned.json.deleted).to.deep.equal(['constructor']);
+    });
+
+    it('refuses data documents that overlap however their paths sort ("roles", "roles-x", "roles/admins")', async () => {
+      expect(
+        (await call('PUT', `${a.platform}/api/v1/data/ovl`, { body: { admins: ['alice'] } })).status,
+      ).to.be.oneOf([200, 201]);
+      await expectUnchanged(async () => {
+        const r = await bundle({ policies: {}, data: { 'ovl-x': 1, 'ovl/admins': ['mallory'] } });
+        expectError(r, 409, /ovl\/admins overlaps data document ovl\b/);
+      });
+      await call('DELETE', `${a.platform}/api/v1/data/ovl`);
+    });
+
+    it('records what went live by content: sha256 of each put policy and data document in the audit event', async () => {
+      const r = await bundle({ policies: { 'b-hashed': HARMLESS }, data: { 'hashed/doc': { v: 1 } } });
+      expect(r.status, r.text).to.equal(200);
+      const events = (await auditEvents(a.platform, { kind: 'policy.bundle' })) as {
+        details: Record<string, Record<string, string>>;
+      }[];
+      const ev = events.find((e) => e.details.sha256?.['b-hashed'] !== undefined);
+      if (!ev) throw new Error('no policy.bundle event names b-hashed');
+      const sha = createHash('sha256').update(HARMLESS).digest('hex');
+      expect(ev.details.sha256).to.deep.equal({ 'b-hashed': sha });
+      expect(Object.keys(ev.details.data_sha256 ?? {})).to.deep.equal(['hashed/doc']);
+      await bundle({ policies: {}, delete: ['b-hashed'], data: { 'hashed/doc': null } });
     });
 
     it('?dry_run=true compiles and reports, and stores nothing', async () => {

@@ -275,23 +275,24 @@ onEveryBackend('agent governance (SPEC §13)', function () {
 
     it('keeps one counter per window length of a key, and starts again when a window rolls over', async () => {
       const key = `k-${randomUUID()}`;
-      const limits = [{ key, window: '2s', max: 1 }];
-      // Start just after a 2 s boundary, so both requests below fall in one window.
-      await sleep(2_000 - (Date.now() % 2_000) + 50);
+      const limits = [{ key, window: '5s', max: 1 }];
+      // Start just after a 5 s boundary, so both requests below fall in one window (5 s, so that
+      // a loaded CI machine fits two decisions in it).
+      await sleep(5_000 - (Date.now() % 5_000) + 50);
       expect((await authorize(spend('spend', limits))).status).to.equal(200);
       const over = await authorize(spend('spend', limits));
       expect(over.status).to.equal(403);
-      expect(over.json.message).to.include('2s');
-      await sleep(2_000 - (Date.now() % 2_000) + 50);
+      expect(over.json.message).to.include('5s');
+      await sleep(5_000 - (Date.now() % 5_000) + 50);
       const [stale] = await limitsOf(key);
-      expect(stale).to.include({ window: '2s', used: 0, max: 1, remaining: 1 });
+      expect(stale).to.include({ window: '5s', used: 0, max: 1, remaining: 1 });
       expect((await authorize(spend('spend', limits))).status).to.equal(200);
       expect((await limitsOf(key))[0]).to.include({ used: 1, remaining: 0 });
       // Another window length of the same key is another counter.
       expect((await authorize(spend('spend', [{ key, window: '1h', max: 5 }]))).status).to.equal(200);
       const usage = await limitsOf(key);
       expect(usage.map((u) => [u.window, u.used])).to.deep.equal([
-        ['2s', 1],
+        ['5s', 1],
         ['1h', 1],
       ]);
     });

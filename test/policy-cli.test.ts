@@ -345,6 +345,24 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     expect(again.stderr).to.contain('--force');
     writeFileSync(path.join(dir, 'gone.rego'), HARMLESS);
     writeFileSync(path.join(dir, 'keep_test.rego'), 'package x_test\n');
+    // A refused pull (a wrong key) leaves the directory as it was, even with --force.
+    const refused = policy(['pull', dir, '--force'], { ...env, ARBITER_KEY: 'arb_wrong' });
+    expect(refused.code, refused.stderr).to.equal(1);
+    expect(existsSync(path.join(dir, 'gone.rego'))).to.equal(true);
+    expect(existsSync(path.join(dir, 'agent.rego'))).to.equal(true);
+    // A live policy named NAME_test would come back as a test file: pull refuses to write it.
+    expect(
+      (
+        await call('PUT', `${a.platform}/api/v1/policies/looks_test`, {
+          body: { rego: 'package authz.agent\n\nlooks_test_marker := true\n' },
+        })
+      ).status,
+    ).to.equal(201);
+    const testName = policy(['pull', dir, '--force'], env);
+    expect(testName.code, testName.stderr).to.equal(1);
+    expect(testName.stderr).to.contain('looks_test');
+    expect(existsSync(path.join(dir, 'gone.rego'))).to.equal(true);
+    expect((await call('DELETE', `${a.platform}/api/v1/policies/looks_test`)).status).to.equal(204);
     const forced = policy(['pull', dir, '--force'], env);
     expect(forced.code, forced.stderr).to.equal(0);
     expect(existsSync(path.join(dir, 'gone.rego'))).to.equal(false);

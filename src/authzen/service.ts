@@ -1,6 +1,7 @@
 import { AppError, invalid } from '../errors.js';
 import { newId } from '../ids.js';
 import { compileSchema, TOKEN_SAFE, type JsonSchema } from '../common/validation.js';
+import { checkAdmits } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
 import type { DecisionBody, DecisionService, FlowIds } from '../decisions/service.js';
 
@@ -171,6 +172,13 @@ export class AuthzenService {
         );
       }
       if (typeof confidence !== 'number') throw invalid('confidence must be a number between 0.0 and 1.0');
+      // A tenant the subject claims reaches the policy (input.authzen): a bound key may only
+      // claim its own, as for a human subject.
+      const claimed = ev.subject.properties?.tenant_id;
+      if (claimed !== undefined) {
+        if (typeof claimed !== 'string') throw invalid('subject.properties.tenant_id must be a string');
+        checkAdmits(principal, 'tenant', claimed, `cannot act in tenant ${claimed}`);
+      }
       const request = {
         agent_id: ev.subject.id,
         action: ev.action.name,

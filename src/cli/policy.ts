@@ -273,12 +273,18 @@ class Server {
         `cannot reach ${this.base}: ${cause?.code ?? cause?.message ?? (e as Error).message}`,
       );
     }
-    const text = await res.text();
+    let text: string;
+    try {
+      text = await res.text();
+    } catch (e) {
+      throw new CliUsageError(`${method} ${p}: the answer broke off: ${(e as Error).message}`);
+    }
     let json: Record<string, unknown>;
     try {
       json = text === '' ? {} : (JSON.parse(text) as Record<string, unknown>);
     } catch {
-      throw new Refused(`${method} ${p}: answered ${res.status} with a body that is not JSON`);
+      // Not Arbiter answering (a proxy's error page, another service): a connection problem.
+      throw new CliUsageError(`${method} ${p}: answered ${res.status} with a body that is not JSON`);
     }
     return { status: res.status, json };
   }
@@ -507,6 +513,16 @@ async function pull(dir: string, opts: Options, print: Print): Promise<number> {
   const server = new Server(opts);
   const st = await stat(dir).catch(() => undefined);
   if (st && !st.isDirectory()) throw new CliUsageError(`${dir} is not a directory`);
+  // Read the live set first: a refused or unreachable server must leave the directory as it was.
+  const live = await readLive(server, true);
+  // NAME_test.rego is a test file in this layout: such a policy would not come back on push.
+  const unrepresentable = [...live.rego.keys()].filter((n) => n.endsWith('_test'));
+  if (unrepresentable.length > 0) {
+    throw new Refused(
+      `live policies ${unrepresentable.join(', ')} end in _test: their files would be read as tests, ` +
+        'so push --prune would delete them; rename them first',
+    );
+  }
   if (st) {
     const entries = await readdir(dir, { recursive: true, withFileTypes: true });
     const ours = entries
@@ -522,7 +538,6 @@ async function pull(dir: string, opts: Options, print: Print): Promise<number> {
     }
     for (const rel of ours) await rm(path.join(dir, rel));
   }
-  const live = await readLive(server, true);
   await mkdir(dir, { recursive: true });
   const written: string[] = [];
   for (const [name, rego] of [...live.rego].sort(([a], [b]) => a.localeCompare(b))) {

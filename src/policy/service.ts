@@ -375,7 +375,7 @@ export class PolicyService {
         puts.push({ name, rego, description: existing?.description ?? '', sha256: sha256(rego) });
       }
       const deletes = new Set(b.delete);
-      if (b.prune) for (const name of live.keys()) if (!(name in b.policies)) deletes.add(name);
+      if (b.prune) for (const name of live.keys()) if (!Object.hasOwn(b.policies, name)) deletes.add(name);
       result.deleted = [...deletes].sort();
       const liveData = new Map(snap.data.map((d) => [d.path, d]));
       const putData: PolicyChange['putData'][number][] = [];
@@ -402,6 +402,9 @@ export class PolicyService {
             deleted: result.deleted,
             data_put: putData.map((d) => d.path),
             data_deleted: deleteData,
+            // What went live, by content: the trail shows which text, not only which names.
+            sha256: Object.fromEntries(puts.map((p) => [p.name, p.sha256])),
+            data_sha256: Object.fromEntries(putData.map((d) => [d.path, d.sha256])),
             message: b.message,
           }),
         ],
@@ -534,6 +537,8 @@ export class PolicyService {
             policies_deleted: deletePolicies,
             data_put: putData.map((d) => d.path),
             data_deleted: deleteData,
+            sha256: Object.fromEntries(putPolicies.map((p) => [p.name, p.sha256])),
+            data_sha256: Object.fromEntries(putData.map((d) => [d.path, d.sha256])),
           }),
         ],
       );
@@ -561,9 +566,15 @@ export class PolicyService {
       ...snap.data.filter((d) => !goneData.has(d.path)),
       ...plan.putData.map((d) => ({ path: d.path, value: d.value })),
     ].sort((x, y) => x.path.localeCompare(y.path));
-    for (let i = 1; i < docs.length; i++) {
-      const [x, y] = [docs[i - 1]?.path as string, docs[i]?.path as string];
-      if (overlaps(x, y)) throw conflict(`data path ${y} overlaps data document ${x}`);
+    // Every proper prefix of every path against the set of paths: sorted neighbours are not
+    // enough ("roles-x" sorts between "roles" and "roles/admins").
+    const paths = new Set(docs.map((d) => d.path));
+    for (const { path } of docs) {
+      const parts = path.split('/');
+      for (let n = 1; n < parts.length; n++) {
+        const prefix = parts.slice(0, n).join('/');
+        if (paths.has(prefix)) throw conflict(`data path ${path} overlaps data document ${prefix}`);
+      }
     }
     const module = await this.compileToModule(modules);
     return this.prepare(module, dataTree(docs), snap.revision + 1, modules);
@@ -737,7 +748,8 @@ function checkBundle(b: BundleRequest): void {
   }
   for (const name of b.delete) {
     checkName(name);
-    if (name in b.policies) throw invalid(`policy ${name} is both put and deleted by the bundle`);
+    if (Object.hasOwn(b.policies, name))
+      throw invalid(`policy ${name} is both put and deleted by the bundle`);
   }
   for (const p of Object.keys(b.data)) checkDataPath(p);
 }
