@@ -21,6 +21,8 @@ import { QueueService } from './queue/service.js';
 import { TokenService } from './tokens/service.js';
 import { RegoCompiler } from './policy/compiler.js';
 import { PolicyService } from './policy/service.js';
+import { Explainer } from './policy/explain.js';
+import { LifecycleService } from './policy/lifecycle.js';
 import { openStores } from './storage/index.js';
 
 /** In-flight requests get this long to finish at shutdown; then their connections are cut. */
@@ -237,6 +239,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       health,
       console: ConsoleAssets.load(CONSOLE_DIR),
       webhooks,
+      lifecycle: new LifecycleService(policies, stores.audit, new Explainer(config.opaBin)),
     });
     // Declared before any listener exists: a request may arrive while the next one binds.
     let closing: Promise<void> | undefined;

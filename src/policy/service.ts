@@ -330,6 +330,81 @@ export class PolicyService {
   }
 
   /**
+   * Evaluators for the live set and for a candidate: the live set with each of `policies` put (a
+   * string) or removed (null), and each of `data` put or removed (SPEC §11, impact). The candidate
+   * is compiled like a change (400 naming policy, row and column) and stored nowhere: nothing
+   * changes, not even the compiled-set cache.
+   */
+  async candidate(
+    policies: Record<string, string | null>,
+    data: Record<string, unknown>,
+  ): Promise<{ live: Evaluator; candidate: Evaluator }> {
+    const snap = await this.store.snapshot();
+    const modules = new Map(snap.policies.map((p) => [p.name, p.rego]));
+    for (const [name, rego] of Object.entries(policies)) {
+      checkName(name);
+      if (rego === null) {
+        if (!modules.delete(name)) throw invalid(`policy ${name} is not live: it cannot be removed`);
+        continue;
+      }
+      if (rego.trim() === '') throw invalid(`policy ${name}: rego must not be empty`);
+      if (rego.includes('\0')) throw invalid(`policy ${name}: rego must not contain U+0000`);
+      modules.set(name, rego);
+    }
+    const docs = new Map(snap.data.map((d) => [d.path, d.value]));
+    for (const [dataPath, value] of Object.entries(data)) {
+      checkDataPath(dataPath);
+      if (value === null) {
+        if (!docs.delete(dataPath))
+          throw invalid(`data document ${dataPath} does not exist: it cannot be removed`);
+      } else {
+        docs.set(dataPath, value);
+      }
+    }
+    const paths = [...docs.keys()];
+    for (const a of paths) {
+      const clash = paths.find((b) => overlaps(a, b));
+      if (clash) throw invalid(`data path ${a} overlaps data document ${clash}`);
+    }
+    const set = [...modules].map(([name, rego]) => ({ name, rego }));
+    const tree = dataTree([...docs].map(([path, value]) => ({ path, value })));
+    const candidate = await this.prepare(await this.moduleFor(set), tree, snap.revision, set);
+    const current = this.requireLive();
+    const live =
+      current.revision === snap.revision
+        ? current
+        : await this.prepare(await this.moduleFor(snap.policies), dataTree(snap.data), snap.revision);
+    return { live, candidate };
+  }
+
+  /**
+   * The policy modules and data of a past revision as history keeps them, or undefined when
+   * history does not hold that revision (it predates history, or its texts are missing).
+   */
+  async revisionSet(
+    revision: number,
+  ): Promise<{ modules: Module[]; data: Record<string, unknown> } | undefined> {
+    const r = await this.store.getRevision(revision);
+    if (!r) return undefined;
+    const blobs = await this.store.blobs(
+      r.policies.map((p) => p.sha256),
+      r.data.map((d) => d.sha256),
+    );
+    const modules: Module[] = [];
+    for (const p of r.policies) {
+      const rego = blobs.rego.get(p.sha256);
+      if (rego === undefined) return undefined;
+      modules.push({ name: p.name, rego });
+    }
+    const docs: { path: string; value: unknown }[] = [];
+    for (const d of r.data) {
+      if (!blobs.data.has(d.sha256)) return undefined;
+      docs.push({ path: d.path, value: blobs.data.get(d.sha256) });
+    }
+    return { modules, data: dataTree(docs) };
+  }
+
+  /**
    * Runs a change: `attempt` reads the snapshot it is given, compiles against it and commits on
    * the condition that the live revision is still the snapshot's. When another process changed
    * the set meanwhile, the store answers stale and the change is made again against the new set
@@ -409,6 +484,12 @@ export class PolicyService {
     const wasm = await this.compile(modules);
     await this.store.putCompiled(setHash, wasm);
     return WebAssembly.compile(wasm);
+  }
+
+  /** The wasm module for a set: from the store's cache when present, else compiled (not cached). */
+  private async moduleFor(modules: Module[]): Promise<WebAssembly.Module> {
+    const cached = await this.store.getCompiled(this.compiler.setHash(modules));
+    return WebAssembly.compile(cached ?? (await this.compile(modules)));
   }
 
   /** Compiles with the real compiler; a refused set is a 400 naming policy, row and column. */

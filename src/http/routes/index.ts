@@ -1,6 +1,7 @@
 import type { AuditService } from '../../audit/service.js';
 import type { Config } from '../../config.js';
 import type { DecisionService } from '../../decisions/service.js';
+import type { LifecycleService } from '../../policy/lifecycle.js';
 import type { Metrics } from '../../observability/metrics.js';
 import type { PolicyService } from '../../policy/service.js';
 import type { QueueService } from '../../queue/service.js';
@@ -9,6 +10,7 @@ import type { ConsoleAssets } from '../console.js';
 import type { RouteDef } from '../context.js';
 import { auditRoutes } from './audit.js';
 import { decisionRoutes } from './decisions.js';
+import { lifecycleRoutes } from './lifecycle.js';
 import { policyRoutes } from './policies.js';
 import { queueRoutes } from './queue.js';
 import { systemRoutes } from './system.js';
@@ -31,6 +33,8 @@ export interface RouteDeps {
   /** The reviewer console's built files (served on the Engine API). */
   console: ConsoleAssets;
   webhooks: WebhookService;
+  /** Impact replay and explanation (SPEC §11). */
+  lifecycle: LifecycleService;
 }
 
 /**
@@ -48,6 +52,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
     ...auditRoutes(d),
     ...policyRoutes(d),
     ...webhookRoutes(d.webhooks),
+    ...lifecycleRoutes(d.lifecycle),
   ];
   return routes;
 }

@@ -1,0 +1,105 @@
+import { impactRequestSchema, type LifecycleService } from '../../policy/lifecycle.js';
+import type { RouteDef } from '../context.js';
+import { param, PLATFORM } from './shared.js';
+
+const STATUS = { type: 'string', enum: ['allow', 'requires_approval', 'deny'] };
+
+const impactSchema = {
+  type: 'object',
+  required: ['replayed', 'skipped', 'changed', 'changes', 'samples'],
+  properties: {
+    replayed: { type: 'integer', description: 'recorded decisions replayed' },
+    skipped: { type: 'integer', description: 'recorded decisions without a stored policy input' },
+    changed: { type: 'integer', description: 'replayed decisions whose status the candidate changes' },
+    changes: {
+      type: 'object',
+      description: '"before→after" → count, e.g. {"allow→deny": 3}',
+      additionalProperties: { type: 'integer' },
+    },
+    samples: {
+      type: 'array',
+      maxItems: 50,
+      items: {
+        type: 'object',
+        required: ['request_id', 'time', 'before', 'after'],
+        properties: {
+          request_id: { type: ['string', 'null'] },
+          time: { type: 'string', format: 'date-time' },
+          before: STATUS,
+          after: STATUS,
+        },
+      },
+    },
+  },
+};
+
+const explainSchema = {
+  type: 'object',
+  required: ['request_id', 'revision', 'recorded', 'replayed', 'fired'],
+  properties: {
+    request_id: { type: 'string' },
+    revision: { type: 'integer' },
+    recorded: { type: 'object', required: ['status'], properties: { status: { type: 'string' } } },
+    replayed: {
+      type: 'object',
+      required: ['status'],
+      properties: { status: { type: 'string', enum: ['allow', 'requires_approval', 'deny', 'error'] } },
+    },
+    fired: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['policy', 'row', 'rule', 'text'],
+        properties: {
+          policy: { type: 'string' },
+          row: { type: 'integer' },
+          rule: { type: 'string' },
+          text: { type: 'string' },
+        },
+      },
+    },
+  },
+};
+
+/** SPEC §11: before and after a change — impact replay and explanation, on the Platform API. */
+export function lifecycleRoutes(lifecycle: LifecycleService): RouteDef[] {
+  return [
+    {
+      method: 'POST',
+      path: '/api/v1/impact',
+      template: '/api/v1/impact',
+      ok: {
+        status: 200,
+        description:
+          'The recorded decisions replayed against the live set and the candidate set, and what changes; nothing is stored',
+        schema: impactSchema,
+      },
+      requestSchema: impactRequestSchema,
+      apis: PLATFORM,
+      scope: 'policies:read',
+      body: 'object',
+      summary: 'Replay recorded decisions against a candidate policy set',
+      handler: async (ctx) => {
+        ctx.body = await lifecycle.impact(ctx.request.body);
+      },
+    },
+    {
+      method: 'GET',
+      path: '/api/v1/decisions/:request_id/explain',
+      template: '/api/v1/decisions/{request_id}/explain',
+      ok: {
+        status: 200,
+        description:
+          "The recorded decision re-evaluated against its revision's set with OPA's explanation: the rules that fired",
+        schema: explainSchema,
+      },
+      apis: PLATFORM,
+      scope: 'audit:read',
+      body: 'none',
+      summary: 'Explain a recorded decision',
+      handler: async (ctx) => {
+        ctx.body = await lifecycle.explain(param(ctx, 'request_id'));
+      },
+    },
+  ];
+}
