@@ -3,6 +3,8 @@ import type { AuditStore } from '../audit/store.js';
 import type { AuditEvent } from '../audit/types.js';
 import { compileSchema, type JsonSchema } from '../common/validation.js';
 import { busy, conflict, notFound } from '../errors.js';
+import { admits } from '../keys/binding.js';
+import type { Principal } from '../keys/types.js';
 import type { Explainer, FiredRule } from './explain.js';
 import type { PolicyService } from './service.js';
 
@@ -147,12 +149,15 @@ export class LifecycleService {
   /**
    * Re-evaluates a recorded decision's input against the set of the revision it was made under,
    * with OPA's explanation. 404 when there is no such decision; 409 when it cannot be replayed
-   * (no recorded input, no revision, or a revision that history does not hold).
+   * (no recorded input, no revision, or a revision that history does not hold). A tenant-bound
+   * key sees only its tenant's decisions (404 for any other, as for an unknown id).
    */
-  async explain(requestId: string): Promise<ExplainReport> {
+  async explain(principal: Principal, requestId: string): Promise<ExplainReport> {
     const events = await this.audit.byRequest(requestId, 0, 100);
     const event = events.find((e) => e.event.kind === 'decision')?.event;
-    if (!event) throw notFound(`decision ${requestId} not found`);
+    if (!event || !admits(principal, 'tenant', event.tenant_id)) {
+      throw notFound(`decision ${requestId} not found`);
+    }
     const revision = event.policy_revision;
     if (revision === null) {
       throw conflict(`decision ${requestId} was made with no policy set loaded: there is nothing to explain`);

@@ -1,5 +1,5 @@
 import { impactRequestSchema, type LifecycleService } from '../../policy/lifecycle.js';
-import type { RouteDef } from '../context.js';
+import { principalOf, type RouteDef } from '../context.js';
 import { param, PLATFORM } from './shared.js';
 
 const STATUS = { type: 'string', enum: ['allow', 'requires_approval', 'deny'] };
@@ -98,7 +98,7 @@ export function lifecycleRoutes(lifecycle: LifecycleService): RouteDef[] {
       body: 'none',
       summary: 'Explain a recorded decision',
       handler: async (ctx) => {
-        ctx.body = await lifecycle.explain(param(ctx, 'request_id'));
+        ctx.body = await lifecycle.explain(principalOf(ctx), param(ctx, 'request_id'));
       },
     },
   ];
