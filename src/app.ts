@@ -175,6 +175,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
           metrics.decisions.inc({ kind, outcome });
           metrics.evaluation.observe(seconds);
         },
+        shadowed: (result) => metrics.shadowDecisions.inc({ result }),
       },
     );
     const audit = new AuditService(stores.audit, makeMasker(config.auditMaskFields));

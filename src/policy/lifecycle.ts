@@ -68,6 +68,20 @@ export interface ImpactReport {
   samples: ImpactSample[];
 }
 
+export const SHADOW_SAMPLES = 20;
+
+export interface ShadowReport {
+  policies: { name: string; sha256: string; since: string }[];
+  /** When the shadow set last changed: the counts start here (null: it never changed). */
+  since: string | null;
+  decisions: number;
+  agree: number;
+  disagree: number;
+  errors: number;
+  changes: Record<string, number>;
+  samples: { request_id: string | null; live: string; shadow: string }[];
+}
+
 export interface ExplainReport {
   request_id: string;
   revision: number;
@@ -144,6 +158,60 @@ export class LifecycleService {
     } finally {
       this.replaying = false;
     }
+  }
+
+  /**
+   * The shadow set and, from the decisions' audit events since it last changed, how often its
+   * answer agreed with the live one, what the disagreements were, and the latest 20 of them.
+   * The audit trail is shared, so the counts cover every process.
+   */
+  async shadowReport(): Promise<ShadowReport> {
+    const state = await this.policies.shadow();
+    const report: ShadowReport = {
+      policies: state.policies.map(({ name, sha256, since }) => ({ name, sha256, since })),
+      since: state.changed_at,
+      decisions: 0,
+      agree: 0,
+      disagree: 0,
+      errors: 0,
+      changes: {},
+      samples: [],
+    };
+    if (state.changed_at === null) return report;
+    let before: { seq: number; time?: string } | undefined;
+    for (;;) {
+      const page = await this.audit.query({
+        kind: 'decision',
+        since: state.changed_at,
+        ...(before ? { before } : {}),
+        limit: PAGE,
+      });
+      if (page.length === 0) break;
+      for (const { event } of page) {
+        const result = event.details.shadow_result;
+        if (result !== 'agree' && result !== 'disagree' && result !== 'error') continue;
+        report.decisions++;
+        if (result === 'agree') report.agree++;
+        else if (result === 'error') report.errors++;
+        else {
+          report.disagree++;
+          const shadow = (event.details.shadow as { status?: unknown } | undefined)?.status;
+          const key = `${event.outcome ?? 'unknown'}→${typeof shadow === 'string' ? shadow : 'unknown'}`;
+          report.changes[key] = (report.changes[key] ?? 0) + 1;
+          if (report.samples.length < SHADOW_SAMPLES) {
+            report.samples.push({
+              request_id: event.request_id,
+              live: event.outcome ?? 'unknown',
+              shadow: typeof shadow === 'string' ? shadow : 'unknown',
+            });
+          }
+        }
+      }
+      const last = page[page.length - 1] as { seq: number; event: AuditEvent };
+      before = { seq: last.seq, time: last.event.time };
+      await yieldToLoop();
+    }
+    return report;
   }
 
   /**

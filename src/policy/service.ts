@@ -7,7 +7,7 @@ import { conflict, invalid, isKind, notFound, precondition, unavailable } from '
 import { CompileError, type Module, type RegoCompiler } from './compiler.js';
 import { Evaluator } from './evaluator.js';
 import { thresholdErrorMessage } from './thresholds.js';
-import type { DataDocument, PolicyRecord, PolicySnapshot, PolicyStore } from './types.js';
+import type { DataDocument, PolicyRecord, PolicySnapshot, PolicyStore, ShadowState } from './types.js';
 import { canonicalJson } from '../common/canonical-json.js';
 
 export const POLICY_NAME = /^[a-z0-9][a-z0-9._-]{0,127}$/;
@@ -72,6 +72,10 @@ const notFoundOf = (name: string): never => {
 export class PolicyService {
   private live: Evaluator | undefined;
   private shadowLive: Evaluator | undefined;
+  /** Why the shadow set is not evaluated although it has modules (it no longer compiles with the live set). */
+  private shadowBroken: string | undefined;
+  /** The generation of the shadow set this process loaded (-1: none yet). */
+  private shadowLoaded = -1;
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -89,6 +93,14 @@ export class PolicyService {
   /** The shadow set's evaluator (SPEC §11), when candidate modules are being shadowed. */
   get shadowEvaluator(): Evaluator | undefined {
     return this.shadowLive;
+  }
+
+  /**
+   * Set when there are shadow modules but the shadow set cannot be evaluated (the live set
+   * changed under it and the two no longer compile together): every decision counts a shadow error.
+   */
+  get shadowFailure(): string | undefined {
+    return this.shadowBroken;
   }
 
   /** Loads the stored set, seeding an empty never-seeded store from `policyDir` first. */
@@ -148,6 +160,7 @@ export class PolicyService {
   async refresh(): Promise<void> {
     await this.serialized(async () => {
       if ((await this.store.revision()) !== this.live?.revision) await this.load(await this.store.snapshot());
+      else if ((await this.store.shadowGeneration()) !== this.shadowLoaded) await this.reshadow();
     });
   }
 
@@ -329,6 +342,81 @@ export class PolicyService {
     return result;
   }
 
+  /** The shadow set's modules and when it last changed (SPEC §11). */
+  async shadow(): Promise<ShadowState> {
+    return this.store.shadow();
+  }
+
+  /**
+   * Puts a candidate module into the shadow set: compiled with the live set like a PUT (400
+   * naming policy, row and column), without changing any answer. Every process loads it.
+   */
+  async putShadow(
+    name: string,
+    rego: string,
+    dryRun: boolean,
+    ctx: ChangeContext,
+  ): Promise<{ name: string; sha256: string; since: string; created: boolean; dryRun: boolean }> {
+    checkName(name);
+    if (rego.trim() === '') throw invalid('rego must not be empty');
+    if (rego.includes('\0')) throw invalid('rego must not contain U+0000');
+    const digest = sha256(rego);
+    const r = await this.serialized(async () => {
+      const [snap, shadow] = await Promise.all([this.store.snapshot(), this.store.shadow()]);
+      const next = shadow.policies.filter((p) => p.name !== name);
+      next.push({ name, rego, sha256: digest, since: '' });
+      const modules = shadowModules(snap.policies, next);
+      await this.prepare(await this.compileToModule(modules), dataTree(snap.data), snap.revision, modules);
+      if (dryRun) {
+        const created = !shadow.policies.some((p) => p.name === name);
+        return { created, since: new Date().toISOString() };
+      }
+      const stored = await this.store.putShadow({ name, rego, sha256: digest }, [
+        this.event('policy.shadow.put', name, snap.revision, ctx, { sha256: digest }),
+      ]);
+      await this.reshadow();
+      return stored;
+    });
+    if (!dryRun) await this.announce(this.requireLive().revision);
+    return { name, sha256: digest, since: r.since, created: r.created, dryRun };
+  }
+
+  /** Drops a module from the shadow set; 404 when it is not shadowed. */
+  async dropShadow(name: string, ctx: ChangeContext): Promise<void> {
+    checkName(name);
+    await this.serialized(async () => {
+      const revision = this.requireLive().revision;
+      const dropped = await this.store.dropShadow(name, undefined, [
+        this.event('policy.shadow.delete', name, revision, ctx, {}),
+      ]);
+      if (!dropped) throw notFound(`policy ${name} is not in the shadow set`);
+      await this.reshadow();
+    });
+    await this.announce(this.requireLive().revision);
+  }
+
+  /**
+   * Makes a shadow module live (a normal change: compiled, a new revision, audited) and drops it
+   * from the shadow set, unless it was replaced in the shadow set meanwhile. 404 when not shadowed.
+   */
+  async promote(
+    name: string,
+    ctx: ChangeContext,
+  ): Promise<{ policy: PolicyMeta; created: boolean; revision: number }> {
+    checkName(name);
+    const candidate = (await this.store.shadow()).policies.find((p) => p.name === name);
+    if (!candidate) throw notFound(`policy ${name} is not in the shadow set`);
+    const r = await this.put(name, candidate.rego, undefined, { dryRun: false }, ctx);
+    await this.serialized(async () => {
+      await this.store.dropShadow(name, candidate.sha256, [
+        this.event('policy.shadow.promote', name, r.revision, ctx, { sha256: candidate.sha256 }),
+      ]);
+      await this.reshadow();
+    });
+    await this.announce(r.revision);
+    return { policy: r.policy, created: r.created, revision: r.revision };
+  }
+
   /**
    * Evaluators for the live set and for a candidate: the live set with each of `policies` put (a
    * string) or removed (null), and each of `data` put or removed (SPEC §11, impact). The candidate
@@ -471,6 +559,33 @@ export class PolicyService {
     const next = e.revision === revision ? e : await e.withData(e.data, revision);
     this.live = next;
     this.observer.revision(next.revision);
+    await this.reshadow();
+  }
+
+  /**
+   * Rebuilds the shadow set — the live set with each shadow module replacing or adding its name —
+   * after the live set or the shadow set changed. A shadow set that no longer compiles leaves
+   * the live set alone: it is marked broken and every decision counts a shadow error.
+   */
+  private async reshadow(): Promise<void> {
+    if (!this.live) return;
+    try {
+      const shadow = await this.store.shadow();
+      this.shadowLoaded = shadow.generation;
+      if (shadow.policies.length === 0) {
+        this.shadowLive = undefined;
+        this.shadowBroken = undefined;
+        return;
+      }
+      const snap = await this.store.snapshot();
+      const modules = shadowModules(snap.policies, shadow.policies);
+      const module = await this.compileToModule(modules);
+      this.shadowLive = await this.prepare(module, dataTree(snap.data), snap.revision, modules);
+      this.shadowBroken = undefined;
+    } catch (e) {
+      this.shadowLive = undefined;
+      this.shadowBroken = `the shadow set cannot be evaluated: ${(e as Error).message}`;
+    }
   }
 
   /**
@@ -531,6 +646,13 @@ export class PolicyService {
       details,
     };
   }
+}
+
+/** The live modules with each shadow module replacing or adding its name. */
+function shadowModules(live: Module[], shadow: Module[]): Module[] {
+  const set = new Map(live.map((m) => [m.name, m.rego]));
+  for (const m of shadow) set.set(m.name, m.rego);
+  return [...set].map(([name, rego]) => ({ name, rego }));
 }
 
 /** `e` if its thresholds are well-formed; else the 400 that names each error and its source. */

@@ -52,7 +52,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
     ...auditRoutes(d),
     ...policyRoutes(d),
     ...webhookRoutes(d.webhooks),
-    ...lifecycleRoutes(d.lifecycle),
+    ...lifecycleRoutes(d.lifecycle, d.policies),
   ];
   return routes;
 }

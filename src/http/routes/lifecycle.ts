@@ -1,6 +1,44 @@
 import { impactRequestSchema, type LifecycleService } from '../../policy/lifecycle.js';
+import type { PolicyService } from '../../policy/service.js';
 import { principalOf, type RouteDef } from '../context.js';
-import { param, PLATFORM } from './shared.js';
+import { etagOf } from './policies.js';
+import { change, param, PLATFORM } from './shared.js';
+
+const STATUS_TEXT = { type: 'string' };
+
+const shadowReportSchema = {
+  type: 'object',
+  required: ['policies', 'since', 'decisions', 'agree', 'disagree', 'errors', 'changes', 'samples'],
+  properties: {
+    policies: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['name', 'sha256', 'since'],
+        properties: {
+          name: { type: 'string' },
+          sha256: { type: 'string' },
+          since: { type: 'string', format: 'date-time' },
+        },
+      },
+    },
+    since: { type: ['string', 'null'], description: 'when the shadow set last changed' },
+    decisions: { type: 'integer' },
+    agree: { type: 'integer' },
+    disagree: { type: 'integer' },
+    errors: { type: 'integer' },
+    changes: { type: 'object', additionalProperties: { type: 'integer' } },
+    samples: {
+      type: 'array',
+      maxItems: 20,
+      items: {
+        type: 'object',
+        required: ['request_id', 'live', 'shadow'],
+        properties: { request_id: { type: ['string', 'null'] }, live: STATUS_TEXT, shadow: STATUS_TEXT },
+      },
+    },
+  },
+};
 
 const STATUS = { type: 'string', enum: ['allow', 'requires_approval', 'deny'] };
 
@@ -62,8 +100,45 @@ const explainSchema = {
 };
 
 /** SPEC §11: before and after a change — impact replay and explanation, on the Platform API. */
-export function lifecycleRoutes(lifecycle: LifecycleService): RouteDef[] {
+export function lifecycleRoutes(lifecycle: LifecycleService, policies: PolicyService): RouteDef[] {
   return [
+    {
+      method: 'GET',
+      path: '/api/v1/shadow',
+      template: '/api/v1/shadow',
+      ok: {
+        status: 200,
+        description:
+          'The shadow set and how its answers compared with the live ones since it last changed (latest 20 disagreements)',
+        schema: shadowReportSchema,
+      },
+      apis: PLATFORM,
+      scope: 'policies:read',
+      body: 'none',
+      summary: 'Shadow set and its agreement with the live set',
+      handler: async (ctx) => {
+        ctx.body = await lifecycle.shadowReport();
+      },
+    },
+    {
+      method: 'POST',
+      path: '/api/v1/policies/:name/promote',
+      template: '/api/v1/policies/{name}/promote',
+      ok: {
+        status: 200,
+        description: "200 updated or 201 created: the promoted policy's metadata and the new revision",
+      },
+      apis: PLATFORM,
+      scope: 'policies:write',
+      body: 'none',
+      summary: 'Make a shadow module live and drop it from the shadow set',
+      handler: async (ctx) => {
+        const r = await policies.promote(param(ctx, 'name'), change(ctx));
+        ctx.status = r.created ? 201 : 200;
+        ctx.set('ETag', etagOf(r.policy));
+        ctx.body = { ...r.policy, revision: r.revision };
+      },
+    },
     {
       method: 'POST',
       path: '/api/v1/impact',
