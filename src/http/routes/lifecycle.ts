@@ -127,6 +127,18 @@ export function lifecycleRoutes(lifecycle: LifecycleService, policies: PolicySer
       ok: {
         status: 200,
         description: "200 updated or 201 created: the promoted policy's metadata and the new revision",
+        schema: {
+          type: 'object',
+          required: ['name', 'description', 'sha256', 'version', 'updated_at', 'revision'],
+          properties: {
+            name: { type: 'string' },
+            description: { type: 'string' },
+            sha256: { type: 'string' },
+            version: { type: 'integer' },
+            updated_at: { type: 'string', format: 'date-time' },
+            revision: { type: 'integer' },
+          },
+        },
       },
       apis: PLATFORM,
       scope: 'policies:write',
