@@ -198,6 +198,39 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
     expectError(await dropShadow('deny-read'), 404);
   });
 
+  it('follows the live set: rebuilt on every live change, an error while the two do not compile together', async () => {
+    expect((await putShadow('deny-read', { rego: DENY_READ })).status).to.equal(201);
+    const denyDeploy = 'package authz.agent\n\ndeny contains "deploys are off" if input.action == "deploy"\n';
+    expect(
+      (await call('PUT', `${a.platform}/api/v1/policies/deny-deploy`, { body: { rego: denyDeploy } })).status,
+    ).to.equal(201);
+    try {
+      // Live and shadow both hold deny-deploy now: they agree on the deploy.
+      const id = await authorize(AGENT.approval, 403);
+      expect((await decisionEvent(id)).details.shadow_result).to.equal('agree');
+
+      // A live policy that clashes with the shadow module: the live change goes through, the
+      // shadow set cannot be built, and every decision counts a shadow error.
+      expect(
+        (await putShadow('deny-read', { rego: 'package authz.agent\n\nflag(x) := x\n' })).status,
+      ).to.equal(200);
+      const clash = await call('PUT', `${a.platform}/api/v1/policies/clash`, {
+        body: { rego: 'package authz.agent\n\nflag := 2\n' },
+      });
+      expect(clash.status, clash.text).to.equal(201);
+      const broken = await authorize(AGENT.allow, 200);
+      const e = await decisionEvent(broken);
+      expect(e.details.shadow_result).to.equal('error');
+      expect(e.details.shadow.message).to.match(/^the shadow set cannot be evaluated: /);
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/clash`)).status).to.equal(204);
+      const fixed = await authorize(AGENT.allow, 200);
+      expect((await decisionEvent(fixed)).details.shadow_result).to.equal('agree');
+    } finally {
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/deny-deploy`)).status).to.equal(204);
+      expect((await dropShadow('deny-read')).status).to.equal(204);
+    }
+  });
+
   it('is shared by every serving process', async () => {
     // Several workers on one SQLite file relay changes; on PostgreSQL a second instance shares the database too.
     const b = await Arbiter.start({ ARBITER_WORKERS: '2' });
