@@ -127,6 +127,19 @@ onEveryBackend('GET /api/v1/decisions/{request_id}/explain: OPA explains a recor
     expectError(await explain(id, other), 404, `decision ${id} not found`);
   });
 
+  it('runs at most two explanations at once per process (429 beyond, with Retry-After)', async () => {
+    const id = await authorize(AGENT.deny, 403);
+    const answers = await Promise.all(Array.from({ length: 6 }, () => explain(id)));
+    const statuses = answers.map((r) => r.status);
+    // Each explanation runs opa for tens of milliseconds: six sent at once cannot all get a slot.
+    expect(statuses.filter((s) => s === 200).length, statuses.join()).to.be.within(2, 5);
+    for (const r of answers.filter((x) => x.status !== 200)) {
+      expectError(r, 429, 'too many explanations are running; try again shortly');
+      expect(r.headers.get('retry-after')).to.equal('1');
+    }
+    expect(statuses.every((s) => s === 200 || s === 429)).to.equal(true);
+  });
+
   // Last: it removes the live revision from history.
   it('answers 409 when the decision was made under a revision history does not hold', async () => {
     const id = await authorize(AGENT.approval, 202);

@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { unavailable } from '../errors.js';
+import { busy, unavailable } from '../errors.js';
 import { BUILTIN_MODULE_PATH, type Module } from './compiler.js';
 import type { DecisionStatus } from './evaluator.js';
 
@@ -22,6 +22,8 @@ export interface Explanation {
 
 /** How long one `opa eval --explain` may take before the explanation is refused (a 503). */
 const EXPLAIN_TIMEOUT_MS = 30_000;
+/** `opa eval` processes one serving process runs at once; more explanations are a 429. */
+const MAX_RUNNING = 2;
 
 /** One event of OPA's JSON trace (`opa eval --format json --explain full`). */
 interface TraceEvent {
@@ -37,9 +39,25 @@ interface TraceEvent {
  * never on the decision path.
  */
 export class Explainer {
+  private running = 0;
+
   constructor(private readonly opaBin: string) {}
 
   async explain(modules: Module[], data: Record<string, unknown>, input: unknown): Promise<Explanation> {
+    if (this.running >= MAX_RUNNING) throw busy('too many explanations are running; try again shortly');
+    this.running++;
+    try {
+      return await this.evaluate(modules, data, input);
+    } finally {
+      this.running--;
+    }
+  }
+
+  private async evaluate(
+    modules: Module[],
+    data: Record<string, unknown>,
+    input: unknown,
+  ): Promise<Explanation> {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'arbiter-explain-'));
     try {
       const files = new Map<string, Module>();
