@@ -178,7 +178,12 @@ export class DecisionService {
     idemKey: string | undefined,
     { subject, call }: { subject: Subject; call: Call },
   ): Promise<DecisionResult> {
-    const idem = idempotency(kind, req, idemKey);
+    // An AuthZEN request is the same request only if its input.authzen is the same too.
+    const idem = idempotency(
+      kind,
+      call.extras.authzen ? { req, authzen: call.extras.authzen } : req,
+      idemKey,
+    );
     if (idem) {
       const prior = await this.store.findByIdempotencyKey(principal.keyId, idem.key, idem.since);
       if (prior) return replay(prior, idem.hash);
@@ -385,6 +390,10 @@ function decisionEvent(
   shadow: ShadowOutcome | undefined,
 ): NewAuditEvent {
   const { context: _context, ...inputWithoutContext } = input;
+  // input.authzen repeats the context (SPEC §14): store it masked, as details.context is.
+  if (inputWithoutContext.authzen) {
+    inputWithoutContext.authzen = { ...(inputWithoutContext.authzen as object), context: subject.context };
+  }
   return {
     kind: 'decision',
     time: now.toISOString(),

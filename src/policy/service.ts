@@ -3,11 +3,21 @@ import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import YAML from 'yaml';
 import type { NewAuditEvent } from '../audit/types.js';
-import { conflict, invalid, isKind, notFound, precondition, unavailable } from '../errors.js';
+import { conflict, internal, invalid, isKind, notFound, precondition, unavailable } from '../errors.js';
+import { encodeCursor, fetchPage, readCursor, type Page, type PageQuery } from '../common/pagination.js';
 import { CompileError, type Module, type RegoCompiler } from './compiler.js';
 import { Evaluator } from './evaluator.js';
 import { thresholdErrorMessage } from './thresholds.js';
-import type { DataDocument, PolicyRecord, PolicySnapshot, PolicyStore, ShadowState } from './types.js';
+import type {
+  DataDocument,
+  PolicyChange,
+  PolicyRecord,
+  PolicySnapshot,
+  PolicyStore,
+  PolicyVersionRecord,
+  RevisionRecord,
+  ShadowState,
+} from './types.js';
 import { canonicalJson } from '../common/canonical-json.js';
 
 export const POLICY_NAME = /^[a-z0-9][a-z0-9._-]{0,127}$/;
@@ -493,6 +503,237 @@ export class PolicyService {
   }
 
   /**
+   * Applies a bundle (SPEC §11): every policy and data change in it as ONE compile and ONE
+   * revision, all or nothing. A bundle that changes nothing makes no revision.
+   */
+  async bundle(
+    b: BundleRequest,
+    opts: { expectedRevision?: number | undefined; dryRun: boolean },
+    ctx: ChangeContext,
+  ): Promise<BundleResult> {
+    checkBundle(b);
+    const r = await this.changing(async (snap) => {
+      if (opts.expectedRevision !== undefined && opts.expectedRevision !== snap.revision) {
+        throw precondition(
+          `If-Match names revision ${opts.expectedRevision} but the live revision is ${snap.revision}`,
+        );
+      }
+      const live = new Map(snap.policies.map((p) => [p.name, p]));
+      for (const name of b.delete) if (!live.has(name)) throw notFound(`policy ${name} not found`);
+      const result: BundleResult = {
+        revision: snap.revision,
+        created: [],
+        updated: [],
+        deleted: [],
+        unchanged: [],
+        dry_run: opts.dryRun,
+      };
+      const puts: PolicyChange['putPolicies'][number][] = [];
+      for (const [name, rego] of Object.entries(b.policies).sort(([x], [y]) => x.localeCompare(y))) {
+        const existing = live.get(name);
+        if (existing?.rego === rego) {
+          result.unchanged.push(name);
+          continue;
+        }
+        (existing ? result.updated : result.created).push(name);
+        puts.push({ name, rego, description: existing?.description ?? '', sha256: sha256(rego) });
+      }
+      const deletes = new Set(b.delete);
+      if (b.prune) for (const name of live.keys()) if (!(name in b.policies)) deletes.add(name);
+      result.deleted = [...deletes].sort();
+      const liveData = new Map(snap.data.map((d) => [d.path, d]));
+      const putData: PolicyChange['putData'][number][] = [];
+      const deleteData: string[] = [];
+      for (const [p, value] of Object.entries(b.data).sort(([x], [y]) => x.localeCompare(y))) {
+        const existing = liveData.get(p);
+        if (value === null) {
+          if (!existing) throw notFound(`data document ${p} not found`);
+          deleteData.push(p);
+        } else if (!existing || dataSha256(existing.value) !== dataSha256(value)) {
+          putData.push({ path: p, value, sha256: dataSha256(value) });
+        }
+      }
+      const plan = { putPolicies: puts, deletePolicies: result.deleted, putData, deleteData };
+      if (isEmptyPlan(plan)) return { done: result };
+      const next = await this.prepareSet(snap, plan);
+      if (opts.dryRun) return { done: result };
+      const c = await this.store.commit(
+        { ...plan, expectedRevision: snap.revision, actor: ctx.actor, message: b.message },
+        (revision) => [
+          this.event('policy.bundle', 'bundle', revision, ctx, {
+            created: result.created,
+            updated: result.updated,
+            deleted: result.deleted,
+            data_put: putData.map((d) => d.path),
+            data_deleted: deleteData,
+            message: b.message,
+          }),
+        ],
+      );
+      if (!c.ok) {
+        if ('stale' in c) return STALE;
+        return notFoundOf('conflict' in c ? c.conflict : c.absent);
+      }
+      await this.install(next, c.revision);
+      return { done: { ...result, revision: c.revision } };
+    });
+    if (!r.dry_run) await this.announce(r.revision);
+    return r;
+  }
+
+  /** Revisions newest first (SPEC §11 history). */
+  async revisions(q: PageQuery): Promise<Page<RevisionSummary>> {
+    const before =
+      q.cursor === undefined ? undefined : Number(readCursor(q.cursor, 'revisions', /^(\d+)$/)[1]);
+    const page = await fetchPage(
+      q,
+      (rows) => this.store.listRevisions(before, rows),
+      (last) => encodeCursor('revisions', String(last.revision)),
+    );
+    return {
+      items: page.items.map(({ revision, time, actor, message, changes }) => ({
+        revision,
+        time,
+        actor,
+        message,
+        changes,
+      })),
+      next_cursor: page.next_cursor,
+    };
+  }
+
+  /** One revision's whole set: its policies by content address and its data documents' values. */
+  async revision(n: number): Promise<RevisionSet> {
+    const r = await this.store.getRevision(n);
+    if (!r) throw notFound(`revision ${n} not found`);
+    const blobs = await this.store.blobs(
+      [],
+      r.data.map((d) => d.sha256),
+    );
+    const data: Record<string, unknown> = {};
+    for (const d of r.data) data[d.path] = blobOf(blobs.data, d.sha256, `data document ${d.path}`);
+    return {
+      revision: r.revision,
+      time: r.time,
+      actor: r.actor,
+      message: r.message,
+      policies: r.policies.map((p) => ({ name: p.name, sha256: p.sha256 })),
+      data,
+    };
+  }
+
+  /** Versions of one policy, newest first; 404 when history has never seen the name. */
+  async versions(name: string, q: PageQuery): Promise<Page<Omit<PolicyVersionRecord, 'name'>>> {
+    checkName(name);
+    const before =
+      q.cursor === undefined ? undefined : Number(readCursor(q.cursor, 'versions', /^(\d+)$/)[1]);
+    const page = await fetchPage(
+      q,
+      (rows) => this.store.policyVersions(name, before, rows),
+      (last) => encodeCursor('versions', String(last.version)),
+    );
+    if (page.items.length === 0 && (await this.store.policyVersions(name, undefined, 1)).length === 0) {
+      throw notFound(`policy ${name} has no history`);
+    }
+    return { items: page.items.map(({ name: _n, ...v }) => v), next_cursor: page.next_cursor };
+  }
+
+  /** One version of one policy with its text (a deletion's text is the text it deleted). */
+  async version(
+    name: string,
+    version: number,
+  ): Promise<Omit<PolicyVersionRecord, 'name'> & { rego: string }> {
+    checkName(name);
+    const [v] = await this.store.policyVersions(name, version + 1, 1);
+    if (!v || v.version !== version) throw notFound(`policy ${name} has no version ${version}`);
+    const blobs = await this.store.blobs([v.sha256], []);
+    const { name: _n, ...rest } = v;
+    return { ...rest, rego: blobOf(blobs.rego, v.sha256, `policy ${name} version ${version}`) };
+  }
+
+  /**
+   * Makes revision n's whole set (policies and data) live again as a new revision, compiled,
+   * hot-swapped and audited like any change. Refused (conflict) when that set is already live.
+   */
+  async restore(n: number, ctx: ChangeContext): Promise<{ revision: number }> {
+    const target = await this.store.getRevision(n);
+    if (!target) throw notFound(`revision ${n} not found`);
+    const blobs = await this.store.blobs(
+      target.policies.map((p) => p.sha256),
+      target.data.map((d) => d.sha256),
+    );
+    const result = await this.changing(async (snap) => {
+      const live = new Map(snap.policies.map((p) => [p.name, p]));
+      const wanted = new Set(target.policies.map((p) => p.name));
+      const putPolicies = target.policies
+        .filter((p) => live.get(p.name)?.sha256 !== p.sha256)
+        .map((p) => ({
+          name: p.name,
+          rego: blobOf(blobs.rego, p.sha256, `policy ${p.name}`),
+          description: p.description,
+          sha256: p.sha256,
+        }));
+      const deletePolicies = snap.policies.filter((p) => !wanted.has(p.name)).map((p) => p.name);
+      const liveData = new Map(snap.data.map((d) => [d.path, dataSha256(d.value)]));
+      const wantedData = new Set(target.data.map((d) => d.path));
+      const putData = target.data
+        .filter((d) => liveData.get(d.path) !== d.sha256)
+        .map((d) => ({
+          path: d.path,
+          value: blobOf(blobs.data, d.sha256, `data ${d.path}`),
+          sha256: d.sha256,
+        }));
+      const deleteData = snap.data.filter((d) => !wantedData.has(d.path)).map((d) => d.path);
+      const plan = { putPolicies, deletePolicies, putData, deleteData };
+      if (isEmptyPlan(plan)) {
+        throw conflict(`revision ${n}'s policy set is already live (revision ${snap.revision})`);
+      }
+      const next = await this.prepareSet(snap, plan);
+      const c = await this.store.commit(
+        { ...plan, expectedRevision: snap.revision, actor: ctx.actor, message: `restore of revision ${n}` },
+        (revision) => [
+          this.event('policy.restore', `revision ${n}`, revision, ctx, {
+            restored_revision: n,
+            policies_put: putPolicies.map((p) => p.name),
+            policies_deleted: deletePolicies,
+            data_put: putData.map((d) => d.path),
+            data_deleted: deleteData,
+          }),
+        ],
+      );
+      if (!c.ok) return 'stale' in c ? STALE : notFoundOf('conflict' in c ? c.conflict : c.absent);
+      await this.install(next, c.revision);
+      return { done: { revision: c.revision } };
+    });
+    await this.announce(result.revision);
+    return result;
+  }
+
+  /**
+   * The evaluator for the snapshot with `plan` applied: the whole resulting set compiled as one
+   * (400 naming policy, row and column), its data checked for overlaps and its thresholds checked.
+   * Nothing is stored.
+   */
+  private async prepareSet(snap: PolicySnapshot, plan: Plan): Promise<Evaluator> {
+    const gone = new Set([...plan.deletePolicies, ...plan.putPolicies.map((p) => p.name)]);
+    const modules: Module[] = [
+      ...snap.policies.filter((p) => !gone.has(p.name)).map(({ name, rego }) => ({ name, rego })),
+      ...plan.putPolicies.map(({ name, rego }) => ({ name, rego })),
+    ].sort((x, y) => x.name.localeCompare(y.name));
+    const goneData = new Set([...plan.deleteData, ...plan.putData.map((d) => d.path)]);
+    const docs = [
+      ...snap.data.filter((d) => !goneData.has(d.path)),
+      ...plan.putData.map((d) => ({ path: d.path, value: d.value })),
+    ].sort((x, y) => x.path.localeCompare(y.path));
+    for (let i = 1; i < docs.length; i++) {
+      const [x, y] = [docs[i - 1]?.path as string, docs[i]?.path as string];
+      if (overlaps(x, y)) throw conflict(`data path ${y} overlaps data document ${x}`);
+    }
+    const module = await this.compileToModule(modules);
+    return this.prepare(module, dataTree(docs), snap.revision + 1, modules);
+  }
+
+  /**
    * Runs a change: `attempt` reads the snapshot it is given, compiles against it and commits on
    * the condition that the live revision is still the snapshot's. When another process changed
    * the set meanwhile, the store answers stale and the change is made again against the new set
@@ -655,6 +896,62 @@ function shadowModules(live: Module[], shadow: Module[]): Module[] {
   return [...set].map(([name, rego]) => ({ name, rego }));
 }
 
+/** A bundle as POST /api/v1/bundle takes it (SPEC §11); a data value of null deletes the document. */
+export interface BundleRequest {
+  policies: Record<string, string>;
+  data: Record<string, unknown>;
+  delete: string[];
+  prune: boolean;
+  message: string | null;
+}
+
+export interface BundleResult {
+  revision: number;
+  created: string[];
+  updated: string[];
+  deleted: string[];
+  unchanged: string[];
+  dry_run: boolean;
+}
+
+/** A revision as GET /api/v1/revisions lists it. */
+export type RevisionSummary = Pick<RevisionRecord, 'revision' | 'time' | 'actor' | 'message' | 'changes'>;
+
+/** A revision's whole set as GET /api/v1/revisions/{n} shows it: data documents by path. */
+export interface RevisionSet {
+  revision: number;
+  time: string;
+  actor: string;
+  message: string | null;
+  policies: { name: string; sha256: string }[];
+  data: Record<string, unknown>;
+}
+
+type Plan = Pick<PolicyChange, 'putPolicies' | 'deletePolicies' | 'putData' | 'deleteData'>;
+
+const isEmptyPlan = (p: Plan) =>
+  p.putPolicies.length + p.deletePolicies.length + p.putData.length + p.deleteData.length === 0;
+
+/** Rules of a bundle that need no snapshot: names, texts, paths, and no name both put and deleted. */
+function checkBundle(b: BundleRequest): void {
+  for (const [name, rego] of Object.entries(b.policies)) {
+    checkName(name);
+    if (rego.trim() === '') throw invalid(`policy ${name}: rego must not be empty`);
+    if (rego.includes('\0')) throw invalid(`policy ${name}: rego must not contain U+0000`);
+  }
+  for (const name of b.delete) {
+    checkName(name);
+    if (name in b.policies) throw invalid(`policy ${name} is both put and deleted by the bundle`);
+  }
+  for (const p of Object.keys(b.data)) checkDataPath(p);
+}
+
+/** A content-addressed text or value history must hold; its absence is damage, never a guess. */
+function blobOf<T>(blobs: Map<string, T>, sha: string, what: string): T {
+  if (!blobs.has(sha)) throw internal(`history has lost the content of ${what} (${sha})`);
+  return blobs.get(sha) as T;
+}
+
 /** `e` if its thresholds are well-formed; else the 400 that names each error and its source. */
 function checked(e: Evaluator, modules: Module[]): Evaluator {
   const errors = e.thresholdErrors();
@@ -730,10 +1027,11 @@ export const BUNDLED_BUILTIN = 'authz.rego';
  * by its relative path (`a/b.rego` → `a.b`); `data.json` / `data.yaml` become data documents at
  * their directory's path (top-level keys of the root one each become a document).
  */
-export async function readPolicyDir(
-  dir: string,
-): Promise<{ modules: (Module & { description: string })[]; data: { path: string; value: unknown }[] }> {
-  const modules: (Module & { description: string })[] = [];
+export async function readPolicyDir(dir: string): Promise<{
+  modules: (Module & { description: string; file: string })[];
+  data: { path: string; value: unknown }[];
+}> {
+  const modules: (Module & { description: string; file: string })[] = [];
   const data: { path: string; value: unknown }[] = [];
   let entries;
   try {
@@ -753,10 +1051,20 @@ export async function readPolicyDir(
     if (rel.endsWith('.rego') && !rel.endsWith('_test.rego')) {
       const name = rel.slice(0, -'.rego'.length).replace(/\//g, '.');
       if (!POLICY_NAME.test(name)) throw new Error(`${full}: ${name} is not a valid policy name`);
-      modules.push({ name, rego: await readFile(full, 'utf8'), description: `seeded from ${rel}` });
+      modules.push({
+        name,
+        rego: await readFile(full, 'utf8'),
+        description: `seeded from ${rel}`,
+        file: rel,
+      });
     } else if (/(^|\/)data\.(json|ya?ml)$/.test(rel)) {
       const text = await readFile(full, 'utf8');
-      const value: unknown = rel.endsWith('.json') ? JSON.parse(text) : YAML.parse(text);
+      let value: unknown;
+      try {
+        value = rel.endsWith('.json') ? JSON.parse(text) : YAML.parse(text);
+      } catch (e) {
+        throw new Error(`${full}: ${(e as Error).message}`, { cause: e });
+      }
       const at = path.posix.dirname(rel);
       if (at === '.') {
         if (typeof value !== 'object' || value === null || Array.isArray(value)) {

@@ -355,6 +355,35 @@ export function storageContract(backend: Backend): void {
         }
       });
 
+      it('replays the deny a budget recorded, not the allow it replaced, to retries of its key', async () => {
+        const empty = use({ key: 'agent:bot:none', max: 0 });
+        const tries = Array.from({ length: 6 }, () => {
+          const c = charged([empty]);
+          const keyed = (d: DecisionRecord) => ({ ...d, idem_key: 'k-budget', body_hash: 'h' });
+          return {
+            ...c,
+            decision: keyed(c.decision),
+            charge: {
+              ...c.charge,
+              denials: c.charge.denials.map((x) => ({ ...x, decision: keyed(x.decision) })),
+            },
+          };
+        });
+        // Submitted together, so they share one batch (one transaction) on either backend.
+        const out = await Promise.all(tries.map((t) => stores.decisions.record(t)));
+        const recorded = out.filter((o) => 'recorded' in o);
+        expect(recorded).to.have.length(1);
+        const first = recorded[0] as { decision: DecisionRecord };
+        expect(first.decision.status).to.equal('deny');
+        for (const o of out) {
+          const d = 'replay' in o ? o.replay : o.decision;
+          expect(d).to.include({ status: 'deny', request_id: first.decision.request_id });
+        }
+        expect(await stores.decisions.findByIdempotencyKey('key-1', 'k-budget', iso(-HOUR))).to.include({
+          status: 'deny',
+        });
+      });
+
       it('consumes every limit of a decision or none, and counts windows separately', async () => {
         const money = use({ key: 'tenant:acme:usd', max: 1_000_000, cost: 600_000 });
         expect(

@@ -1,4 +1,5 @@
 import type { AuditService } from '../../audit/service.js';
+import type { AuthzenService } from '../../authzen/service.js';
 import type { Config } from '../../config.js';
 import type { DecisionService } from '../../decisions/service.js';
 import type { LifecycleService } from '../../policy/lifecycle.js';
@@ -9,14 +10,17 @@ import type { TokenService } from '../../tokens/service.js';
 import type { ConsoleAssets } from '../console.js';
 import type { RouteDef } from '../context.js';
 import { auditRoutes } from './audit.js';
+import { authzenRoutes } from './authzen.js';
 import { decisionRoutes } from './decisions.js';
-import { lifecycleRoutes } from './lifecycle.js';
+import { lifecycleRoutes, replayRoutes } from './lifecycle.js';
+import { limitRoutes } from './limits.js';
 import { policyRoutes } from './policies.js';
 import { queueRoutes } from './queue.js';
 import { systemRoutes } from './system.js';
 import { tokenRoutes } from './tokens.js';
 import { webhookRoutes } from './webhooks.js';
 import type { WebhookService } from '../../webhooks/service.js';
+import type { BudgetService } from '../../decisions/budgets.js';
 
 export interface RouteDeps {
   config: Config;
@@ -25,6 +29,7 @@ export interface RouteDeps {
   metricsText: () => Promise<string>;
   audit: AuditService;
   decisions: DecisionService;
+  authzen: AuthzenService;
   queue: QueueService;
   tokens: TokenService;
   policies: PolicyService;
@@ -35,6 +40,7 @@ export interface RouteDeps {
   webhooks: WebhookService;
   /** Impact replay and explanation (SPEC §11). */
   lifecycle: LifecycleService;
+  budgets: BudgetService;
 }
 
 /**
@@ -51,8 +57,11 @@ export function routeTable(d: RouteDeps): RouteDef[] {
     ...tokenRoutes(d),
     ...auditRoutes(d),
     ...policyRoutes(d),
+    ...lifecycleRoutes(d),
     ...webhookRoutes(d.webhooks),
-    ...lifecycleRoutes(d.lifecycle, d.policies),
+    ...replayRoutes(d.lifecycle, d.policies),
+    ...authzenRoutes(d),
+    ...limitRoutes(d.budgets),
   ];
   return routes;
 }
