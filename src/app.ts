@@ -23,6 +23,8 @@ import { QueueService } from './queue/service.js';
 import { TokenService } from './tokens/service.js';
 import { RegoCompiler } from './policy/compiler.js';
 import { PolicyService } from './policy/service.js';
+import { Explainer } from './policy/explain.js';
+import { LifecycleService } from './policy/lifecycle.js';
 import { openStores } from './storage/index.js';
 
 /** In-flight requests get this long to finish at shutdown; then their connections are cut. */
@@ -169,6 +171,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
           metrics.decisions.inc({ kind, outcome });
           metrics.evaluation.observe(seconds);
         },
+        shadowed: (result) => metrics.shadowDecisions.inc({ result }),
       },
     );
     const authzen = new AuthzenService(decisions, config.authzenDefaultTenant);
@@ -235,6 +238,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       health,
       console: ConsoleAssets.load(CONSOLE_DIR),
       webhooks,
+      lifecycle: new LifecycleService(policies, stores.audit, new Explainer(config.opaBin)),
       budgets: new BudgetService(stores.limits),
     });
     // Declared before any listener exists: a request may arrive while the next one binds.

@@ -39,6 +39,8 @@ export const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
 
 export interface DecisionObserver {
   decided(kind: 'agent' | 'human', outcome: DecisionStatus, evalSeconds: number): void;
+  /** The shadow set's verdict on one decision (SPEC §11), when a shadow set is active. */
+  shadowed?(result: 'agree' | 'disagree' | 'error'): void;
 }
 
 /** What a decision is about, as queued, recorded and audited. */
@@ -237,6 +239,7 @@ export class DecisionService {
     }
     if ('replay' in outcome) return replay(outcome.replay, idem?.hash ?? '');
     this.observer.decided(kind, outcome.decision.status, evaluation.latencyNs / 1e9);
+    if (shadow) this.observer.shadowed?.(shadow.result);
     return { decision: answer(outcome.decision), replayed: false };
   }
 
@@ -270,7 +273,10 @@ export class DecisionService {
    */
   private shadow(input: Record<string, unknown>, live: PolicyDecision): ShadowOutcome | undefined {
     const evaluator = this.policies.shadowEvaluator;
-    if (!evaluator) return undefined;
+    if (!evaluator) {
+      const failure = this.policies.shadowFailure;
+      return failure === undefined ? undefined : { result: 'error', status: 'deny', message: failure };
+    }
     const d = evaluator.evaluate(input);
     if (d.error) return { result: 'error', status: d.status, message: d.message };
     return { result: d.status === live.status ? 'agree' : 'disagree', status: d.status, message: d.message };

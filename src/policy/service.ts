@@ -16,6 +16,7 @@ import type {
   PolicyStore,
   PolicyVersionRecord,
   RevisionRecord,
+  ShadowState,
 } from './types.js';
 import { canonicalJson } from '../common/canonical-json.js';
 
@@ -81,6 +82,10 @@ const notFoundOf = (name: string): never => {
 export class PolicyService {
   private live: Evaluator | undefined;
   private shadowLive: Evaluator | undefined;
+  /** Why the shadow set is not evaluated although it has modules (it no longer compiles with the live set). */
+  private shadowBroken: string | undefined;
+  /** The generation of the shadow set this process loaded (-1: none yet). */
+  private shadowLoaded = -1;
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -98,6 +103,14 @@ export class PolicyService {
   /** The shadow set's evaluator (SPEC §11), when candidate modules are being shadowed. */
   get shadowEvaluator(): Evaluator | undefined {
     return this.shadowLive;
+  }
+
+  /**
+   * Set when there are shadow modules but the shadow set cannot be evaluated (the live set
+   * changed under it and the two no longer compile together): every decision counts a shadow error.
+   */
+  get shadowFailure(): string | undefined {
+    return this.shadowBroken;
   }
 
   /** Loads the stored set, seeding an empty never-seeded store from `policyDir` first. */
@@ -157,6 +170,7 @@ export class PolicyService {
   async refresh(): Promise<void> {
     await this.serialized(async () => {
       if ((await this.store.revision()) !== this.live?.revision) await this.load(await this.store.snapshot());
+      else if ((await this.store.shadowGeneration()) !== this.shadowLoaded) await this.reshadow();
     });
   }
 
@@ -336,6 +350,156 @@ export class PolicyService {
     });
     await this.announce(result.revision);
     return result;
+  }
+
+  /** The shadow set's modules and when it last changed (SPEC §11). */
+  async shadow(): Promise<ShadowState> {
+    return this.store.shadow();
+  }
+
+  /**
+   * Puts a candidate module into the shadow set: compiled with the live set like a PUT (400
+   * naming policy, row and column), without changing any answer. Every process loads it.
+   */
+  async putShadow(
+    name: string,
+    rego: string,
+    dryRun: boolean,
+    ctx: ChangeContext,
+  ): Promise<{ name: string; sha256: string; since: string; created: boolean; dryRun: boolean }> {
+    checkName(name);
+    if (rego.trim() === '') throw invalid('rego must not be empty');
+    if (rego.includes('\0')) throw invalid('rego must not contain U+0000');
+    const digest = sha256(rego);
+    const r = await this.serialized(async () => {
+      const [snap, shadow] = await Promise.all([this.store.snapshot(), this.store.shadow()]);
+      const next = shadow.policies.filter((p) => p.name !== name);
+      next.push({ name, rego, sha256: digest, since: '' });
+      const modules = shadowModules(snap.policies, next);
+      await this.prepare(await this.compileToModule(modules), dataTree(snap.data), snap.revision, modules);
+      if (dryRun) {
+        const created = !shadow.policies.some((p) => p.name === name);
+        return { created, since: new Date().toISOString() };
+      }
+      const stored = await this.store.putShadow({ name, rego, sha256: digest }, [
+        this.event('policy.shadow.put', name, snap.revision, ctx, { sha256: digest }),
+      ]);
+      await this.reshadow();
+      return stored;
+    });
+    if (!dryRun) await this.announce(this.requireLive().revision);
+    return { name, sha256: digest, since: r.since, created: r.created, dryRun };
+  }
+
+  /** Drops a module from the shadow set; 404 when it is not shadowed. */
+  async dropShadow(name: string, ctx: ChangeContext): Promise<void> {
+    checkName(name);
+    await this.serialized(async () => {
+      const revision = this.requireLive().revision;
+      const dropped = await this.store.dropShadow(name, undefined, [
+        this.event('policy.shadow.delete', name, revision, ctx, {}),
+      ]);
+      if (!dropped) throw notFound(`policy ${name} is not in the shadow set`);
+      await this.reshadow();
+    });
+    await this.announce(this.requireLive().revision);
+  }
+
+  /**
+   * Makes a shadow module live (a normal change: compiled, a new revision, audited) and drops it
+   * from the shadow set, unless it was replaced in the shadow set meanwhile. 404 when not shadowed.
+   */
+  async promote(
+    name: string,
+    ctx: ChangeContext,
+  ): Promise<{ policy: PolicyMeta; created: boolean; revision: number }> {
+    checkName(name);
+    const candidate = (await this.store.shadow()).policies.find((p) => p.name === name);
+    if (!candidate) throw notFound(`policy ${name} is not in the shadow set`);
+    const r = await this.put(name, candidate.rego, undefined, { dryRun: false }, ctx);
+    await this.serialized(async () => {
+      await this.store.dropShadow(name, candidate.sha256, [
+        this.event('policy.shadow.promote', name, r.revision, ctx, { sha256: candidate.sha256 }),
+      ]);
+      await this.reshadow();
+    });
+    await this.announce(r.revision);
+    return { policy: r.policy, created: r.created, revision: r.revision };
+  }
+
+  /**
+   * Evaluators for the live set and for a candidate: the live set with each of `policies` put (a
+   * string) or removed (null), and each of `data` put or removed (SPEC §11, impact). The candidate
+   * is compiled like a change (400 naming policy, row and column) and stored nowhere: nothing
+   * changes, not even the compiled-set cache.
+   */
+  async candidate(
+    policies: Record<string, string | null>,
+    data: Record<string, unknown>,
+  ): Promise<{ live: Evaluator; candidate: Evaluator }> {
+    const snap = await this.store.snapshot();
+    const modules = new Map(snap.policies.map((p) => [p.name, p.rego]));
+    for (const [name, rego] of Object.entries(policies)) {
+      checkName(name);
+      if (rego === null) {
+        if (!modules.delete(name)) throw invalid(`policy ${name} is not live: it cannot be removed`);
+        continue;
+      }
+      if (rego.trim() === '') throw invalid(`policy ${name}: rego must not be empty`);
+      if (rego.includes('\0')) throw invalid(`policy ${name}: rego must not contain U+0000`);
+      modules.set(name, rego);
+    }
+    const docs = new Map(snap.data.map((d) => [d.path, d.value]));
+    for (const [dataPath, value] of Object.entries(data)) {
+      checkDataPath(dataPath);
+      if (value === null) {
+        if (!docs.delete(dataPath))
+          throw invalid(`data document ${dataPath} does not exist: it cannot be removed`);
+      } else {
+        docs.set(dataPath, value);
+      }
+    }
+    const paths = [...docs.keys()];
+    for (const a of paths) {
+      const clash = paths.find((b) => overlaps(a, b));
+      if (clash) throw invalid(`data path ${a} overlaps data document ${clash}`);
+    }
+    const set = [...modules].map(([name, rego]) => ({ name, rego }));
+    const tree = dataTree([...docs].map(([path, value]) => ({ path, value })));
+    const candidate = await this.prepare(await this.moduleFor(set), tree, snap.revision, set);
+    const current = this.requireLive();
+    const live =
+      current.revision === snap.revision
+        ? current
+        : await this.prepare(await this.moduleFor(snap.policies), dataTree(snap.data), snap.revision);
+    return { live, candidate };
+  }
+
+  /**
+   * The policy modules and data of a past revision as history keeps them, or undefined when
+   * history does not hold that revision (it predates history, or its texts are missing).
+   */
+  async revisionSet(
+    revision: number,
+  ): Promise<{ modules: Module[]; data: Record<string, unknown> } | undefined> {
+    const r = await this.store.getRevision(revision);
+    if (!r) return undefined;
+    const blobs = await this.store.blobs(
+      r.policies.map((p) => p.sha256),
+      r.data.map((d) => d.sha256),
+    );
+    const modules: Module[] = [];
+    for (const p of r.policies) {
+      const rego = blobs.rego.get(p.sha256);
+      if (rego === undefined) return undefined;
+      modules.push({ name: p.name, rego });
+    }
+    const docs: { path: string; value: unknown }[] = [];
+    for (const d of r.data) {
+      if (!blobs.data.has(d.sha256)) return undefined;
+      docs.push({ path: d.path, value: blobs.data.get(d.sha256) });
+    }
+    return { modules, data: dataTree(docs) };
   }
 
   /**
@@ -647,6 +811,33 @@ export class PolicyService {
     const next = e.revision === revision ? e : await e.withData(e.data, revision);
     this.live = next;
     this.observer.revision(next.revision);
+    await this.reshadow();
+  }
+
+  /**
+   * Rebuilds the shadow set — the live set with each shadow module replacing or adding its name —
+   * after the live set or the shadow set changed. A shadow set that no longer compiles leaves
+   * the live set alone: it is marked broken and every decision counts a shadow error.
+   */
+  private async reshadow(): Promise<void> {
+    if (!this.live) return;
+    try {
+      const shadow = await this.store.shadow();
+      this.shadowLoaded = shadow.generation;
+      if (shadow.policies.length === 0) {
+        this.shadowLive = undefined;
+        this.shadowBroken = undefined;
+        return;
+      }
+      const snap = await this.store.snapshot();
+      const modules = shadowModules(snap.policies, shadow.policies);
+      const module = await this.compileToModule(modules);
+      this.shadowLive = await this.prepare(module, dataTree(snap.data), snap.revision, modules);
+      this.shadowBroken = undefined;
+    } catch (e) {
+      this.shadowLive = undefined;
+      this.shadowBroken = `the shadow set cannot be evaluated: ${(e as Error).message}`;
+    }
   }
 
   /**
@@ -660,6 +851,12 @@ export class PolicyService {
     const wasm = await this.compile(modules);
     await this.store.putCompiled(setHash, wasm);
     return WebAssembly.compile(wasm);
+  }
+
+  /** The wasm module for a set: from the store's cache when present, else compiled (not cached). */
+  private async moduleFor(modules: Module[]): Promise<WebAssembly.Module> {
+    const cached = await this.store.getCompiled(this.compiler.setHash(modules));
+    return WebAssembly.compile(cached ?? (await this.compile(modules)));
   }
 
   /** Compiles with the real compiler; a refused set is a 400 naming policy, row and column. */
@@ -701,6 +898,13 @@ export class PolicyService {
       details,
     };
   }
+}
+
+/** The live modules with each shadow module replacing or adding its name. */
+function shadowModules(live: Module[], shadow: Module[]): Module[] {
+  const set = new Map(live.map((m) => [m.name, m.rego]));
+  for (const m of shadow) set.set(m.name, m.rego);
+  return [...set].map(([name, rego]) => ({ name, rego }));
 }
 
 /** A bundle as POST /api/v1/bundle takes it (SPEC §11); a data value of null deletes the document. */

@@ -827,5 +827,56 @@ export function storageContract(backend: Backend): void {
         }
       });
     });
+
+    describe('shadow set', () => {
+      it('shares shadow modules between handles, bumping the generation on every change, with audit events', async () => {
+        const other = await second();
+        try {
+          expect(await stores.policies.shadow()).to.deep.equal({
+            generation: 0,
+            changed_at: null,
+            policies: [],
+          });
+          const a = rego('a');
+          const put = await stores.policies.putShadow(a, [{ kind: 'policy.shadow.put', resource: 'a' }]);
+          expect(put.created).to.equal(true);
+          expect(await other.policies.shadowGeneration()).to.equal(1);
+          const seen = await other.policies.shadow();
+          expect(seen.changed_at).to.equal(put.since);
+          expect(seen.policies).to.deep.equal([
+            { name: 'a', rego: a.rego, sha256: a.sha256, since: put.since },
+          ]);
+
+          const a2 = rego('a', 'x := 2');
+          expect((await other.policies.putShadow(a2, [{ kind: 'policy.shadow.put' }])).created).to.equal(
+            false,
+          );
+          expect((await stores.policies.shadow()).policies.map((p) => p.sha256)).to.deep.equal([a2.sha256]);
+          expect(await stores.policies.shadowGeneration()).to.equal(2);
+
+          // A drop conditional on an older text changes nothing; an unconditional one drops it.
+          expect(
+            await stores.policies.dropShadow('a', a.sha256, [{ kind: 'policy.shadow.promote' }]),
+          ).to.equal(false);
+          expect(
+            await stores.policies.dropShadow('missing', undefined, [{ kind: 'policy.shadow.delete' }]),
+          ).to.equal(false);
+          expect(await stores.policies.shadowGeneration()).to.equal(2);
+          expect(
+            await other.policies.dropShadow('a', a2.sha256, [{ kind: 'policy.shadow.delete' }]),
+          ).to.equal(true);
+          const after = await stores.policies.shadow();
+          expect(after.generation).to.equal(3);
+          expect(after.policies).to.deep.equal([]);
+          expect(after.changed_at).to.be.a('string');
+
+          const kinds = (await stores.audit.query({ limit: 10 })).map((e) => e.event.kind);
+          expect(kinds).to.deep.equal(['policy.shadow.delete', 'policy.shadow.put', 'policy.shadow.put']);
+          expect(await verifyChain(stores)).to.deep.equal({ ok: true, checked: 3 });
+        } finally {
+          await other.close();
+        }
+      });
+    });
   });
 }

@@ -2,6 +2,7 @@ import type { AuditService } from '../../audit/service.js';
 import type { AuthzenService } from '../../authzen/service.js';
 import type { Config } from '../../config.js';
 import type { DecisionService } from '../../decisions/service.js';
+import type { LifecycleService } from '../../policy/lifecycle.js';
 import type { Metrics } from '../../observability/metrics.js';
 import type { PolicyService } from '../../policy/service.js';
 import type { QueueService } from '../../queue/service.js';
@@ -11,7 +12,7 @@ import type { RouteDef } from '../context.js';
 import { auditRoutes } from './audit.js';
 import { authzenRoutes } from './authzen.js';
 import { decisionRoutes } from './decisions.js';
-import { lifecycleRoutes } from './lifecycle.js';
+import { lifecycleRoutes, replayRoutes } from './lifecycle.js';
 import { limitRoutes } from './limits.js';
 import { policyRoutes } from './policies.js';
 import { queueRoutes } from './queue.js';
@@ -37,6 +38,8 @@ export interface RouteDeps {
   /** The reviewer console's built files (served on the Engine API). */
   console: ConsoleAssets;
   webhooks: WebhookService;
+  /** Impact replay and explanation (SPEC §11). */
+  lifecycle: LifecycleService;
   budgets: BudgetService;
 }
 
@@ -56,6 +59,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
     ...policyRoutes(d),
     ...lifecycleRoutes(d),
     ...webhookRoutes(d.webhooks),
+    ...replayRoutes(d.lifecycle, d.policies),
     ...authzenRoutes(d),
     ...limitRoutes(d.budgets),
   ];

@@ -4,6 +4,7 @@ import { metaOf, type PolicyMeta, type Precondition } from '../../policy/service
 import type { Ctx, HeaderParam, RouteDef } from '../context.js';
 import { boolParam, PAGE_QUERY, queryOf } from '../query.js';
 import type { RouteDeps } from './index.js';
+import { shadowDelete, shadowPut, SHADOW_MODE } from './shadow-mode.js';
 import { change, param, PLATFORM } from './shared.js';
 
 /** Optimistic concurrency on a policy: the write happens only if the policy is still as read. */
@@ -36,7 +37,11 @@ function ifMatch(ctx: Ctx): Precondition | undefined {
   };
 }
 
-const PUT_QUERY = [boolParam('dry_run', 'compile and report without storing (true or false)')] as const;
+const PUT_QUERY = [
+  boolParam('dry_run', 'compile and report without storing (true or false)'),
+  SHADOW_MODE,
+] as const;
+const DELETE_QUERY = [SHADOW_MODE] as const;
 
 /** Body of PUT /api/v1/policies/{name} as JSON (text/plain Rego is the other form). */
 export const policyRequestSchema = {
@@ -121,6 +126,8 @@ export function policyRoutes(d: RouteDeps): RouteDef[] {
       summary: 'Create or update a policy (compiled and live before the response)',
       handler: async (ctx) => {
         const { rego, description } = policyBody(ctx.request.body);
+        if (queryOf(ctx, PUT_QUERY).mode === 'shadow')
+          return shadowPut(d.policies, ctx, rego, queryOf(ctx, PUT_QUERY).dry_run ?? false);
         const r = await d.policies.put(
           param(ctx, 'name'),
           rego,
@@ -148,7 +155,9 @@ export function policyRoutes(d: RouteDeps): RouteDef[] {
       body: 'none',
       headers: [IF_MATCH],
       summary: 'Delete a policy',
+      query: DELETE_QUERY,
       handler: async (ctx) => {
+        if (queryOf(ctx, DELETE_QUERY).mode === 'shadow') return shadowDelete(d.policies, ctx);
         await d.policies.delete(param(ctx, 'name'), ifMatch(ctx), change(ctx));
         ctx.status = 204;
       },
