@@ -20,7 +20,15 @@ import {
   type TargetSpec,
 } from './lib/load.js';
 import { benchBackends, type BackendRow } from './lib/storage.js';
-import { benchAuditAppend, benchEvaluation, benchTokens, type EvalResult, type Timing } from './lib/micro.js';
+import { benchScenarios, type ScenarioRow } from './lib/scenarios.js';
+import {
+  benchAuditAppend,
+  benchDecideLimits,
+  benchEvaluation,
+  benchTokens,
+  type EvalResult,
+  type Timing,
+} from './lib/micro.js';
 import { killAllSync, RssSampler, stopAll } from './lib/proc.js';
 import { summarizeProfile, type ProfileSummary } from './lib/profile.js';
 import {
@@ -43,7 +51,9 @@ const USAGE = `usage: npm run bench -- [--duration S] [--rounds N] [--connection
   --cpu-prof     run Arbiter under node --cpu-prof and summarize where it spends time
                  (the figures of a profiled run are not comparable)
   --skip-micro   skip the in-process micro-benchmarks
-  --skip-backends  skip the storage-backend comparison (SQLite, PostgreSQL × 1 and × 2 processes)`;
+  --skip-backends  skip the storage-backend comparison (SQLite, PostgreSQL × 1 and × 2 processes)
+  --skip-scenarios skip the scenarios (example and small policy; saturation and fixed rate)
+  --rate         the fixed-rate run's requests per second (default 1000, at 16 connections)`;
 
 // Targets from the issue; never adjusted to fit the results.
 const TARGET = {
@@ -66,6 +76,8 @@ interface Options {
   cpuProf: boolean;
   skipMicro: boolean;
   skipBackends: boolean;
+  skipScenarios: boolean;
+  rate: number;
 }
 
 function options(): Options {
@@ -79,6 +91,8 @@ function options(): Options {
       'cpu-prof': { type: 'boolean', default: false },
       'skip-micro': { type: 'boolean', default: false },
       'skip-backends': { type: 'boolean', default: false },
+      'skip-scenarios': { type: 'boolean', default: false },
+      rate: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -103,6 +117,8 @@ function options(): Options {
     cpuProf: values['cpu-prof'],
     skipMicro: values['skip-micro'],
     skipBackends: values['skip-backends'],
+    skipScenarios: values['skip-scenarios'],
+    rate: num(values.rate, 1000, 'rate'),
   };
 }
 
@@ -254,8 +270,13 @@ async function main(): Promise<void> {
   );
 
   // ---- micro-benchmarks, before any server runs so that nothing competes for the CPU
-  let micro: { evaluation: EvalResult; auditAppend: Timing; tokenMint: Timing; introspect: Timing } | null =
-    null;
+  let micro: {
+    evaluation: EvalResult;
+    auditAppend: Timing;
+    tokenMint: Timing;
+    introspect: Timing;
+    decide: { withoutLimits: Timing; withLimits: Timing };
+  } | null = null;
   if (!o.skipMicro) {
     log('\n[micro] policy evaluation (in-process, 100k timed after 10k warm-up)…');
     const evaluation = await benchEvaluation();
@@ -263,7 +284,9 @@ async function main(): Promise<void> {
     const auditAppend = await benchAuditAppend();
     log('[micro] token mint (2k) and introspection (10k)…');
     const t = await benchTokens();
-    micro = { evaluation, auditAppend, tokenMint: t.mint, introspect: t.introspect };
+    log('[micro] decide path without and with budgets (SQLite, synchronous=NORMAL, 2 × 5k)…');
+    const decide = await benchDecideLimits();
+    micro = { evaluation, auditAppend, tokenMint: t.mint, introspect: t.introspect, decide };
   }
 
   // ---- servers
@@ -374,6 +397,20 @@ async function main(): Promise<void> {
       log,
     });
   }
+  // ---- scenarios: example and small policy, Arbiter beside OPA, saturation and fixed rate
+  let scenarios: ScenarioRow[] | null = null;
+  if (!o.skipScenarios) {
+    log(
+      `\nscenarios (saturation at ${o.connections} connections; fixed rate ${o.rate} req/s at 16 connections)…`,
+    );
+    scenarios = await benchScenarios({
+      duration: o.duration,
+      connections: o.connections,
+      rate: o.rate,
+      rateConnections: 16,
+      log,
+    });
+  }
   let profile: ProfileSummary | null = null;
   if (profDir) {
     const f = readdirSync(profDir).find((x) => x.endsWith('.cpuprofile'));
@@ -443,6 +480,11 @@ async function main(): Promise<void> {
     );
     log(
       `micro: introspection   p50 ${m.introspect.p50} µs  p99 ${m.introspect.p99} µs  (${m.introspect.perSecond}/s)`,
+    );
+    const { withoutLimits: w0, withLimits: w2 } = m.decide;
+    log(
+      `micro: decide          p50 ${w0.p50} µs  p99 ${w0.p99} µs without limits; ` +
+        `p50 ${w2.p50} µs  p99 ${w2.p99} µs with its 2 limits (+${round(w2.mean - w0.mean, 1)} µs mean)`,
     );
   }
   log(
@@ -517,6 +559,62 @@ async function main(): Promise<void> {
       ]),
     );
   }
+  if (scenarios) {
+    log('\nscenarios — Arbiter beside OPA; CPU per decision by Arbiter thread');
+    log(
+      table([
+        [
+          'scenario',
+          'run',
+          'target',
+          'req/s',
+          'p50 ms',
+          'p99 ms',
+          'errors',
+          'CPU µs/decision',
+          'event loop p99 ms',
+        ],
+        ...scenarios.map((r) => [
+          r.scenario,
+          r.run,
+          r.target,
+          r.rps.toFixed(0),
+          r.p50.toFixed(2),
+          r.p99.toFixed(2),
+          String(r.errors),
+          r.cpuUsPerDecision
+            ? Object.entries(r.cpuUsPerDecision)
+                .map(([t, us]) => `${t} ${us}`)
+                .join(', ')
+            : '',
+          r.eventLoopMs ? String(r.eventLoopMs.p99) : '',
+        ]),
+      ]),
+    );
+    const find = (sc: string, run: string, t: string) =>
+      scenarios!.find((r) => r.scenario === sc && r.run === run && r.target === t);
+    for (const sc of ['example', 'small']) {
+      const sa = find(sc, 'saturation', 'arbiter');
+      const so = find(sc, 'saturation', 'opa');
+      const fa = find(sc, 'fixed-rate', 'arbiter');
+      const fo = find(sc, 'fixed-rate', 'opa');
+      if (sa && so) {
+        checks.push({
+          target: `${sc} policy: saturation throughput ≥ ${TARGET.vsOpa}× OPA server`,
+          verdict: v(sa.rps >= TARGET.vsOpa * so.rps && sa.errors === 0),
+          figure: `${round(sa.rps / so.rps, 3)}× (${sa.rps} vs ${so.rps} req/s, ${sa.errors} errors)`,
+        });
+      }
+      if (fa && fo) {
+        checks.push({
+          target: `${sc} policy: p99 at ${o.rate} req/s ≤ OPA's`,
+          // Only a run that reached the rate compares tails at that rate.
+          verdict: v(fa.p99 <= fo.p99 && fa.errors === 0, fa.rps >= 0.95 * o.rate && fo.rps >= 0.95 * o.rate),
+          figure: `${fa.p99} vs ${fo.p99} ms (reached ${fa.rps} and ${fo.rps} req/s)`,
+        });
+      }
+    }
+  }
   log('\nTARGETS');
   for (const c of checks) log(`  ${c.verdict.padEnd(12)} ${c.target}: ${c.figure}`);
   if (o.cpuProf) log('  (profiled run: figures are not comparable with unprofiled runs)');
@@ -538,6 +636,7 @@ async function main(): Promise<void> {
     rounds,
     profile,
     backends,
+    scenarios,
   };
   const dir = path.join(REPO, 'bench', 'results');
   mkdirSync(dir, { recursive: true });

@@ -7,6 +7,8 @@ import { repoRoot, type Config, type Role } from './config.js';
 import { VERSION } from './version.js';
 import { WebhookService } from './webhooks/service.js';
 import { DecisionService } from './decisions/service.js';
+import { BudgetService } from './decisions/budgets.js';
+import { AuthzenService } from './authzen/service.js';
 import type { Api } from './http/context.js';
 import { ConsoleAssets } from './http/console.js';
 import { routeTable } from './http/routes/index.js';
@@ -14,13 +16,15 @@ import { buildApp, createApiServer } from './http/server.js';
 import { newId, newTraceId } from './ids.js';
 import { KeyService } from './keys/service.js';
 import type { Logger } from './observability/logger.js';
-import { isWorker, WorkerLink } from './cluster.js';
+import { isWorker, WorkerLink, type Listener } from './cluster.js';
 import { createMetrics, gaugeFrom, threadCpuGauge } from './observability/metrics.js';
 import { threadCpuSeconds } from './observability/thread-cpu.js';
 import { QueueService } from './queue/service.js';
 import { TokenService } from './tokens/service.js';
 import { RegoCompiler } from './policy/compiler.js';
 import { PolicyService } from './policy/service.js';
+import { Explainer } from './policy/explain.js';
+import { LifecycleService } from './policy/lifecycle.js';
 import { openStores } from './storage/index.js';
 
 /** In-flight requests get this long to finish at shutdown; then their connections are cut. */
@@ -55,12 +59,6 @@ const CONSOLE_DIR = path.join(repoRoot, 'dist', 'console');
 
 /** Our own event kinds are a fixed set; ingested kinds are free text, so they share one label. */
 const metricKind = (kind: string) => (isReservedKind(kind) ? kind : 'ingested');
-
-export interface Listener {
-  api: Api;
-  url: string;
-  port: number;
-}
 
 export interface Running {
   listeners: Listener[];
@@ -173,8 +171,10 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
           metrics.decisions.inc({ kind, outcome });
           metrics.evaluation.observe(seconds);
         },
+        shadowed: (result) => metrics.shadowDecisions.inc({ result }),
       },
     );
+    const authzen = new AuthzenService(decisions, config.authzenDefaultTenant);
     const audit = new AuditService(stores.audit, makeMasker(config.auditMaskFields));
     const queue = new QueueService(
       stores.queue,
@@ -230,6 +230,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       metricsText,
       audit,
       decisions,
+      authzen,
       queue,
       tokens,
       policies,
@@ -237,6 +238,8 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       health,
       console: ConsoleAssets.load(CONSOLE_DIR),
       webhooks,
+      lifecycle: new LifecycleService(policies, stores.audit, new Explainer(config.opaBin)),
+      budgets: new BudgetService(stores.limits),
     });
     // Declared before any listener exists: a request may arrive while the next one binds.
     let closing: Promise<void> | undefined;

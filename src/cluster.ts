@@ -1,6 +1,6 @@
 import cluster, { type Worker } from 'node:cluster';
 import { AggregatorRegistry, type Registry } from 'prom-client';
-import type { Listener } from './app.js';
+import type { Api } from './http/context.js';
 import { newId } from './ids.js';
 import type { Logger } from './observability/logger.js';
 
@@ -15,6 +15,13 @@ import type { Logger } from './observability/logger.js';
  *   so "live before the response" holds whichever process serves the next request.
  * - /metrics on any worker answers the sum over all workers (prom-client's AggregatorRegistry).
  */
+
+/** One API's listening socket, as a worker reports it to the primary. */
+export interface Listener {
+  api: Api;
+  url: string;
+  port: number;
+}
 
 type ToPrimary =
   | { arbiter: 'listening'; listeners: Listener[] }

@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
+import { TOKEN_SAFE } from './common/validation.js';
 
 /** Repository root: this file runs as dist/src/config.js. */
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -37,6 +38,8 @@ export interface Config {
   /** Base URL of the Engine API as reviewers reach it (links in notifications); '' = this listener. */
   readonly publicUrl: string | undefined;
   readonly webhookRetrySeconds: number;
+  /** Tenant of an AuthZEN human decision whose subject names none (SPEC §14). */
+  readonly authzenDefaultTenant: string;
 }
 
 /**
@@ -72,6 +75,7 @@ const settings = {
   databasePool: { env: 'ARBITER_DATABASE_POOL', def: '10', parse: positiveInt },
   publicUrl: { env: 'ARBITER_PUBLIC_URL', def: '', parse: publicUrl },
   webhookRetrySeconds: { env: 'ARBITER_WEBHOOK_RETRY_SECONDS', def: '5', parse: positiveInt },
+  authzenDefaultTenant: { env: 'ARBITER_AUTHZEN_DEFAULT_TENANT', def: 'default', parse: tenantId },
 } as const;
 
 /** The environment variable of every setting (the example configuration file lists them all). */
@@ -144,6 +148,13 @@ function publicUrl(raw: string, name: string): string | undefined {
     throw new ConfigError(`${name} must be an http:// or https:// URL, got "${raw}"`);
   }
   return v.replace(/\/+$/, '');
+}
+function tenantId(raw: string, name: string): string {
+  const v = str(raw, name);
+  if (v.length > 256 || !new RegExp(TOKEN_SAFE).test(v)) {
+    throw new ConfigError(`${name} must be a tenant id: at most 256 characters, no whitespace`);
+  }
+  return v;
 }
 function logLevel(raw: string, name: string): LogLevel {
   const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];

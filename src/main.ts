@@ -9,6 +9,7 @@ import { AppError } from './errors.js';
 import { KeyService } from './keys/service.js';
 import { createLogger } from './observability/logger.js';
 import { VERSION } from './version.js';
+import { POLICY_USAGE, policyCommand } from './cli/policy.js';
 
 const USAGE = `usage:
   arbiter --version
@@ -17,9 +18,12 @@ const USAGE = `usage:
   arbiter keys list
   arbiter keys revoke NAME
   arbiter audit verify
+${POLICY_USAGE}
 
 Configuration comes from ARBITER_* environment variables and an optional YAML file named by
-ARBITER_CONFIG (see README.md).`;
+ARBITER_CONFIG (see README.md). The policy commands talk to the Platform API at --url or
+ARBITER_URL with the key from --key or ARBITER_KEY; exit 0 ok, 1 refused or failed, 2 usage or
+connection error.`;
 
 class UsageError extends Error {}
 
@@ -157,6 +161,14 @@ async function main(argv: string[]): Promise<void> {
   if (cmd === 'audit') return audit(rest);
   if (cmd === 'serve') return serve(rest);
   if (cmd === 'keys') return keys(rest);
+  if (cmd === 'policy') {
+    process.exitCode = await policyCommand(
+      rest,
+      (line) => console.log(line),
+      (line) => console.error(line),
+    );
+    return;
+  }
   if (cmd === undefined || cmd === 'help' || cmd === '--help' || cmd === '-h') {
     console.log(USAGE);
     return;

@@ -144,7 +144,7 @@ export async function runHotSwap(
     let maxSeen = -Infinity;
     const rows = db
       .prepare(
-        "SELECT policy_revision AS r FROM audit_events WHERE kind = 'decision' AND seq > ? ORDER BY seq",
+        "SELECT json_extract(body, '$.policy_revision') AS r FROM audit_events WHERE kind = 'decision' AND seq > ? ORDER BY seq",
       )
       .pluck()
       .iterate(startSeq) as Iterable<number | null>;

@@ -148,6 +148,8 @@ export interface LoadOptions {
   duration?: number;
   /** Stop after exactly this many responses. */
   amount?: number;
+  /** Fixed rate: requests per second over all connections (autocannon's overallRate). */
+  rate?: number;
   recordLatency?: boolean;
   round?: number | null;
   onProgress?: (responses: number) => void;
@@ -189,6 +191,7 @@ export async function runLoad(spec: TargetSpec, o: LoadOptions): Promise<LoadRes
         url: spec.url,
         connections: o.connections,
         ...(o.amount !== undefined ? { amount: o.amount } : { duration: o.duration ?? 10 }),
+        ...(o.rate !== undefined ? { overallRate: o.rate } : {}),
         requests,
         timeout: 10,
       },

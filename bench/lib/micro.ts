@@ -1,8 +1,11 @@
 // In-process micro-benchmarks against the compiled service code (dist/src): one policy
 // evaluation, one durable audit append, one token mint and one introspection.
+import { cpSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { DecisionService } from '../../src/decisions/service.js';
 import { RegoCompiler } from '../../src/policy/compiler.js';
 import { Evaluator } from '../../src/policy/evaluator.js';
-import { dataTree, readPolicyDir } from '../../src/policy/service.js';
+import { dataTree, PolicyService, readPolicyDir } from '../../src/policy/service.js';
 import { openDatabase } from '../../src/storage/sqlite/db.js';
 import { sqliteStores } from '../../src/storage/sqlite/index.js';
 import { QueueService } from '../../src/queue/service.js';
@@ -159,5 +162,78 @@ export async function benchTokens(
     return { mint, introspect };
   } finally {
     await stores.close();
+  }
+}
+
+/**
+ * (d) What budgets cost a decision: the whole decide path (validate, evaluate the example set,
+ * record the decision with its audit event through group commit) for the same request, an invoice
+ * payment by finance-bot, against the example set without and with policies/budgets.rego (which
+ * declares two limits for it), interleaved in rounds. SQLite with synchronous=NORMAL, so that the
+ * fsync does not drown the difference.
+ */
+export async function benchDecideLimits(
+  n = 5_000,
+  rounds = 5,
+): Promise<{ withoutLimits: Timing; withLimits: Timing }> {
+  const compiler = new RegoCompiler(opaBin());
+  await compiler.init();
+  const opened: { close(): Promise<void> }[] = [];
+  /** A decision service over a copy of the example set, with or without its budgets. */
+  const service = async (budgets: boolean) => {
+    const dir = tempDir('arbiter-bench-limits-policies-');
+    cpSync(POLICY_DIR, dir, { recursive: true });
+    if (budgets) {
+      // Budgets that never run out during the run: the charge is timed, not the deny.
+      const dataFile = path.join(dir, 'data.json');
+      const doc = JSON.parse(readFileSync(dataFile, 'utf8')) as Record<string, unknown>;
+      doc.budgets = { invoice_payments_per_day: 1e9, invoice_spend_per_day: 1e9 };
+      writeFileSync(dataFile, JSON.stringify(doc));
+    } else {
+      rmSync(path.join(dir, 'budgets.rego'));
+    }
+    const stores = sqliteStores(openDatabase(tempDir('arbiter-bench-limits-'), 'normal'));
+    opened.push(stores);
+    const policies = new PolicyService(stores.policies, compiler, 250, {
+      compiled: () => undefined,
+      revision: () => undefined,
+    });
+    await policies.start(dir, { actor: 'bench', traceId: newTraceId(), requestId: newId() });
+    return new DecisionService(policies, stores.decisions, 3600, (d) => d, { decided: () => undefined });
+  };
+  try {
+    const plain = await service(false);
+    const limited = await service(true);
+    const body = {
+      agent_id: 'finance-bot',
+      action: 'invoices.pay',
+      resource: 'invoices/i-1',
+      confidence: 0.95,
+      context: { amount: 1 },
+    };
+    const decide = async (decisions: DecisionService) => {
+      const ids = { requestId: newId(), traceId: newTraceId() };
+      const r = await decisions.authorizeAgent(body, ADMIN_PRINCIPAL, ids);
+      if (r.decision.status !== 'allow') throw new Error(`bench decision answered ${r.decision.status}`);
+    };
+    for (let i = 0; i < 500; i++) await decide(i % 2 ? plain : limited);
+    const per = Math.ceil(n / rounds);
+    const times = [new Float64Array(per * rounds), new Float64Array(per * rounds)] as const;
+    const totals = [0, 0];
+    for (let r = 0; r < rounds; r++) {
+      for (const [k, decisions] of [plain, limited].entries()) {
+        const t0 = process.hrtime.bigint();
+        for (let i = 0; i < per; i++) {
+          const s = process.hrtime.bigint();
+          await decide(decisions);
+          times[k as 0 | 1][r * per + i] = Number(process.hrtime.bigint() - s);
+        }
+        totals[k]! += Number(process.hrtime.bigint() - t0);
+      }
+    }
+    return { withoutLimits: timing(times[0], totals[0]!), withLimits: timing(times[1], totals[1]!) };
+  } finally {
+    await compiler.close();
+    for (const s of opened) await s.close();
   }
 }

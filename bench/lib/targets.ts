@@ -1,7 +1,7 @@
 // Starts the three servers the benchmark compares: Arbiter as users run it, OPA's own server on
 // the same Rego, and a bare node:http server.
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,6 +11,8 @@ import { freePort, spawnManaged, waitHttp, type Managed } from './proc.js';
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 export const MAIN = path.join(REPO, 'dist', 'src', 'main.js');
 export const POLICY_DIR = path.join(REPO, 'policies');
+/** The small agent policy of the "small" scenario (four actions, one deny, one approval rule). */
+export const SMALL_POLICY_DIR = path.join(REPO, 'bench', 'policies', 'small');
 export const BUILTIN_REGO = path.join(REPO, 'src', 'policy', 'rego', 'authz.rego');
 export const ADMIN_KEY = 'bench-admin-key-0123456789abcdef';
 
@@ -45,7 +47,7 @@ export interface ArbiterProc {
  */
 export async function startArbiter(
   nodeFlags: string[] = [],
-  opts: { databaseUrl?: string; agentKey?: string } = {},
+  opts: { databaseUrl?: string; agentKey?: string; policyDir?: string } = {},
 ): Promise<ArbiterProc> {
   const dataDir = tempDir('arbiter-bench-');
   const [enginePort, platformPort] = [await freePort(), await freePort()];
@@ -58,7 +60,7 @@ export async function startArbiter(
     ARBITER_ENGINE_PORT: String(enginePort),
     ARBITER_PLATFORM_PORT: String(platformPort),
     ARBITER_ADMIN_KEY: ADMIN_KEY,
-    ARBITER_POLICY_DIR: POLICY_DIR,
+    ARBITER_POLICY_DIR: opts.policyDir ?? POLICY_DIR,
     ARBITER_LOG_LEVEL: 'warn',
     ARBITER_OPA_BIN: opaBin(),
   });
@@ -101,17 +103,20 @@ export interface OpaProc {
  * `opa run --server` on the example modules (without tests), the built-in decision module and
  * the example data, answering POST /v1/data/authz/decision.
  */
-export async function startOpa(): Promise<OpaProc> {
+export async function startOpa(policyDir = POLICY_DIR): Promise<OpaProc> {
   const dir = tempDir('arbiter-bench-opa-');
   const bundle = path.join(dir, 'bundle');
   mkdirSync(path.join(bundle, 'policies'), { recursive: true });
   mkdirSync(path.join(bundle, 'builtin'), { recursive: true });
-  for (const f of readdirSync(POLICY_DIR)) {
-    if (f.endsWith('.rego') && !f.endsWith('_test.rego')) {
-      copyFileSync(path.join(POLICY_DIR, f), path.join(bundle, 'policies', f));
+  for (const f of readdirSync(policyDir)) {
+    // policies/authz.rego is a copy of the built-in module, copied below from its source.
+    if (f.endsWith('.rego') && !f.endsWith('_test.rego') && f !== 'authz.rego') {
+      copyFileSync(path.join(policyDir, f), path.join(bundle, 'policies', f));
     }
   }
-  copyFileSync(path.join(POLICY_DIR, 'data.json'), path.join(bundle, 'data.json'));
+  if (existsSync(path.join(policyDir, 'data.json'))) {
+    copyFileSync(path.join(policyDir, 'data.json'), path.join(bundle, 'data.json'));
+  }
   copyFileSync(BUILTIN_REGO, path.join(bundle, 'builtin', 'authz.rego'));
   const bin = opaBin();
   const v = spawnSync(bin, ['version'], { encoding: 'utf8' });

@@ -39,6 +39,8 @@ export const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
 
 export interface DecisionObserver {
   decided(kind: 'agent' | 'human', outcome: DecisionStatus, evalSeconds: number): void;
+  /** The shadow set's verdict on one decision (SPEC §11), when a shadow set is active. */
+  shadowed?(result: 'agree' | 'disagree' | 'error'): void;
 }
 
 /** What a decision is about, as queued, recorded and audited. */
@@ -176,7 +178,12 @@ export class DecisionService {
     idemKey: string | undefined,
     { subject, call }: { subject: Subject; call: Call },
   ): Promise<DecisionResult> {
-    const idem = idempotency(kind, req, idemKey);
+    // An AuthZEN request is the same request only if its input.authzen is the same too.
+    const idem = idempotency(
+      kind,
+      call.extras.authzen ? { req, authzen: call.extras.authzen } : req,
+      idemKey,
+    );
     if (idem) {
       const prior = await this.store.findByIdempotencyKey(principal.keyId, idem.key, idem.since);
       if (prior) return replay(prior, idem.hash);
@@ -232,6 +239,7 @@ export class DecisionService {
     }
     if ('replay' in outcome) return replay(outcome.replay, idem?.hash ?? '');
     this.observer.decided(kind, outcome.decision.status, evaluation.latencyNs / 1e9);
+    if (shadow) this.observer.shadowed?.(shadow.result);
     return { decision: answer(outcome.decision), replayed: false };
   }
 
@@ -265,7 +273,10 @@ export class DecisionService {
    */
   private shadow(input: Record<string, unknown>, live: PolicyDecision): ShadowOutcome | undefined {
     const evaluator = this.policies.shadowEvaluator;
-    if (!evaluator) return undefined;
+    if (!evaluator) {
+      const failure = this.policies.shadowFailure;
+      return failure === undefined ? undefined : { result: 'error', status: 'deny', message: failure };
+    }
     const d = evaluator.evaluate(input);
     if (d.error) return { result: 'error', status: d.status, message: d.message };
     return { result: d.status === live.status ? 'agree' : 'disagree', status: d.status, message: d.message };
@@ -379,6 +390,10 @@ function decisionEvent(
   shadow: ShadowOutcome | undefined,
 ): NewAuditEvent {
   const { context: _context, ...inputWithoutContext } = input;
+  // input.authzen repeats the context (SPEC §14): store it masked, as details.context is.
+  if (inputWithoutContext.authzen) {
+    inputWithoutContext.authzen = { ...(inputWithoutContext.authzen as object), context: subject.context };
+  }
   return {
     kind: 'decision',
     time: now.toISOString(),

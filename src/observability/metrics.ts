@@ -36,6 +36,12 @@ export function createMetrics() {
       labelNames: ['kind', 'outcome'] as const,
       registers: [registry],
     }),
+    shadowDecisions: new Counter({
+      name: 'arbiter_shadow_decisions_total',
+      help: 'Decisions also evaluated against the shadow set, by result (agree, disagree, error).',
+      labelNames: ['result'] as const,
+      registers: [registry],
+    }),
     evaluation: new Histogram({
       name: 'arbiter_policy_evaluation_duration_seconds',
       help: 'In-process policy evaluation latency.',

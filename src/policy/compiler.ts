@@ -19,8 +19,26 @@ export interface Module {
   rego: string;
 }
 
-/** A policy set the compiler refused; `message` names policy, row, column and the reason. */
-export class CompileError extends Error {}
+/** One located complaint of the compiler: the policy (undefined for the built-in module) and where. */
+export interface CompileProblem {
+  policy: string | undefined;
+  row: number | undefined;
+  col: number | undefined;
+  message: string;
+}
+
+/**
+ * A policy set the compiler refused; `message` names policy, row, column and the reason, and
+ * `problems` holds the same one by one (the CLI turns them into file:row:col lines).
+ */
+export class CompileError extends Error {
+  constructor(
+    message: string,
+    readonly problems: CompileProblem[] = [],
+  ) {
+    super(message);
+  }
+}
 
 interface OpaError {
   message: string;
@@ -87,16 +105,18 @@ export class RegoCompiler {
       for (const m of modules) await writeFile(path.join(dir, 'policies', `${m.name}.rego`), m.rego);
 
       const check = await this.run(['check', '--format', 'json', '--capabilities', this.capsFile, '.'], dir);
-      if (check.code !== 0) throw new CompileError(this.describe(check.stderr || check.stdout));
+      if (check.code !== 0) throw this.refusal(check.stderr || check.stdout);
 
       const inspect = await this.run(['inspect', '--format', 'json', 'policies'], dir);
-      if (inspect.code !== 0) throw new CompileError(this.describe(inspect.stderr || inspect.stdout));
+      if (inspect.code !== 0) throw this.refusal(inspect.stderr || inspect.stdout);
       const inspected = JSON.parse(inspect.stdout) as { namespaces?: Record<string, string[]> };
       for (const [ns, files] of Object.entries(inspected.namespaces ?? {})) {
         if (ns === RESERVED_PACKAGE) {
+          const message =
+            "package authz is reserved for Arbiter's decision module; use package authz.agent or authz.human";
           throw new CompileError(
-            `${files.map((f) => policyName(f)).join(', ')}: package authz is reserved for Arbiter's ` +
-              'decision module; use package authz.agent or authz.human',
+            `${files.map((f) => policyName(f)).join(', ')}: ${message}`,
+            files.map((f) => ({ policy: policyOf(f), row: undefined, col: undefined, message })),
           );
         }
       }
@@ -120,7 +140,7 @@ export class RegoCompiler {
         ],
         dir,
       );
-      if (built.code !== 0) throw new CompileError(this.describe(built.stderr || built.stdout));
+      if (built.code !== 0) throw this.refusal(built.stderr || built.stdout);
       const wasm = extractFromTarGz(await readFile(out), '/policy.wasm');
       if (!wasm) throw new Error('opa build produced no policy.wasm');
       return wasm;
@@ -129,27 +149,35 @@ export class RegoCompiler {
     }
   }
 
-  /** Turns OPA's JSON errors into one message naming policy, row, column and the reason. */
-  private describe(output: string): string {
+  /** Turns OPA's JSON errors into one error naming policy, row, column and the reason. */
+  private refusal(output: string): CompileError {
     let errors: OpaError[];
     try {
       errors = (JSON.parse(output) as { errors: OpaError[] }).errors;
     } catch {
-      return output.trim().replace(/\S*\/policies\//g, '') || 'policy set does not compile';
+      const text = output.trim().replace(/\S*\/policies\//g, '') || 'policy set does not compile';
+      return new CompileError(text, [{ policy: undefined, row: undefined, col: undefined, message: text }]);
     }
-    return errors
-      .slice(0, 10)
-      .map((e) => {
-        let msg = e.message;
-        const fn = /^undefined function (\S+)$/.exec(msg)?.[1];
-        if (fn && this.allBuiltins.has(fn) && !ALLOWED_BUILTINS.has(fn)) {
-          msg = `builtin ${fn} is not allowed: Arbiter evaluates policies in WebAssembly without it`;
-        }
-        const loc = e.location;
-        const where = loc ? `${policyName(loc.file)}:${loc.row}:${loc.col}: ` : '';
-        return `${where}${e.code ? e.code + ': ' : ''}${msg}`;
-      })
-      .join('; ');
+    const problems = errors.slice(0, 10).map((e): CompileProblem => {
+      let msg = e.message;
+      const fn = /^undefined function (\S+)$/.exec(msg)?.[1];
+      if (fn && this.allBuiltins.has(fn) && !ALLOWED_BUILTINS.has(fn)) {
+        msg = `builtin ${fn} is not allowed: Arbiter evaluates policies in WebAssembly without it`;
+      }
+      const loc = e.location;
+      return {
+        policy: loc ? policyOf(loc.file) : undefined,
+        row: loc?.row,
+        col: loc?.col,
+        message: `${e.code ? e.code + ': ' : ''}${msg}`,
+      };
+    });
+    const located = errors.slice(0, 10).map((e, i) => {
+      const loc = e.location;
+      const where = loc ? `${policyName(loc.file)}:${loc.row}:${loc.col}: ` : '';
+      return `${where}${problems[i]?.message ?? ''}`;
+    });
+    return new CompileError(located.join('; '), problems);
   }
 
   /** Runs the OPA CLI; rejects only when it cannot be started or times out. */
@@ -166,6 +194,11 @@ export class RegoCompiler {
       );
     });
   }
+}
+
+/** `policies/foo.rego` → `foo`; undefined for the built-in module. */
+function policyOf(file: string): string | undefined {
+  return /(?:^|\/)policies\/(.+)\.rego$/.exec(file)?.[1];
 }
 
 /** `policies/foo.rego` → `policy foo`; the built-in module keeps its file name. */

@@ -3,11 +3,21 @@ import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import YAML from 'yaml';
 import type { NewAuditEvent } from '../audit/types.js';
-import { conflict, invalid, isKind, notFound, precondition, unavailable } from '../errors.js';
+import { conflict, internal, invalid, isKind, notFound, precondition, unavailable } from '../errors.js';
+import { encodeCursor, fetchPage, readCursor, type Page, type PageQuery } from '../common/pagination.js';
 import { CompileError, type Module, type RegoCompiler } from './compiler.js';
 import { Evaluator } from './evaluator.js';
 import { thresholdErrorMessage } from './thresholds.js';
-import type { DataDocument, PolicyRecord, PolicySnapshot, PolicyStore } from './types.js';
+import type {
+  DataDocument,
+  PolicyChange,
+  PolicyRecord,
+  PolicySnapshot,
+  PolicyStore,
+  PolicyVersionRecord,
+  RevisionRecord,
+  ShadowState,
+} from './types.js';
 import { canonicalJson } from '../common/canonical-json.js';
 
 export const POLICY_NAME = /^[a-z0-9][a-z0-9._-]{0,127}$/;
@@ -72,6 +82,10 @@ const notFoundOf = (name: string): never => {
 export class PolicyService {
   private live: Evaluator | undefined;
   private shadowLive: Evaluator | undefined;
+  /** Why the shadow set is not evaluated although it has modules (it no longer compiles with the live set). */
+  private shadowBroken: string | undefined;
+  /** The generation of the shadow set this process loaded (-1: none yet). */
+  private shadowLoaded = -1;
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -89,6 +103,14 @@ export class PolicyService {
   /** The shadow set's evaluator (SPEC §11), when candidate modules are being shadowed. */
   get shadowEvaluator(): Evaluator | undefined {
     return this.shadowLive;
+  }
+
+  /**
+   * Set when there are shadow modules but the shadow set cannot be evaluated (the live set
+   * changed under it and the two no longer compile together): every decision counts a shadow error.
+   */
+  get shadowFailure(): string | undefined {
+    return this.shadowBroken;
   }
 
   /** Loads the stored set, seeding an empty never-seeded store from `policyDir` first. */
@@ -148,6 +170,7 @@ export class PolicyService {
   async refresh(): Promise<void> {
     await this.serialized(async () => {
       if ((await this.store.revision()) !== this.live?.revision) await this.load(await this.store.snapshot());
+      else if ((await this.store.shadowGeneration()) !== this.shadowLoaded) await this.reshadow();
     });
   }
 
@@ -329,6 +352,398 @@ export class PolicyService {
     return result;
   }
 
+  /** The shadow set's modules and when it last changed (SPEC §11). */
+  async shadow(): Promise<ShadowState> {
+    return this.store.shadow();
+  }
+
+  /**
+   * Puts a candidate module into the shadow set: compiled with the live set like a PUT (400
+   * naming policy, row and column), without changing any answer. Every process loads it.
+   */
+  async putShadow(
+    name: string,
+    rego: string,
+    dryRun: boolean,
+    ctx: ChangeContext,
+  ): Promise<{ name: string; sha256: string; since: string; created: boolean; dryRun: boolean }> {
+    checkName(name);
+    if (rego.trim() === '') throw invalid('rego must not be empty');
+    if (rego.includes('\0')) throw invalid('rego must not contain U+0000');
+    const digest = sha256(rego);
+    const r = await this.serialized(async () => {
+      const [snap, shadow] = await Promise.all([this.store.snapshot(), this.store.shadow()]);
+      const next = shadow.policies.filter((p) => p.name !== name);
+      next.push({ name, rego, sha256: digest, since: '' });
+      const modules = shadowModules(snap.policies, next);
+      await this.prepare(await this.compileToModule(modules), dataTree(snap.data), snap.revision, modules);
+      if (dryRun) {
+        const created = !shadow.policies.some((p) => p.name === name);
+        return { created, since: new Date().toISOString() };
+      }
+      const stored = await this.store.putShadow({ name, rego, sha256: digest }, [
+        this.event('policy.shadow.put', name, snap.revision, ctx, { sha256: digest }),
+      ]);
+      await this.reshadow();
+      return stored;
+    });
+    if (!dryRun) await this.announce(this.requireLive().revision);
+    return { name, sha256: digest, since: r.since, created: r.created, dryRun };
+  }
+
+  /** Drops a module from the shadow set; 404 when it is not shadowed. */
+  async dropShadow(name: string, ctx: ChangeContext): Promise<void> {
+    checkName(name);
+    await this.serialized(async () => {
+      const revision = this.requireLive().revision;
+      const dropped = await this.store.dropShadow(name, undefined, [
+        this.event('policy.shadow.delete', name, revision, ctx, {}),
+      ]);
+      if (!dropped) throw notFound(`policy ${name} is not in the shadow set`);
+      await this.reshadow();
+    });
+    await this.announce(this.requireLive().revision);
+  }
+
+  /**
+   * Makes a shadow module live (a normal change: compiled, a new revision, audited) and drops it
+   * from the shadow set, unless it was replaced in the shadow set meanwhile. 404 when not shadowed.
+   */
+  async promote(
+    name: string,
+    ctx: ChangeContext,
+  ): Promise<{ policy: PolicyMeta; created: boolean; revision: number }> {
+    checkName(name);
+    const candidate = (await this.store.shadow()).policies.find((p) => p.name === name);
+    if (!candidate) throw notFound(`policy ${name} is not in the shadow set`);
+    const r = await this.put(name, candidate.rego, undefined, { dryRun: false }, ctx);
+    await this.serialized(async () => {
+      await this.store.dropShadow(name, candidate.sha256, [
+        this.event('policy.shadow.promote', name, r.revision, ctx, { sha256: candidate.sha256 }),
+      ]);
+      await this.reshadow();
+    });
+    await this.announce(r.revision);
+    return { policy: r.policy, created: r.created, revision: r.revision };
+  }
+
+  /**
+   * Evaluators for the live set and for a candidate: the live set with each of `policies` put (a
+   * string) or removed (null), and each of `data` put or removed (SPEC §11, impact). The candidate
+   * is compiled like a change (400 naming policy, row and column) and stored nowhere: nothing
+   * changes, not even the compiled-set cache.
+   */
+  async candidate(
+    policies: Record<string, string | null>,
+    data: Record<string, unknown>,
+  ): Promise<{ live: Evaluator; candidate: Evaluator }> {
+    const snap = await this.store.snapshot();
+    const modules = new Map(snap.policies.map((p) => [p.name, p.rego]));
+    for (const [name, rego] of Object.entries(policies)) {
+      checkName(name);
+      if (rego === null) {
+        if (!modules.delete(name)) throw invalid(`policy ${name} is not live: it cannot be removed`);
+        continue;
+      }
+      if (rego.trim() === '') throw invalid(`policy ${name}: rego must not be empty`);
+      if (rego.includes('\0')) throw invalid(`policy ${name}: rego must not contain U+0000`);
+      modules.set(name, rego);
+    }
+    const docs = new Map(snap.data.map((d) => [d.path, d.value]));
+    for (const [dataPath, value] of Object.entries(data)) {
+      checkDataPath(dataPath);
+      if (value === null) {
+        if (!docs.delete(dataPath))
+          throw invalid(`data document ${dataPath} does not exist: it cannot be removed`);
+      } else {
+        docs.set(dataPath, value);
+      }
+    }
+    const paths = [...docs.keys()];
+    for (const a of paths) {
+      const clash = paths.find((b) => overlaps(a, b));
+      if (clash) throw invalid(`data path ${a} overlaps data document ${clash}`);
+    }
+    const set = [...modules].map(([name, rego]) => ({ name, rego }));
+    const tree = dataTree([...docs].map(([path, value]) => ({ path, value })));
+    const candidate = await this.prepare(await this.moduleFor(set), tree, snap.revision, set);
+    const current = this.requireLive();
+    const live =
+      current.revision === snap.revision
+        ? current
+        : await this.prepare(await this.moduleFor(snap.policies), dataTree(snap.data), snap.revision);
+    return { live, candidate };
+  }
+
+  /**
+   * The policy modules and data of a past revision as history keeps them, or undefined when
+   * history does not hold that revision (it predates history, or its texts are missing).
+   */
+  async revisionSet(
+    revision: number,
+  ): Promise<{ modules: Module[]; data: Record<string, unknown> } | undefined> {
+    const r = await this.store.getRevision(revision);
+    if (!r) return undefined;
+    const blobs = await this.store.blobs(
+      r.policies.map((p) => p.sha256),
+      r.data.map((d) => d.sha256),
+    );
+    const modules: Module[] = [];
+    for (const p of r.policies) {
+      const rego = blobs.rego.get(p.sha256);
+      if (rego === undefined) return undefined;
+      modules.push({ name: p.name, rego });
+    }
+    const docs: { path: string; value: unknown }[] = [];
+    for (const d of r.data) {
+      if (!blobs.data.has(d.sha256)) return undefined;
+      docs.push({ path: d.path, value: blobs.data.get(d.sha256) });
+    }
+    return { modules, data: dataTree(docs) };
+  }
+
+  /**
+   * Applies a bundle (SPEC §11): every policy and data change in it as ONE compile and ONE
+   * revision, all or nothing. A bundle that changes nothing makes no revision.
+   */
+  async bundle(
+    b: BundleRequest,
+    opts: { expectedRevision?: number | undefined; dryRun: boolean },
+    ctx: ChangeContext,
+  ): Promise<BundleResult> {
+    checkBundle(b);
+    const r = await this.changing(async (snap) => {
+      if (opts.expectedRevision !== undefined && opts.expectedRevision !== snap.revision) {
+        throw precondition(
+          `If-Match names revision ${opts.expectedRevision} but the live revision is ${snap.revision}`,
+        );
+      }
+      const live = new Map(snap.policies.map((p) => [p.name, p]));
+      for (const name of b.delete) if (!live.has(name)) throw notFound(`policy ${name} not found`);
+      const result: BundleResult = {
+        revision: snap.revision,
+        created: [],
+        updated: [],
+        deleted: [],
+        unchanged: [],
+        dry_run: opts.dryRun,
+      };
+      const puts: PolicyChange['putPolicies'][number][] = [];
+      for (const [name, rego] of Object.entries(b.policies).sort(([x], [y]) => x.localeCompare(y))) {
+        const existing = live.get(name);
+        if (existing?.rego === rego) {
+          result.unchanged.push(name);
+          continue;
+        }
+        (existing ? result.updated : result.created).push(name);
+        puts.push({ name, rego, description: existing?.description ?? '', sha256: sha256(rego) });
+      }
+      const deletes = new Set(b.delete);
+      if (b.prune) for (const name of live.keys()) if (!Object.hasOwn(b.policies, name)) deletes.add(name);
+      result.deleted = [...deletes].sort();
+      const liveData = new Map(snap.data.map((d) => [d.path, d]));
+      const putData: PolicyChange['putData'][number][] = [];
+      const deleteData: string[] = [];
+      for (const [p, value] of Object.entries(b.data).sort(([x], [y]) => x.localeCompare(y))) {
+        const existing = liveData.get(p);
+        if (value === null) {
+          if (!existing) throw notFound(`data document ${p} not found`);
+          deleteData.push(p);
+        } else if (!existing || dataSha256(existing.value) !== dataSha256(value)) {
+          putData.push({ path: p, value, sha256: dataSha256(value) });
+        }
+      }
+      const plan = { putPolicies: puts, deletePolicies: result.deleted, putData, deleteData };
+      if (isEmptyPlan(plan)) return { done: result };
+      const next = await this.prepareSet(snap, plan);
+      if (opts.dryRun) return { done: result };
+      const c = await this.store.commit(
+        { ...plan, expectedRevision: snap.revision, actor: ctx.actor, message: b.message },
+        (revision) => [
+          this.event('policy.bundle', 'bundle', revision, ctx, {
+            created: result.created,
+            updated: result.updated,
+            deleted: result.deleted,
+            data_put: putData.map((d) => d.path),
+            data_deleted: deleteData,
+            // What went live, by content: the trail shows which text, not only which names.
+            sha256: Object.fromEntries(puts.map((p) => [p.name, p.sha256])),
+            data_sha256: Object.fromEntries(putData.map((d) => [d.path, d.sha256])),
+            message: b.message,
+          }),
+        ],
+      );
+      if (!c.ok) {
+        if ('stale' in c) return STALE;
+        return notFoundOf('conflict' in c ? c.conflict : c.absent);
+      }
+      await this.install(next, c.revision);
+      return { done: { ...result, revision: c.revision } };
+    });
+    if (!r.dry_run) await this.announce(r.revision);
+    return r;
+  }
+
+  /** Revisions newest first (SPEC §11 history). */
+  async revisions(q: PageQuery): Promise<Page<RevisionSummary>> {
+    const before =
+      q.cursor === undefined ? undefined : Number(readCursor(q.cursor, 'revisions', /^(\d+)$/)[1]);
+    const page = await fetchPage(
+      q,
+      (rows) => this.store.listRevisions(before, rows),
+      (last) => encodeCursor('revisions', String(last.revision)),
+    );
+    return {
+      items: page.items.map(({ revision, time, actor, message, changes }) => ({
+        revision,
+        time,
+        actor,
+        message,
+        changes,
+      })),
+      next_cursor: page.next_cursor,
+    };
+  }
+
+  /** One revision's whole set: its policies by content address and its data documents' values. */
+  async revision(n: number): Promise<RevisionSet> {
+    const r = await this.store.getRevision(n);
+    if (!r) throw notFound(`revision ${n} not found`);
+    const blobs = await this.store.blobs(
+      [],
+      r.data.map((d) => d.sha256),
+    );
+    const data: Record<string, unknown> = {};
+    for (const d of r.data) data[d.path] = blobOf(blobs.data, d.sha256, `data document ${d.path}`);
+    return {
+      revision: r.revision,
+      time: r.time,
+      actor: r.actor,
+      message: r.message,
+      policies: r.policies.map((p) => ({ name: p.name, sha256: p.sha256 })),
+      data,
+    };
+  }
+
+  /** Versions of one policy, newest first; 404 when history has never seen the name. */
+  async versions(name: string, q: PageQuery): Promise<Page<Omit<PolicyVersionRecord, 'name'>>> {
+    checkName(name);
+    const before =
+      q.cursor === undefined ? undefined : Number(readCursor(q.cursor, 'versions', /^(\d+)$/)[1]);
+    const page = await fetchPage(
+      q,
+      (rows) => this.store.policyVersions(name, before, rows),
+      (last) => encodeCursor('versions', String(last.version)),
+    );
+    if (page.items.length === 0 && (await this.store.policyVersions(name, undefined, 1)).length === 0) {
+      throw notFound(`policy ${name} has no history`);
+    }
+    return { items: page.items.map(({ name: _n, ...v }) => v), next_cursor: page.next_cursor };
+  }
+
+  /** One version of one policy with its text (a deletion's text is the text it deleted). */
+  async version(
+    name: string,
+    version: number,
+  ): Promise<Omit<PolicyVersionRecord, 'name'> & { rego: string }> {
+    checkName(name);
+    const [v] = await this.store.policyVersions(name, version + 1, 1);
+    if (!v || v.version !== version) throw notFound(`policy ${name} has no version ${version}`);
+    const blobs = await this.store.blobs([v.sha256], []);
+    const { name: _n, ...rest } = v;
+    return { ...rest, rego: blobOf(blobs.rego, v.sha256, `policy ${name} version ${version}`) };
+  }
+
+  /**
+   * Makes revision n's whole set (policies and data) live again as a new revision, compiled,
+   * hot-swapped and audited like any change. Refused (conflict) when that set is already live.
+   */
+  async restore(n: number, ctx: ChangeContext): Promise<{ revision: number }> {
+    const target = await this.store.getRevision(n);
+    if (!target) throw notFound(`revision ${n} not found`);
+    const blobs = await this.store.blobs(
+      target.policies.map((p) => p.sha256),
+      target.data.map((d) => d.sha256),
+    );
+    const result = await this.changing(async (snap) => {
+      const live = new Map(snap.policies.map((p) => [p.name, p]));
+      const wanted = new Set(target.policies.map((p) => p.name));
+      const putPolicies = target.policies
+        .filter((p) => live.get(p.name)?.sha256 !== p.sha256)
+        .map((p) => ({
+          name: p.name,
+          rego: blobOf(blobs.rego, p.sha256, `policy ${p.name}`),
+          description: p.description,
+          sha256: p.sha256,
+        }));
+      const deletePolicies = snap.policies.filter((p) => !wanted.has(p.name)).map((p) => p.name);
+      const liveData = new Map(snap.data.map((d) => [d.path, dataSha256(d.value)]));
+      const wantedData = new Set(target.data.map((d) => d.path));
+      const putData = target.data
+        .filter((d) => liveData.get(d.path) !== d.sha256)
+        .map((d) => ({
+          path: d.path,
+          value: blobOf(blobs.data, d.sha256, `data ${d.path}`),
+          sha256: d.sha256,
+        }));
+      const deleteData = snap.data.filter((d) => !wantedData.has(d.path)).map((d) => d.path);
+      const plan = { putPolicies, deletePolicies, putData, deleteData };
+      if (isEmptyPlan(plan)) {
+        throw conflict(`revision ${n}'s policy set is already live (revision ${snap.revision})`);
+      }
+      const next = await this.prepareSet(snap, plan);
+      const c = await this.store.commit(
+        { ...plan, expectedRevision: snap.revision, actor: ctx.actor, message: `restore of revision ${n}` },
+        (revision) => [
+          this.event('policy.restore', `revision ${n}`, revision, ctx, {
+            restored_revision: n,
+            policies_put: putPolicies.map((p) => p.name),
+            policies_deleted: deletePolicies,
+            data_put: putData.map((d) => d.path),
+            data_deleted: deleteData,
+            sha256: Object.fromEntries(putPolicies.map((p) => [p.name, p.sha256])),
+            data_sha256: Object.fromEntries(putData.map((d) => [d.path, d.sha256])),
+          }),
+        ],
+      );
+      if (!c.ok) return 'stale' in c ? STALE : notFoundOf('conflict' in c ? c.conflict : c.absent);
+      await this.install(next, c.revision);
+      return { done: { revision: c.revision } };
+    });
+    await this.announce(result.revision);
+    return result;
+  }
+
+  /**
+   * The evaluator for the snapshot with `plan` applied: the whole resulting set compiled as one
+   * (400 naming policy, row and column), its data checked for overlaps and its thresholds checked.
+   * Nothing is stored.
+   */
+  private async prepareSet(snap: PolicySnapshot, plan: Plan): Promise<Evaluator> {
+    const gone = new Set([...plan.deletePolicies, ...plan.putPolicies.map((p) => p.name)]);
+    const modules: Module[] = [
+      ...snap.policies.filter((p) => !gone.has(p.name)).map(({ name, rego }) => ({ name, rego })),
+      ...plan.putPolicies.map(({ name, rego }) => ({ name, rego })),
+    ].sort((x, y) => x.name.localeCompare(y.name));
+    const goneData = new Set([...plan.deleteData, ...plan.putData.map((d) => d.path)]);
+    const docs = [
+      ...snap.data.filter((d) => !goneData.has(d.path)),
+      ...plan.putData.map((d) => ({ path: d.path, value: d.value })),
+    ].sort((x, y) => x.path.localeCompare(y.path));
+    // Every proper prefix of every path against the set of paths: sorted neighbours are not
+    // enough ("roles-x" sorts between "roles" and "roles/admins").
+    const paths = new Set(docs.map((d) => d.path));
+    for (const { path } of docs) {
+      const parts = path.split('/');
+      for (let n = 1; n < parts.length; n++) {
+        const prefix = parts.slice(0, n).join('/');
+        if (paths.has(prefix)) throw conflict(`data path ${path} overlaps data document ${prefix}`);
+      }
+    }
+    const module = await this.compileToModule(modules);
+    return this.prepare(module, dataTree(docs), snap.revision + 1, modules);
+  }
+
   /**
    * Runs a change: `attempt` reads the snapshot it is given, compiles against it and commits on
    * the condition that the live revision is still the snapshot's. When another process changed
@@ -396,6 +811,33 @@ export class PolicyService {
     const next = e.revision === revision ? e : await e.withData(e.data, revision);
     this.live = next;
     this.observer.revision(next.revision);
+    await this.reshadow();
+  }
+
+  /**
+   * Rebuilds the shadow set — the live set with each shadow module replacing or adding its name —
+   * after the live set or the shadow set changed. A shadow set that no longer compiles leaves
+   * the live set alone: it is marked broken and every decision counts a shadow error.
+   */
+  private async reshadow(): Promise<void> {
+    if (!this.live) return;
+    try {
+      const shadow = await this.store.shadow();
+      this.shadowLoaded = shadow.generation;
+      if (shadow.policies.length === 0) {
+        this.shadowLive = undefined;
+        this.shadowBroken = undefined;
+        return;
+      }
+      const snap = await this.store.snapshot();
+      const modules = shadowModules(snap.policies, shadow.policies);
+      const module = await this.compileToModule(modules);
+      this.shadowLive = await this.prepare(module, dataTree(snap.data), snap.revision, modules);
+      this.shadowBroken = undefined;
+    } catch (e) {
+      this.shadowLive = undefined;
+      this.shadowBroken = `the shadow set cannot be evaluated: ${(e as Error).message}`;
+    }
   }
 
   /**
@@ -409,6 +851,12 @@ export class PolicyService {
     const wasm = await this.compile(modules);
     await this.store.putCompiled(setHash, wasm);
     return WebAssembly.compile(wasm);
+  }
+
+  /** The wasm module for a set: from the store's cache when present, else compiled (not cached). */
+  private async moduleFor(modules: Module[]): Promise<WebAssembly.Module> {
+    const cached = await this.store.getCompiled(this.compiler.setHash(modules));
+    return WebAssembly.compile(cached ?? (await this.compile(modules)));
   }
 
   /** Compiles with the real compiler; a refused set is a 400 naming policy, row and column. */
@@ -450,6 +898,70 @@ export class PolicyService {
       details,
     };
   }
+}
+
+/** The live modules with each shadow module replacing or adding its name. */
+function shadowModules(live: Module[], shadow: Module[]): Module[] {
+  const set = new Map(live.map((m) => [m.name, m.rego]));
+  for (const m of shadow) set.set(m.name, m.rego);
+  return [...set].map(([name, rego]) => ({ name, rego }));
+}
+
+/** A bundle as POST /api/v1/bundle takes it (SPEC §11); a data value of null deletes the document. */
+export interface BundleRequest {
+  policies: Record<string, string>;
+  data: Record<string, unknown>;
+  delete: string[];
+  prune: boolean;
+  message: string | null;
+}
+
+export interface BundleResult {
+  revision: number;
+  created: string[];
+  updated: string[];
+  deleted: string[];
+  unchanged: string[];
+  dry_run: boolean;
+}
+
+/** A revision as GET /api/v1/revisions lists it. */
+export type RevisionSummary = Pick<RevisionRecord, 'revision' | 'time' | 'actor' | 'message' | 'changes'>;
+
+/** A revision's whole set as GET /api/v1/revisions/{n} shows it: data documents by path. */
+export interface RevisionSet {
+  revision: number;
+  time: string;
+  actor: string;
+  message: string | null;
+  policies: { name: string; sha256: string }[];
+  data: Record<string, unknown>;
+}
+
+type Plan = Pick<PolicyChange, 'putPolicies' | 'deletePolicies' | 'putData' | 'deleteData'>;
+
+const isEmptyPlan = (p: Plan) =>
+  p.putPolicies.length + p.deletePolicies.length + p.putData.length + p.deleteData.length === 0;
+
+/** Rules of a bundle that need no snapshot: names, texts, paths, and no name both put and deleted. */
+function checkBundle(b: BundleRequest): void {
+  for (const [name, rego] of Object.entries(b.policies)) {
+    checkName(name);
+    if (rego.trim() === '') throw invalid(`policy ${name}: rego must not be empty`);
+    if (rego.includes('\0')) throw invalid(`policy ${name}: rego must not contain U+0000`);
+  }
+  for (const name of b.delete) {
+    checkName(name);
+    if (Object.hasOwn(b.policies, name))
+      throw invalid(`policy ${name} is both put and deleted by the bundle`);
+  }
+  for (const p of Object.keys(b.data)) checkDataPath(p);
+}
+
+/** A content-addressed text or value history must hold; its absence is damage, never a guess. */
+function blobOf<T>(blobs: Map<string, T>, sha: string, what: string): T {
+  if (!blobs.has(sha)) throw internal(`history has lost the content of ${what} (${sha})`);
+  return blobs.get(sha) as T;
 }
 
 /** `e` if its thresholds are well-formed; else the 400 that names each error and its source. */
@@ -527,10 +1039,11 @@ export const BUNDLED_BUILTIN = 'authz.rego';
  * by its relative path (`a/b.rego` → `a.b`); `data.json` / `data.yaml` become data documents at
  * their directory's path (top-level keys of the root one each become a document).
  */
-export async function readPolicyDir(
-  dir: string,
-): Promise<{ modules: (Module & { description: string })[]; data: { path: string; value: unknown }[] }> {
-  const modules: (Module & { description: string })[] = [];
+export async function readPolicyDir(dir: string): Promise<{
+  modules: (Module & { description: string; file: string })[];
+  data: { path: string; value: unknown }[];
+}> {
+  const modules: (Module & { description: string; file: string })[] = [];
   const data: { path: string; value: unknown }[] = [];
   let entries;
   try {
@@ -550,10 +1063,20 @@ export async function readPolicyDir(
     if (rel.endsWith('.rego') && !rel.endsWith('_test.rego')) {
       const name = rel.slice(0, -'.rego'.length).replace(/\//g, '.');
       if (!POLICY_NAME.test(name)) throw new Error(`${full}: ${name} is not a valid policy name`);
-      modules.push({ name, rego: await readFile(full, 'utf8'), description: `seeded from ${rel}` });
+      modules.push({
+        name,
+        rego: await readFile(full, 'utf8'),
+        description: `seeded from ${rel}`,
+        file: rel,
+      });
     } else if (/(^|\/)data\.(json|ya?ml)$/.test(rel)) {
       const text = await readFile(full, 'utf8');
-      const value: unknown = rel.endsWith('.json') ? JSON.parse(text) : YAML.parse(text);
+      let value: unknown;
+      try {
+        value = rel.endsWith('.json') ? JSON.parse(text) : YAML.parse(text);
+      } catch (e) {
+        throw new Error(`${full}: ${(e as Error).message}`, { cause: e });
+      }
       const at = path.posix.dirname(rel);
       if (at === '.') {
         if (typeof value !== 'object' || value === null || Array.isArray(value)) {

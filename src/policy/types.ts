@@ -100,6 +100,24 @@ export type CommitOutcome =
   /** A delete names a policy or data document that does not exist. */
   | { ok: false; absent: string };
 
+/** A candidate module in the shadow set (SPEC §11): evaluated beside the live set, never answering. */
+export interface ShadowPolicy {
+  name: string;
+  rego: string;
+  sha256: string;
+  /** When this module entered the shadow set (its last PUT). */
+  since: string;
+}
+
+/** The shadow set as every process shares it. */
+export interface ShadowState {
+  /** Bumped by every change of the shadow set: a process whose copy is older reloads it. */
+  generation: number;
+  /** When the shadow set last changed (null: never); GET /api/v1/shadow counts from here. */
+  changed_at: string | null;
+  policies: ShadowPolicy[];
+}
+
 export interface PolicyStore {
   /** The live set, its revision and whether the store was ever seeded, read consistently. */
   snapshot(): Promise<PolicySnapshot>;
@@ -126,4 +144,21 @@ export interface PolicyStore {
   policyVersions(name: string, before: number | undefined, limit: number): Promise<PolicyVersionRecord[]>;
   /** The first revision history has recorded (undefined for an empty history). */
   firstRevision(): Promise<number | undefined>;
+  /** The shared shadow set. */
+  shadow(): Promise<ShadowState>;
+  /** The shadow set's generation alone (cheap: read on every refresh). */
+  shadowGeneration(): Promise<number>;
+  /**
+   * Puts one module into the shadow set (replacing one of that name), with its audit events, in
+   * one transaction that bumps the generation; `created` when the name was not shadowed.
+   */
+  putShadow(
+    p: { name: string; rego: string; sha256: string },
+    events: NewAuditEvent[],
+  ): Promise<{ created: boolean; since: string }>;
+  /**
+   * Drops one module from the shadow set, with its audit events, bumping the generation; only if
+   * it still has `sha256` when given. False (nothing written) when there was nothing to drop.
+   */
+  dropShadow(name: string, sha256: string | undefined, events: NewAuditEvent[]): Promise<boolean>;
 }

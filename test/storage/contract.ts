@@ -355,6 +355,35 @@ export function storageContract(backend: Backend): void {
         }
       });
 
+      it('replays the deny a budget recorded, not the allow it replaced, to retries of its key', async () => {
+        const empty = use({ key: 'agent:bot:none', max: 0 });
+        const tries = Array.from({ length: 6 }, () => {
+          const c = charged([empty]);
+          const keyed = (d: DecisionRecord) => ({ ...d, idem_key: 'k-budget', body_hash: 'h' });
+          return {
+            ...c,
+            decision: keyed(c.decision),
+            charge: {
+              ...c.charge,
+              denials: c.charge.denials.map((x) => ({ ...x, decision: keyed(x.decision) })),
+            },
+          };
+        });
+        // Submitted together, so they share one batch (one transaction) on either backend.
+        const out = await Promise.all(tries.map((t) => stores.decisions.record(t)));
+        const recorded = out.filter((o) => 'recorded' in o);
+        expect(recorded).to.have.length(1);
+        const first = recorded[0] as { decision: DecisionRecord };
+        expect(first.decision.status).to.equal('deny');
+        for (const o of out) {
+          const d = 'replay' in o ? o.replay : o.decision;
+          expect(d).to.include({ status: 'deny', request_id: first.decision.request_id });
+        }
+        expect(await stores.decisions.findByIdempotencyKey('key-1', 'k-budget', iso(-HOUR))).to.include({
+          status: 'deny',
+        });
+      });
+
       it('consumes every limit of a decision or none, and counts windows separately', async () => {
         const money = use({ key: 'tenant:acme:usd', max: 1_000_000, cost: 600_000 });
         expect(
@@ -793,6 +822,57 @@ export function storageContract(backend: Backend): void {
             Buffer.from([0, 97, 115, 109, 1, 2, 3]),
           );
           expect(await other.policies.getCompiled('set-2')).to.equal(undefined);
+        } finally {
+          await other.close();
+        }
+      });
+    });
+
+    describe('shadow set', () => {
+      it('shares shadow modules between handles, bumping the generation on every change, with audit events', async () => {
+        const other = await second();
+        try {
+          expect(await stores.policies.shadow()).to.deep.equal({
+            generation: 0,
+            changed_at: null,
+            policies: [],
+          });
+          const a = rego('a');
+          const put = await stores.policies.putShadow(a, [{ kind: 'policy.shadow.put', resource: 'a' }]);
+          expect(put.created).to.equal(true);
+          expect(await other.policies.shadowGeneration()).to.equal(1);
+          const seen = await other.policies.shadow();
+          expect(seen.changed_at).to.equal(put.since);
+          expect(seen.policies).to.deep.equal([
+            { name: 'a', rego: a.rego, sha256: a.sha256, since: put.since },
+          ]);
+
+          const a2 = rego('a', 'x := 2');
+          expect((await other.policies.putShadow(a2, [{ kind: 'policy.shadow.put' }])).created).to.equal(
+            false,
+          );
+          expect((await stores.policies.shadow()).policies.map((p) => p.sha256)).to.deep.equal([a2.sha256]);
+          expect(await stores.policies.shadowGeneration()).to.equal(2);
+
+          // A drop conditional on an older text changes nothing; an unconditional one drops it.
+          expect(
+            await stores.policies.dropShadow('a', a.sha256, [{ kind: 'policy.shadow.promote' }]),
+          ).to.equal(false);
+          expect(
+            await stores.policies.dropShadow('missing', undefined, [{ kind: 'policy.shadow.delete' }]),
+          ).to.equal(false);
+          expect(await stores.policies.shadowGeneration()).to.equal(2);
+          expect(
+            await other.policies.dropShadow('a', a2.sha256, [{ kind: 'policy.shadow.delete' }]),
+          ).to.equal(true);
+          const after = await stores.policies.shadow();
+          expect(after.generation).to.equal(3);
+          expect(after.policies).to.deep.equal([]);
+          expect(after.changed_at).to.be.a('string');
+
+          const kinds = (await stores.audit.query({ limit: 10 })).map((e) => e.event.kind);
+          expect(kinds).to.deep.equal(['policy.shadow.delete', 'policy.shadow.put', 'policy.shadow.put']);
+          expect(await verifyChain(stores)).to.deep.equal({ ok: true, checked: 3 });
         } finally {
           await other.close();
         }

@@ -23,7 +23,7 @@ const DECISION_ANSWERS: readonly Answer[] = [
 
 /** Keys are opaque to us; bounded so they cannot be used to bloat the store. */
 const IDEMPOTENCY_KEY_PATTERN = '^[\\x21-\\x7e]{1,255}$';
-const IDEMPOTENCY_KEY: HeaderParam = {
+export const IDEMPOTENCY_KEY: HeaderParam = {
   name: 'Idempotency-Key',
   description:
     'Retrying with the same key (from the same API key, within 24 h) and the same body replays the first answer, with Idempotent-Replayed: true; another body is 422',
@@ -32,7 +32,7 @@ const IDEMPOTENCY_KEY: HeaderParam = {
 const idempotencyKeyFormat = new RegExp(IDEMPOTENCY_KEY_PATTERN);
 
 /** The request's Idempotency-Key, if it sent one; a malformed one is a 400. */
-function idempotencyKey(ctx: Ctx): string | undefined {
+export function idempotencyKey(ctx: Ctx): string | undefined {
   const k = ctx.get('idempotency-key');
   if (k === '') return undefined;
   if (!idempotencyKeyFormat.test(k)) {

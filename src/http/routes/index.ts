@@ -1,6 +1,8 @@
 import type { AuditService } from '../../audit/service.js';
+import type { AuthzenService } from '../../authzen/service.js';
 import type { Config } from '../../config.js';
 import type { DecisionService } from '../../decisions/service.js';
+import type { LifecycleService } from '../../policy/lifecycle.js';
 import type { Metrics } from '../../observability/metrics.js';
 import type { PolicyService } from '../../policy/service.js';
 import type { QueueService } from '../../queue/service.js';
@@ -8,13 +10,17 @@ import type { TokenService } from '../../tokens/service.js';
 import type { ConsoleAssets } from '../console.js';
 import type { RouteDef } from '../context.js';
 import { auditRoutes } from './audit.js';
+import { authzenRoutes } from './authzen.js';
 import { decisionRoutes } from './decisions.js';
+import { lifecycleRoutes, replayRoutes } from './lifecycle.js';
+import { limitRoutes } from './limits.js';
 import { policyRoutes } from './policies.js';
 import { queueRoutes } from './queue.js';
 import { systemRoutes } from './system.js';
 import { tokenRoutes } from './tokens.js';
 import { webhookRoutes } from './webhooks.js';
 import type { WebhookService } from '../../webhooks/service.js';
+import type { BudgetService } from '../../decisions/budgets.js';
 
 export interface RouteDeps {
   config: Config;
@@ -23,6 +29,7 @@ export interface RouteDeps {
   metricsText: () => Promise<string>;
   audit: AuditService;
   decisions: DecisionService;
+  authzen: AuthzenService;
   queue: QueueService;
   tokens: TokenService;
   policies: PolicyService;
@@ -31,6 +38,9 @@ export interface RouteDeps {
   /** The reviewer console's built files (served on the Engine API). */
   console: ConsoleAssets;
   webhooks: WebhookService;
+  /** Impact replay and explanation (SPEC §11). */
+  lifecycle: LifecycleService;
+  budgets: BudgetService;
 }
 
 /**
@@ -47,7 +57,11 @@ export function routeTable(d: RouteDeps): RouteDef[] {
     ...tokenRoutes(d),
     ...auditRoutes(d),
     ...policyRoutes(d),
+    ...lifecycleRoutes(d),
     ...webhookRoutes(d.webhooks),
+    ...replayRoutes(d.lifecycle, d.policies),
+    ...authzenRoutes(d),
+    ...limitRoutes(d.budgets),
   ];
   return routes;
 }

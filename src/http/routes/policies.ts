@@ -5,6 +5,7 @@ import type { Ctx, HeaderParam, RouteDef } from '../context.js';
 import { boolParam, PAGE_QUERY, queryOf } from '../query.js';
 import type { RouteDeps } from './index.js';
 import { DATE_TIME, exact, page } from '../schemas.js';
+import { shadowDelete, shadowPut, SHADOW_MODE } from './shadow-mode.js';
 import { change, param, PLATFORM } from './shared.js';
 
 /** Optimistic concurrency on a policy: the write happens only if the policy is still as read. */
@@ -37,7 +38,11 @@ function ifMatch(ctx: Ctx): Precondition | undefined {
   };
 }
 
-const PUT_QUERY = [boolParam('dry_run', 'compile and report without storing (true or false)')] as const;
+const PUT_QUERY = [
+  boolParam('dry_run', 'compile and report without storing (true or false)'),
+  SHADOW_MODE,
+] as const;
+const DELETE_QUERY = [SHADOW_MODE] as const;
 
 /** A policy's metadata, as every policy answer shows it. */
 const POLICY_META = {
@@ -53,6 +58,21 @@ const policyWrittenSchema = exact({ ...POLICY_META, revision: REVISION });
 const PRECONDITION_FAILED = {
   status: 412,
   description: 'If-Match does not hold; nothing changed',
+};
+
+/** A shadow-mode write (`?mode=shadow`): the module in the shadow set, not the live one. */
+const shadowWrittenSchema = {
+  type: 'object',
+  required: ['mode', 'name', 'sha256', 'since'],
+  additionalProperties: false,
+  properties: {
+    dry_run: { const: true },
+    compiled: { const: true },
+    mode: { const: 'shadow' },
+    name: { type: 'string' },
+    sha256: { type: 'string' },
+    since: DATE_TIME,
+  },
 };
 
 const dataWrittenSchema = exact({ path: { type: 'string' }, revision: REVISION, updated_at: DATE_TIME });
@@ -144,11 +164,16 @@ export function policyRoutes(d: RouteDeps): RouteDef[] {
               ...POLICY_META,
               revision: { type: 'integer', description: 'the current revision (unchanged)' },
             }),
+            shadowWrittenSchema,
           ],
         },
       },
       also: [
-        { status: 201, description: 'created: policy metadata and revision', schema: policyWrittenSchema },
+        {
+          status: 201,
+          description: 'created: policy metadata and revision (or the shadow module, with ?mode=shadow)',
+          schema: { oneOf: [policyWrittenSchema, shadowWrittenSchema] },
+        },
         PRECONDITION_FAILED,
       ],
       requestSchema: policyRequestSchema,
@@ -160,6 +185,8 @@ export function policyRoutes(d: RouteDeps): RouteDef[] {
       summary: 'Create or update a policy (compiled and live before the response)',
       handler: async (ctx) => {
         const { rego, description } = policyBody(ctx.request.body);
+        if (queryOf(ctx, PUT_QUERY).mode === 'shadow')
+          return shadowPut(d.policies, ctx, rego, queryOf(ctx, PUT_QUERY).dry_run ?? false);
         const r = await d.policies.put(
           param(ctx, 'name'),
           rego,
@@ -188,7 +215,9 @@ export function policyRoutes(d: RouteDeps): RouteDef[] {
       body: 'none',
       headers: [IF_MATCH],
       summary: 'Delete a policy',
+      query: DELETE_QUERY,
       handler: async (ctx) => {
+        if (queryOf(ctx, DELETE_QUERY).mode === 'shadow') return shadowDelete(d.policies, ctx);
         await d.policies.delete(param(ctx, 'name'), ifMatch(ctx), change(ctx));
         ctx.status = 204;
       },

@@ -163,7 +163,6 @@ export class PgDecisionStore implements DecisionStore {
         }
         // An expired key may be used again: the old decision keeps its row but loses the key.
         if (p) expiredKeys.push(p);
-        prior.set(k, decision);
       }
       let pick: Chosen & { item?: QueueItem | undefined } = { decision, event: r.event, item: r.item };
       if (r.charge && r.charge.limits.length > 0) {
@@ -174,6 +173,9 @@ export class PgDecisionStore implements DecisionStore {
           pick = { ...denial, exhausted };
         }
       }
+      // A retry later in this batch replays the decision actually recorded (a budget's deny, not
+      // the allow it replaced).
+      if (decision.idem_key !== null) prior.set(`${decision.key_id}\n${decision.idem_key}`, pick.decision);
       decisions.push(pick.decision);
       if (pick.item) items.push(pick.item);
       chosen.push({

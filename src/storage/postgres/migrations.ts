@@ -104,6 +104,16 @@ export const migrations: readonly { version: number; name: string; sql: string }
       ALTER TABLE tokens ADD COLUMN request_digest text, ADD COLUMN policy_revision bigint;
     `,
   },
+  {
+    // 4 is another change's number; the runner applies each version on its own, gaps allowed.
+    version: 5,
+    name: 'shadow policies',
+    sql: `
+      CREATE TABLE shadow_policies (
+        name text PRIMARY KEY, rego text NOT NULL, sha256 text NOT NULL, since text NOT NULL);
+      INSERT INTO meta (key, value) VALUES ('shadow_generation', '0'), ('shadow_changed_at', '');
+    `,
+  },
 ];
 
 /** Any fixed number: the key of the advisory lock that serializes migrations across processes. */

@@ -9,6 +9,8 @@ import type {
   PolicyVersionRecord,
   RevisionChange,
   RevisionRecord,
+  ShadowPolicy,
+  ShadowState,
 } from '../../policy/types.js';
 import { KEEP_COMPILED_SETS } from '../stores.js';
 import { dataFromRow, revisionFromRow, type Row } from '../rows.js';
@@ -194,6 +196,82 @@ export class PgPolicyStore implements PolicyStore {
     await this.chain.appendAfter(c, head, events(revision));
     await notify(c, { topic: 'revision' });
     return { ok: true, revision, time, created, policies, data };
+  }
+
+  async shadow(): Promise<ShadowState> {
+    const client = await this.pool.connect();
+    try {
+      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+      const meta = await rows<{ key: string; value: string }>(
+        client,
+        "SELECT key, value FROM meta WHERE key IN ('shadow_generation', 'shadow_changed_at')",
+      );
+      const policies = await rows<ShadowPolicy>(
+        client,
+        'SELECT name, rego, sha256, since FROM shadow_policies ORDER BY name',
+      );
+      await client.query('COMMIT');
+      const get = (k: string) => meta.find((m) => m.key === k)?.value;
+      return {
+        generation: Number(get('shadow_generation') ?? 0),
+        changed_at: get('shadow_changed_at') || null,
+        policies,
+      };
+    } catch (e) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw e;
+    } finally {
+      client.release();
+    }
+  }
+
+  async shadowGeneration(): Promise<number> {
+    return Number(
+      (await one<{ value: string }>(this.pool, "SELECT value FROM meta WHERE key = 'shadow_generation'"))
+        ?.value ?? 0,
+    );
+  }
+
+  async putShadow(
+    p: { name: string; rego: string; sha256: string },
+    events: NewAuditEvent[],
+  ): Promise<{ created: boolean; since: string }> {
+    return tx(this.pool, async (c) => {
+      // The chain head first, as every writer locks it first.
+      const head = await this.chain.lockHead(c);
+      const since = new Date().toISOString();
+      const created =
+        (await one(c, 'SELECT 1 FROM shadow_policies WHERE name = $1 FOR UPDATE', [p.name])) === undefined;
+      await c.query(
+        `INSERT INTO shadow_policies (name, rego, sha256, since) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (name) DO UPDATE SET rego = excluded.rego, sha256 = excluded.sha256, since = excluded.since`,
+        [p.name, p.rego, p.sha256, since],
+      );
+      await this.shadowChanged(c, since);
+      await this.chain.appendAfter(c, head, events);
+      return { created, since };
+    });
+  }
+
+  async dropShadow(name: string, sha256: string | undefined, events: NewAuditEvent[]): Promise<boolean> {
+    return tx(this.pool, async (c) => {
+      const head = await this.chain.lockHead(c);
+      const r = await c.query(
+        'DELETE FROM shadow_policies WHERE name = $1 AND ($2::text IS NULL OR sha256 = $2)',
+        [name, sha256 ?? null],
+      );
+      if (!r.rowCount) return false;
+      await this.shadowChanged(c, new Date().toISOString());
+      await this.chain.appendAfter(c, head, events);
+      return true;
+    });
+  }
+
+  /** Bumps the generation and tells every process to reload (as a revision notice does). */
+  private async shadowChanged(c: Client, time: string): Promise<void> {
+    await c.query("UPDATE meta SET value = (value::bigint + 1)::text WHERE key = 'shadow_generation'");
+    await c.query("UPDATE meta SET value = $1 WHERE key = 'shadow_changed_at'", [time]);
+    await notify(c, { topic: 'revision' });
   }
 
   async getCompiled(setHash: string): Promise<Buffer | undefined> {

@@ -398,4 +398,20 @@ export const migrations: readonly Migration[] = [
       ALTER TABLE tokens ADD COLUMN policy_revision INTEGER;
     `,
   },
+  {
+    // 11 is another change's number; the runner applies each version on its own, gaps allowed.
+    version: 12,
+    name: 'shadow policies',
+    sql: `
+      -- The shadow set (SPEC §11): candidate modules evaluated beside the live set. Shared by
+      -- every process; meta.shadow_generation tells a process its copy is stale.
+      CREATE TABLE shadow_policies (
+        name   TEXT PRIMARY KEY,
+        rego   TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        since  TEXT NOT NULL
+      ) STRICT;
+      INSERT INTO meta (key, value) VALUES ('shadow_generation', '0'), ('shadow_changed_at', '');
+    `,
+  },
 ];

@@ -10,6 +10,8 @@ import type {
   PolicyVersionRecord,
   RevisionChange,
   RevisionRecord,
+  ShadowPolicy,
+  ShadowState,
 } from '../../policy/types.js';
 import { KEEP_COMPILED_SETS } from '../stores.js';
 import { dataFromRow, revisionFromRow, type Row } from '../rows.js';
@@ -31,6 +33,8 @@ export class SqlitePolicyStore implements PolicyStore {
     this.revisionStmt = db.prepare("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'revision'").pluck();
     this.st = {
       seeded: db.prepare("SELECT value FROM meta WHERE key = 'seeded'").pluck(),
+      shadowGeneration: db.prepare("SELECT value FROM meta WHERE key = 'shadow_generation'").pluck(),
+      shadowChangedAt: db.prepare("SELECT value FROM meta WHERE key = 'shadow_changed_at'").pluck(),
       setSeeded: db.prepare("UPDATE meta SET value = '1' WHERE key = 'seeded'"),
       setRevision: db.prepare("UPDATE meta SET value = CAST(? AS TEXT) WHERE key = 'revision'"),
       policy: db.prepare('SELECT * FROM policies WHERE name = ?'),
@@ -196,6 +200,65 @@ export class SqlitePolicyStore implements PolicyStore {
     return (
       (this.db.prepare('SELECT min(revision) FROM revisions').pluck().get() as number | null) ?? undefined
     );
+  }
+
+  async shadow(): Promise<ShadowState> {
+    return this.db.transaction(() => ({
+      generation: Number(this.st.shadowGeneration.get()),
+      changed_at: (this.st.shadowChangedAt.get() as string) || null,
+      policies: this.db
+        .prepare('SELECT name, rego, sha256, since FROM shadow_policies ORDER BY name')
+        .all() as ShadowPolicy[],
+    }))();
+  }
+
+  async shadowGeneration(): Promise<number> {
+    return Number(this.st.shadowGeneration.get());
+  }
+
+  async putShadow(
+    p: { name: string; rego: string; sha256: string },
+    events: NewAuditEvent[],
+  ): Promise<{ created: boolean; since: string }> {
+    return this.db
+      .transaction(() => {
+        const since = new Date().toISOString();
+        const created =
+          this.db.prepare('SELECT 1 FROM shadow_policies WHERE name = ?').get(p.name) === undefined;
+        this.db
+          .prepare(
+            `INSERT INTO shadow_policies (name, rego, sha256, since) VALUES (@name, @rego, @sha256, @since)
+             ON CONFLICT (name) DO UPDATE SET rego = excluded.rego, sha256 = excluded.sha256, since = excluded.since`,
+          )
+          .run({ ...p, since });
+        this.shadowChanged(since);
+        this.writer.appendInTx(events);
+        return { created, since };
+      })
+      .immediate();
+  }
+
+  async dropShadow(name: string, sha256: string | undefined, events: NewAuditEvent[]): Promise<boolean> {
+    return this.db
+      .transaction(() => {
+        const r = this.db
+          .prepare('DELETE FROM shadow_policies WHERE name = ? AND (? IS NULL OR sha256 = ?)')
+          .run(name, sha256 ?? null, sha256 ?? null);
+        if (r.changes === 0) return false;
+        this.shadowChanged(new Date().toISOString());
+        this.writer.appendInTx(events);
+        return true;
+      })
+      .immediate();
+  }
+
+  private shadowChanged(time: string): void {
+    this.db
+      .prepare(
+        "UPDATE meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key = 'shadow_generation'",
+      )
+      .run();
+    this.db.prepare("UPDATE meta SET value = ? WHERE key = 'shadow_changed_at'").run(time);
   }
 
   async blobs(

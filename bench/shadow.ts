@@ -1,0 +1,129 @@
+/**
+ * Shadow-mode benchmark (SPEC §11): the same decision load against the real service without and
+ * then with a shadow set (every decision is also evaluated against the candidate set and the
+ * comparison recorded), in interleaved rounds; reports latency and throughput of each.
+ *
+ *   npm run bench:shadow -- [--requests 4000] [--concurrency 16] [--rounds 3]
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { stopAll } from './lib/proc.js';
+import { ADMIN_KEY, removeTempDirs, REPO, startArbiter } from './lib/targets.js';
+
+const { values } = parseArgs({
+  options: {
+    requests: { type: 'string', default: '4000' },
+    concurrency: { type: 'string', default: '16' },
+    rounds: { type: 'string', default: '3' },
+  },
+});
+const requests = Number(values.requests);
+const concurrency = Number(values.concurrency);
+const rounds = Number(values.rounds);
+
+/** The candidate: one more deny rule, so that a share of decisions disagree. */
+const CANDIDATE = 'package authz.agent\n\ndeny contains "reads are off" if input.action == "read"\n';
+const BODIES = [
+  { agent_id: 'deploy-bot', action: 'read', resource: 'repo/arbiter', confidence: 0.95 },
+  { agent_id: 'deploy-bot', action: 'deploy', resource: 'prod/api', confidence: 0.95 },
+  { agent_id: 'deploy-bot', action: 'delete', resource: 'prod/db', confidence: 0.99 },
+].map((b) => JSON.stringify(b));
+
+interface Run {
+  shadow: boolean;
+  p50_ms: number;
+  p99_ms: number;
+  per_second: number;
+}
+
+async function load(engine: string, key: string, shadow: boolean): Promise<Run> {
+  const ms: number[] = [];
+  let next = 0;
+  const started = process.hrtime.bigint();
+  const worker = async () => {
+    while (next < requests) {
+      const body = BODIES[next++ % BODIES.length] as string;
+      const t = process.hrtime.bigint();
+      const res = await fetch(`${engine}/v1/agent/authorize`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body,
+      });
+      await res.text();
+      if (![200, 202, 403].includes(res.status)) throw new Error(`authorize answered ${res.status}`);
+      ms.push(Number(process.hrtime.bigint() - t) / 1e6);
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  ms.sort((x, y) => x - y);
+  const q = (p: number) => ms[Math.min(ms.length - 1, Math.floor(ms.length * p))] as number;
+  return { shadow, p50_ms: q(0.5), p99_ms: q(0.99), per_second: requests / seconds };
+}
+
+async function setShadow(platform: string, on: boolean): Promise<void> {
+  const res = await fetch(`${platform}/api/v1/policies/bench-candidate?mode=shadow`, {
+    method: on ? 'PUT' : 'DELETE',
+    headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'text/plain' },
+    ...(on ? { body: CANDIDATE } : {}),
+  });
+  if (res.status >= 300)
+    throw new Error(`shadow ${on ? 'put' : 'delete'}: ${res.status} ${await res.text()}`);
+}
+
+async function main(): Promise<void> {
+  console.log(`shadow benchmark: ${requests} decisions × ${rounds} rounds, ${concurrency} concurrent`);
+  const a = await startArbiter();
+  try {
+    await load(a.engine, a.agentKey, false); // warm-up
+    const runs: Run[] = [];
+    for (let r = 0; r < rounds; r++) {
+      for (const shadow of [false, true]) {
+        if (shadow) await setShadow(a.platform, true);
+        const run = await load(a.engine, a.agentKey, shadow);
+        runs.push(run);
+        console.log(
+          `  round ${r + 1} ${shadow ? 'with shadow   ' : 'without shadow'}: p50 ${run.p50_ms.toFixed(2)} ms, p99 ${run.p99_ms.toFixed(2)} ms, ${Math.round(run.per_second)} decisions/s`,
+        );
+        if (shadow) await setShadow(a.platform, false);
+      }
+    }
+    const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)] as number;
+    const summary = (shadow: boolean) => {
+      const rs = runs.filter((r) => r.shadow === shadow);
+      return {
+        p50_ms: median(rs.map((r) => r.p50_ms)),
+        p99_ms: median(rs.map((r) => r.p99_ms)),
+        per_second: median(rs.map((r) => r.per_second)),
+      };
+    };
+    const report = {
+      kind: 'shadow',
+      requests,
+      concurrency,
+      machine: { cpus: os.cpus().length },
+      without: summary(false),
+      with: summary(true),
+      runs,
+    };
+    console.log(
+      `  median: without ${Math.round(report.without.per_second)}/s p99 ${report.without.p99_ms.toFixed(2)} ms; ` +
+        `with ${Math.round(report.with.per_second)}/s p99 ${report.with.p99_ms.toFixed(2)} ms`,
+    );
+    const outDir = path.join(REPO, 'bench', 'results');
+    mkdirSync(outDir, { recursive: true });
+    writeFileSync(path.join(outDir, 'shadow-latest.json'), JSON.stringify(report, null, 2));
+  } finally {
+    await stopAll();
+    removeTempDirs();
+  }
+}
+
+main().catch(async (e: unknown) => {
+  console.error(e);
+  await stopAll();
+  removeTempDirs();
+  process.exit(1);
+});

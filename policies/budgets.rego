@@ -1,0 +1,53 @@
+# Example budgets for agents (SPEC §13): copy and adapt.
+#
+# A policy declares limits; the engine enforces them. Each limit is an object
+#   {"key": k, "window": w, "max": n, "cost": c}
+# key     a string naming the counter: decisions that name the same key share it
+# window  a Go-style duration ("90s", "15m", "24h"): fixed windows aligned to the Unix epoch
+# max     what one window may consume in all
+# cost    what this decision consumes (default 1; numbers with up to 6 decimals are exact)
+#
+# After the policy answers allow, the engine charges every limit in the transaction that records
+# the decision, or answers deny (403) naming the exhausted key, window and max; a deny consumes
+# nothing, a requires_approval consumes when it is approved. A malformed limit (bad window, a
+# negative or non-numeric max or cost) makes the decision a deny: budgets fail closed.
+#
+# Data (policies/data.json): budgets.invoice_payments_per_day, budgets.invoice_spend_per_day.
+#
+#   agent        action        resource       context.amount  budgets charged
+#   -----------  ------------  -------------  --------------  ----------------------------------
+#   finance-bot  invoices.pay  invoices/i-1   1200            agent:finance-bot:invoices.pay (1),
+#                                                             agent:finance-bot:invoices.usd (1200)
+#   finance-bot  invoices.pay  invoices/i-1   (missing)       none: denied, an unpriced payment
+package authz.agent
+
+# How many invoices an agent may pay per day, whatever the amounts.
+limits contains {
+	"key": concat(":", ["agent", input.agent_id, "invoices.pay"]),
+	"window": "24h",
+	"max": data.budgets.invoice_payments_per_day,
+} if {
+	input.action == "invoices.pay"
+}
+
+# How much an agent may pay per day: each payment costs its amount.
+limits contains {
+	"key": concat(":", ["agent", input.agent_id, "invoices.usd"]),
+	"window": "24h",
+	"max": data.budgets.invoice_spend_per_day,
+	"cost": input.context.amount,
+} if {
+	input.action == "invoices.pay"
+	priced_invoice
+}
+
+# Without a price the spend budget above would not apply: refuse rather than pay unmetered.
+deny contains "invoices.pay requires a positive numeric context.amount" if {
+	input.action == "invoices.pay"
+	not priced_invoice
+}
+
+priced_invoice if {
+	is_number(input.context.amount)
+	input.context.amount > 0
+}

@@ -1,0 +1,218 @@
+import { AppError, invalid } from '../errors.js';
+import { newId } from '../ids.js';
+import { compileSchema, TOKEN_SAFE, type JsonSchema } from '../common/validation.js';
+import { checkAdmits } from '../keys/binding.js';
+import type { Principal } from '../keys/types.js';
+import type { DecisionBody, DecisionService, FlowIds } from '../decisions/service.js';
+
+/**
+ * OpenID AuthZEN Authorization API 1.0 (SPEC §14) over the ordinary decision path: each AuthZEN
+ * evaluation becomes one agent or human decision — validated, evaluated, recorded and audited
+ * like any other — with the AuthZEN request itself as `input.authzen`. Knows nothing of HTTP.
+ */
+
+/** Most evaluations one batch may carry; more is a 400. */
+export const MAX_EVALUATIONS = 100;
+
+export const SEMANTICS = ['execute_all', 'deny_on_first_deny', 'permit_on_first_permit'] as const;
+export type Semantic = (typeof SEMANTICS)[number];
+
+const name = { type: 'string', minLength: 1, maxLength: 256, pattern: TOKEN_SAFE };
+const properties = { type: 'object', description: 'any attributes; the policy reads them in input.authzen' };
+
+/**
+ * Subject and resource: `type` and `id`, optional `properties`. Other members are kept and passed
+ * to the policy verbatim (earlier drafts put attributes such as `ownerID` directly on them).
+ */
+const subjectSchema: JsonSchema = {
+  type: 'object',
+  required: ['type', 'id'],
+  properties: { type: name, id: name, properties },
+};
+const resourceSchema: JsonSchema = {
+  type: 'object',
+  required: ['type', 'id'],
+  properties: {
+    type: name,
+    id: { type: 'string', minLength: 1, maxLength: 1024, pattern: TOKEN_SAFE },
+    properties,
+  },
+};
+const actionSchema: JsonSchema = {
+  type: 'object',
+  required: ['name'],
+  properties: { name, properties },
+};
+const contextSchema: JsonSchema = { type: 'object' };
+
+/** Body of POST /access/v1/evaluation. */
+export const evaluationRequestSchema: JsonSchema = {
+  type: 'object',
+  required: ['subject', 'action', 'resource'],
+  additionalProperties: false,
+  properties: {
+    subject: subjectSchema,
+    action: actionSchema,
+    resource: resourceSchema,
+    context: contextSchema,
+  },
+};
+
+/** Body of POST /access/v1/evaluations: top-level members are defaults for every item. */
+export const evaluationsRequestSchema: JsonSchema = {
+  type: 'object',
+  required: ['evaluations'],
+  additionalProperties: false,
+  properties: {
+    subject: subjectSchema,
+    action: actionSchema,
+    resource: resourceSchema,
+    context: contextSchema,
+    evaluations: {
+      type: 'array',
+      minItems: 1,
+      maxItems: MAX_EVALUATIONS,
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        properties: {
+          subject: subjectSchema,
+          action: actionSchema,
+          resource: resourceSchema,
+          context: contextSchema,
+        },
+      },
+    },
+    options: {
+      type: 'object',
+      properties: { evaluations_semantic: { type: 'string', enum: [...SEMANTICS] } },
+    },
+  },
+};
+
+interface Entity {
+  type: string;
+  id: string;
+  properties?: Record<string, unknown>;
+  [member: string]: unknown;
+}
+
+/** One AuthZEN access evaluation request (the 4-tuple). */
+export interface Evaluation {
+  subject: Entity;
+  action: { name: string; properties?: Record<string, unknown>; [member: string]: unknown };
+  resource: Entity;
+  context?: Record<string, unknown>;
+}
+
+interface Evaluations extends Partial<Evaluation> {
+  evaluations: Partial<Evaluation>[];
+  options?: { evaluations_semantic?: Semantic; [option: string]: unknown };
+}
+
+/** One evaluation's outcome: a recorded decision, or (in a batch) the error that stopped it. */
+export type Outcome = { decision: DecisionBody; replayed: boolean } | { error: AppError };
+
+const validateOne = compileSchema<Evaluation>(evaluationRequestSchema);
+const validateMany = compileSchema<Evaluations>(evaluationsRequestSchema);
+
+export class AuthzenService {
+  constructor(
+    private readonly decisions: DecisionService,
+    private readonly defaultTenant: string,
+  ) {}
+
+  /** One evaluation; any error (bad input, binding, storage) is the caller's to answer. */
+  async evaluate(body: unknown, principal: Principal, ids: FlowIds, idemKey?: string) {
+    return this.decide(validateOne(body), principal, ids, idemKey);
+  }
+
+  /**
+   * A batch: the whole payload is checked first (so a malformed batch records nothing); then each
+   * item, with the top-level defaults, is decided in order under the chosen semantic. An item
+   * that fails is an error outcome, never an allow.
+   */
+  async evaluateAll(
+    body: unknown,
+    principal: Principal,
+    traceId: string,
+    idemKey?: string,
+  ): Promise<Outcome[]> {
+    const req = validateMany(body);
+    const items = req.evaluations.map((item, i) => complete(req, item, i));
+    const semantic: Semantic = req.options?.evaluations_semantic ?? 'execute_all';
+    const out: Outcome[] = [];
+    for (const [i, item] of items.entries()) {
+      let outcome: Outcome;
+      try {
+        // A retried batch replays item by item: each item has a key of its own.
+        const key = idemKey === undefined ? undefined : `${idemKey}#${i}`;
+        outcome = await this.decide(item, principal, { requestId: newId(), traceId }, key);
+      } catch (e) {
+        if (!(e instanceof AppError)) throw e;
+        outcome = { error: e };
+      }
+      out.push(outcome);
+      const permitted = 'decision' in outcome && outcome.decision.status === 'allow';
+      if (semantic === 'deny_on_first_deny' && !permitted) break;
+      if (semantic === 'permit_on_first_permit' && permitted) break;
+    }
+    return out;
+  }
+
+  /** Maps the 4-tuple to an agent or a human decision and takes it through DecisionService. */
+  private async decide(ev: Evaluation, principal: Principal, ids: FlowIds, idemKey?: string) {
+    const context = ev.context ?? {};
+    const authzen = { subject: ev.subject, action: ev.action, resource: ev.resource, context };
+    if (ev.subject.type === 'agent') {
+      const confidence = ev.subject.properties?.confidence ?? context.confidence;
+      if (confidence === undefined) {
+        throw invalid(
+          'subject of type agent needs a confidence: subject.properties.confidence or context.confidence',
+        );
+      }
+      if (typeof confidence !== 'number') throw invalid('confidence must be a number between 0.0 and 1.0');
+      // A tenant the subject claims reaches the policy (input.authzen): a bound key may only
+      // claim its own, as for a human subject.
+      const claimed = ev.subject.properties?.tenant_id;
+      if (claimed !== undefined) {
+        if (typeof claimed !== 'string') throw invalid('subject.properties.tenant_id must be a string');
+        checkAdmits(principal, 'tenant', claimed, `cannot act in tenant ${claimed}`);
+      }
+      const request = {
+        agent_id: ev.subject.id,
+        action: ev.action.name,
+        resource: `${ev.resource.type}/${ev.resource.id}`,
+        confidence,
+        context,
+      };
+      return this.decisions.authorizeAgent(request, principal, ids, idemKey, { authzen });
+    }
+    const tenant = ev.subject.properties?.tenant_id ?? this.defaultTenant;
+    if (typeof tenant !== 'string') throw invalid('subject.properties.tenant_id must be a string');
+    const request = {
+      tenant_id: tenant,
+      user_id: ev.subject.id,
+      action: ev.action.name,
+      resource: { type: ev.resource.type, id: ev.resource.id },
+      context,
+    };
+    return this.decisions.authorizeHuman(request, principal, ids, idemKey, { authzen });
+  }
+}
+
+/** Item `i` of a batch with the top-level defaults filled in; a 4-tuple still incomplete is a 400. */
+function complete(defaults: Evaluations, item: Partial<Evaluation>, i: number): Evaluation {
+  const merged = {
+    subject: item.subject ?? defaults.subject,
+    action: item.action ?? defaults.action,
+    resource: item.resource ?? defaults.resource,
+    context: item.context ?? defaults.context,
+  };
+  for (const part of ['subject', 'action', 'resource'] as const) {
+    if (merged[part] === undefined) {
+      throw invalid(`evaluations[${i}] has no ${part}, and the request gives no default ${part}`);
+    }
+  }
+  return merged as Evaluation;
+}

@@ -1,0 +1,260 @@
+import { setImmediate as yieldToLoop } from 'node:timers/promises';
+import type { AuditStore } from '../audit/store.js';
+import type { AuditEvent } from '../audit/types.js';
+import { compileSchema, type JsonSchema } from '../common/validation.js';
+import { busy, conflict, notFound } from '../errors.js';
+import { admits } from '../keys/binding.js';
+import type { Principal } from '../keys/types.js';
+import type { Explainer, FiredRule } from './explain.js';
+import type { PolicyService } from './service.js';
+
+export const IMPACT_MAX_LIMIT = 100_000;
+export const IMPACT_DEFAULT_LIMIT = 10_000;
+export const IMPACT_MAX_SAMPLES = 50;
+/** Decisions read from the audit trail per query while replaying. */
+const PAGE = 2_000;
+/** Evaluations between two yields to the event loop (decisions keep being answered meanwhile). */
+const YIELD_EVERY = 500;
+
+export const impactRequestSchema: JsonSchema = {
+  type: 'object',
+  required: ['policies'],
+  additionalProperties: false,
+  properties: {
+    policies: {
+      type: 'object',
+      description: 'policy name → candidate Rego, or null to remove the policy',
+      additionalProperties: { type: ['string', 'null'] },
+    },
+    data: {
+      type: 'object',
+      description: 'data path → candidate value, or null to remove the document',
+    },
+    since: {
+      type: 'string',
+      format: 'date-time',
+      description: 'replay only decisions at or after this time',
+    },
+    limit: {
+      type: 'integer',
+      minimum: 1,
+      maximum: IMPACT_MAX_LIMIT,
+      description: `the most recent decisions to replay (default ${IMPACT_DEFAULT_LIMIT})`,
+    },
+  },
+};
+
+interface ImpactRequest {
+  policies: Record<string, string | null>;
+  data?: Record<string, unknown>;
+  since?: string;
+  limit?: number;
+}
+const validateImpact = compileSchema<ImpactRequest>(impactRequestSchema);
+
+export interface ImpactSample {
+  request_id: string | null;
+  time: string;
+  before: string;
+  after: string;
+}
+
+export interface ImpactReport {
+  replayed: number;
+  /** Recorded decisions without a stored policy input (recorded before inputs were kept). */
+  skipped: number;
+  changed: number;
+  changes: Record<string, number>;
+  samples: ImpactSample[];
+}
+
+export const SHADOW_SAMPLES = 20;
+
+export interface ShadowReport {
+  policies: { name: string; sha256: string; since: string }[];
+  /** When the shadow set last changed: the counts start here (null: it never changed). */
+  since: string | null;
+  decisions: number;
+  agree: number;
+  disagree: number;
+  errors: number;
+  changes: Record<string, number>;
+  samples: { request_id: string | null; live: string; shadow: string }[];
+}
+
+export interface ExplainReport {
+  request_id: string;
+  revision: number;
+  recorded: { status: string };
+  replayed: { status: string };
+  fired: FiredRule[];
+}
+
+/**
+ * Before and after a change (SPEC §11): the impact of a candidate set on recorded decisions, and
+ * OPA's explanation of one recorded decision. Reads the audit trail and policy history; changes
+ * nothing.
+ */
+export class LifecycleService {
+  private replaying = false;
+
+  constructor(
+    private readonly policies: PolicyService,
+    private readonly audit: AuditStore,
+    private readonly explainer: Explainer,
+  ) {}
+
+  /**
+   * Replays the most recent recorded decision inputs against the live set and the candidate set
+   * and counts the decisions whose status differs. One replay at a time per process (429 else).
+   */
+  async impact(body: unknown): Promise<ImpactReport> {
+    const req = validateImpact(body);
+    if (this.replaying) throw busy('an impact replay is already running; try again when it is done');
+    this.replaying = true;
+    try {
+      const { live, candidate } = await this.policies.candidate(req.policies, req.data ?? {});
+      const limit = req.limit ?? IMPACT_DEFAULT_LIMIT;
+      const report: ImpactReport = { replayed: 0, skipped: 0, changed: 0, changes: {}, samples: [] };
+      let before: { seq: number; time?: string } | undefined;
+      let read = 0;
+      while (read < limit) {
+        const page = await this.audit.query({
+          kind: 'decision',
+          ...(req.since !== undefined ? { since: req.since } : {}),
+          ...(before ? { before } : {}),
+          limit: Math.min(PAGE, limit - read),
+        });
+        if (page.length === 0) break;
+        for (const { event } of page) {
+          read++;
+          const input = recordedInput(event);
+          if (!input) {
+            report.skipped++;
+            continue;
+          }
+          const was = live.evaluate(input).status;
+          const now = candidate.evaluate(input).status;
+          report.replayed++;
+          if (was !== now) {
+            report.changed++;
+            const key = `${was}→${now}`;
+            report.changes[key] = (report.changes[key] ?? 0) + 1;
+            if (report.samples.length < IMPACT_MAX_SAMPLES) {
+              report.samples.push({
+                request_id: event.request_id,
+                time: event.time,
+                before: was,
+                after: now,
+              });
+            }
+          }
+          if (read % YIELD_EVERY === 0) await yieldToLoop();
+        }
+        const last = page[page.length - 1] as { seq: number; event: AuditEvent };
+        before = { seq: last.seq, time: last.event.time };
+      }
+      return report;
+    } finally {
+      this.replaying = false;
+    }
+  }
+
+  /**
+   * The shadow set and, from the decisions' audit events since it last changed, how often its
+   * answer agreed with the live one, what the disagreements were, and the latest 20 of them.
+   * The audit trail is shared, so the counts cover every process.
+   */
+  async shadowReport(): Promise<ShadowReport> {
+    const state = await this.policies.shadow();
+    const report: ShadowReport = {
+      policies: state.policies.map(({ name, sha256, since }) => ({ name, sha256, since })),
+      since: state.changed_at,
+      decisions: 0,
+      agree: 0,
+      disagree: 0,
+      errors: 0,
+      changes: {},
+      samples: [],
+    };
+    if (state.changed_at === null) return report;
+    let before: { seq: number; time?: string } | undefined;
+    for (;;) {
+      const page = await this.audit.query({
+        kind: 'decision',
+        since: state.changed_at,
+        ...(before ? { before } : {}),
+        limit: PAGE,
+      });
+      if (page.length === 0) break;
+      for (const { event } of page) {
+        const result = event.details.shadow_result;
+        if (result !== 'agree' && result !== 'disagree' && result !== 'error') continue;
+        report.decisions++;
+        if (result === 'agree') report.agree++;
+        else if (result === 'error') report.errors++;
+        else {
+          report.disagree++;
+          const shadow = (event.details.shadow as { status?: unknown } | undefined)?.status;
+          const key = `${event.outcome ?? 'unknown'}→${typeof shadow === 'string' ? shadow : 'unknown'}`;
+          report.changes[key] = (report.changes[key] ?? 0) + 1;
+          if (report.samples.length < SHADOW_SAMPLES) {
+            report.samples.push({
+              request_id: event.request_id,
+              live: event.outcome ?? 'unknown',
+              shadow: typeof shadow === 'string' ? shadow : 'unknown',
+            });
+          }
+        }
+      }
+      const last = page[page.length - 1] as { seq: number; event: AuditEvent };
+      before = { seq: last.seq, time: last.event.time };
+      await yieldToLoop();
+    }
+    return report;
+  }
+
+  /**
+   * Re-evaluates a recorded decision's input against the set of the revision it was made under,
+   * with OPA's explanation. 404 when there is no such decision; 409 when it cannot be replayed
+   * (no recorded input, no revision, or a revision that history does not hold). A tenant-bound
+   * key sees only its tenant's decisions (404 for any other, as for an unknown id).
+   */
+  async explain(principal: Principal, requestId: string): Promise<ExplainReport> {
+    const events = await this.audit.byRequest(requestId, 0, 100);
+    const event = events.find((e) => e.event.kind === 'decision')?.event;
+    if (!event || !admits(principal, 'tenant', event.tenant_id)) {
+      throw notFound(`decision ${requestId} not found`);
+    }
+    const revision = event.policy_revision;
+    if (revision === null) {
+      throw conflict(`decision ${requestId} was made with no policy set loaded: there is nothing to explain`);
+    }
+    const input = recordedInput(event);
+    if (!input) {
+      throw conflict(`decision ${requestId} was recorded without its policy input: it cannot be replayed`);
+    }
+    const set = await this.policies.revisionSet(revision);
+    if (!set) {
+      throw conflict(
+        `decision ${requestId} was made under revision ${revision}, which policy history does not hold: it cannot be replayed`,
+      );
+    }
+    const r = await this.explainer.explain(set.modules, set.data, input);
+    return {
+      request_id: requestId,
+      revision,
+      recorded: { status: event.outcome ?? 'unknown' },
+      replayed: { status: r.status },
+      fired: r.fired,
+    };
+  }
+}
+
+/** The policy input a decision event recorded (details.input plus details.context), if any. */
+export function recordedInput(event: AuditEvent): Record<string, unknown> | undefined {
+  const input = event.details.input;
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) return undefined;
+  const context = event.details.context;
+  return { ...(input as Record<string, unknown>), context: context ?? {} };
+}

@@ -1,0 +1,59 @@
+import { expect } from 'chai';
+import { onEveryBackend } from './helpers/backends.js';
+import { AGENT, Arbiter, call } from './helpers/harness.js';
+import { expectError } from './helpers/expect-error.js';
+
+// These go through storage: every backend.
+onEveryBackend('bounded long-polls and traces', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start({ ARBITER_MAX_LONG_POLLS: '2' });
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  it('answers 429 with Retry-After once the long-poll limit is reached', async () => {
+    const q = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.approval });
+    const url = a.engine + `/v1/queue/${q.json.request_id}?wait=2`;
+    const held = [call('GET', url), call('GET', url)];
+    await new Promise((r) => setTimeout(r, 300));
+    const third = await call('GET', url);
+    expectError(third, 429);
+    expect(third.headers.get('retry-after')).to.equal('1');
+    expect((await Promise.all(held)).map((r) => r.status)).to.deep.equal([200, 200]);
+    expect((await call('GET', url)).status).to.equal(200);
+  });
+
+  it('pages a trace that grew past the limit, oldest first, without gaps', async () => {
+    const trace = 'abcdefabcdefabcdefabcdefabcdef01';
+    const events = Array.from({ length: 7 }, (_, i) => ({
+      kind: 'engine.step',
+      trace_id: trace,
+      message: `s${i}`,
+    }));
+    expect((await call('POST', a.platform + '/api/v1/audit/ingest', { body: { events } })).status).to.equal(
+      202,
+    );
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    let firstCursor: string | null = null;
+    do {
+      const r = await call(
+        'GET',
+        a.platform + `/api/v1/audit/trace/${trace}?limit=3${cursor ? `&cursor=${cursor}` : ''}`,
+      );
+      expect(r.status, r.text).to.equal(200);
+      seen.push(...r.json.events.map((e: { message: string }) => e.message));
+      cursor = r.json.next_cursor;
+      firstCursor ??= cursor;
+    } while (cursor);
+    expect(seen).to.deep.equal(['s0', 's1', 's2', 's3', 's4', 's5', 's6']);
+    const whole = await call('GET', a.platform + `/api/v1/audit/trace/${trace}`);
+    expect(whole.json.events).to.have.length(7);
+    expect(whole.json.next_cursor).to.equal(null);
+    // A cursor belongs to its trace.
+    const other = await call('GET', a.platform + `/api/v1/audit/trace/ffff?cursor=${firstCursor}`);
+    expectError(other, 400);
+  });
+});

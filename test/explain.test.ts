@@ -1,0 +1,154 @@
+import { expect } from 'chai';
+import Database from 'better-sqlite3';
+import path from 'node:path';
+import { onEveryBackend } from './helpers/backends.js';
+import { expectError } from './helpers/expect-error.js';
+import { AGENT, Arbiter, auditCount, call, HUMAN } from './helpers/harness.js';
+import { queryDatabase } from './helpers/postgres.js';
+
+/** A policy that denies every read; its deny rule is on row 3. */
+const DENY_READ = 'package authz.agent\n\ndeny contains "reads are switched off" if input.action == "read"\n';
+
+interface Fired {
+  policy: string;
+  row: number;
+  rule: string;
+  text: string;
+}
+
+// Explanations read recorded decisions and policy history from each backend.
+onEveryBackend('GET /api/v1/decisions/{request_id}/explain: OPA explains a recorded decision', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start();
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  const authorize = async (body: unknown, status: number) => {
+    const r = await call('POST', `${a.engine}/v1/agent/authorize`, { body });
+    expect(r.status, r.text).to.equal(status);
+    return r.json.request_id as string;
+  };
+  const explain = (id: string, key?: string) =>
+    call('GET', `${a.platform}/api/v1/decisions/${id}/explain`, { key });
+  const revision = async () => (await call('GET', `${a.platform}/api/v1/policies`)).json.revision as number;
+
+  /** Runs SQL that changes this instance's database (to fake what an older version left behind). */
+  const alter = async (sql: string, params: unknown[]) => {
+    if (a.databaseUrl) {
+      await queryDatabase(a.databaseUrl, sql, params);
+      return;
+    }
+    const db = new Database(path.join(a.dataDir, 'arbiter.db'));
+    try {
+      db.prepare(sql.replace(/\$\d+/g, '?')).run(...params);
+    } finally {
+      db.close();
+    }
+  };
+
+  it('names the deny rule of the policy that denied, with its row and text', async () => {
+    const id = await authorize(AGENT.deny, 403);
+    const r = await explain(id);
+    expect(r.status, r.text).to.equal(200);
+    expect(r.json).to.have.keys('request_id', 'revision', 'recorded', 'replayed', 'fired');
+    expect(r.json.request_id).to.equal(id);
+    expect(r.json.revision).to.equal(await revision());
+    expect(r.json.recorded).to.deep.equal({ status: 'deny' });
+    expect(r.json.replayed).to.deep.equal({ status: 'deny' });
+    const fired = r.json.fired as Fired[];
+    const deny = fired.find((f) => f.policy === 'agent' && f.rule === 'deny');
+    expect(deny, JSON.stringify(fired)).to.not.equal(undefined);
+    expect(deny!.text).to.match(/^deny contains/);
+    expect(deny!.row).to.be.a('number').and.at.least(1);
+    for (const f of fired) expect(f).to.have.keys('policy', 'row', 'rule', 'text');
+    // Only user policies are named, never the built-in module.
+    expect(fired.map((f) => f.policy)).to.not.include('authz');
+  });
+
+  it("replays the decision under its own revision's set, not the live one", async () => {
+    const allowed = await authorize(AGENT.allow, 200);
+    const was = await revision();
+    const put = await call('PUT', `${a.platform}/api/v1/policies/deny-read`, { body: { rego: DENY_READ } });
+    expect(put.status, put.text).to.equal(201);
+    try {
+      const old = await explain(allowed);
+      expect(old.status, old.text).to.equal(200);
+      expect(old.json.revision).to.equal(was);
+      expect(old.json.recorded).to.deep.equal({ status: 'allow' });
+      expect(old.json.replayed).to.deep.equal({ status: 'allow' });
+      const fired = old.json.fired as Fired[];
+      expect(fired.some((f) => f.policy === 'agent' && f.rule === 'allow')).to.equal(true);
+      expect(fired.some((f) => f.policy === 'deny-read')).to.equal(false);
+
+      const denied = await authorize(AGENT.allow, 403);
+      const now = await explain(denied);
+      expect(now.status, now.text).to.equal(200);
+      expect(now.json.revision).to.equal(was + 1);
+      expect(now.json.replayed).to.deep.equal({ status: 'deny' });
+      expect(now.json.fired).to.deep.include({
+        policy: 'deny-read',
+        row: 3,
+        rule: 'deny',
+        text: 'deny contains "reads are switched off" if input.action == "read"',
+      });
+    } finally {
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/deny-read`)).status).to.equal(204);
+    }
+  });
+
+  it('answers 404 for an unknown request id, and changes nothing', async () => {
+    const before = await auditCount(a.platform);
+    expectError(await explain('0193a0b0-0000-7000-8000-000000000000'), 404, /not found/);
+    expectError(await explain('no-such-id'), 404, /not found/);
+    expect(await auditCount(a.platform)).to.equal(before);
+  });
+
+  it('needs audit:read, and is served by the Platform API only', async () => {
+    const id = await authorize(AGENT.deny, 403);
+    const reader = a.createKey('explain-policies', ['policies:read']);
+    expectError(await explain(id, reader), 403, 'API key lacks scope audit:read');
+    const auditor = a.createKey('explain-auditor', ['audit:read']);
+    expect((await explain(id, auditor)).status).to.equal(200);
+    expectError(await call('GET', `${a.engine}/api/v1/decisions/${id}/explain`), 404);
+  });
+
+  it("shows a tenant-bound key only its tenant's decisions", async () => {
+    const r = await call('POST', `${a.engine}/v1/authorize`, { body: HUMAN.allow });
+    expect(r.status, r.text).to.equal(200);
+    const id = r.json.request_id as string;
+    const acme = a.createKey('explain-acme', ['audit:read'], { tenant: 'acme' });
+    const other = a.createKey('explain-other', ['audit:read'], { tenant: 'globex' });
+    const ok = await explain(id, acme);
+    expect(ok.status, ok.text).to.equal(200);
+    expect(ok.json.replayed).to.deep.equal({ status: 'allow' });
+    expectError(await explain(id, other), 404, `decision ${id} not found`);
+  });
+
+  it('runs at most two explanations at once per process (429 beyond, with Retry-After)', async () => {
+    const id = await authorize(AGENT.deny, 403);
+    const answers = await Promise.all(Array.from({ length: 6 }, () => explain(id)));
+    const statuses = answers.map((r) => r.status);
+    // Each explanation runs opa for tens of milliseconds: six sent at once cannot all get a slot.
+    expect(statuses.filter((s) => s === 200).length, statuses.join()).to.be.within(2, 5);
+    for (const r of answers.filter((x) => x.status !== 200)) {
+      expectError(r, 429, 'too many explanations are running; try again shortly');
+      expect(r.headers.get('retry-after')).to.equal('1');
+    }
+    expect(statuses.every((s) => s === 200 || s === 429)).to.equal(true);
+  });
+
+  // Last: it removes the live revision from history.
+  it('answers 409 when the decision was made under a revision history does not hold', async () => {
+    const id = await authorize(AGENT.approval, 202);
+    const r = await revision();
+    await alter('DELETE FROM revisions WHERE revision = $1', [r]);
+    expectError(
+      await explain(id),
+      409,
+      `decision ${id} was made under revision ${r}, which policy history does not hold: it cannot be replayed`,
+    );
+  });
+});

@@ -1,0 +1,151 @@
+import { expect } from 'chai';
+import { onEveryBackend } from './helpers/backends.js';
+import { expectError } from './helpers/expect-error.js';
+import { AGENT, Arbiter, auditCount, call, HUMAN } from './helpers/harness.js';
+
+/** A candidate that denies every read (the AGENT.allow example). */
+const DENY_READ = 'package authz.agent\n\ndeny contains "reads are switched off" if input.action == "read"\n';
+/** A candidate that does not compile: the error is on row 3. */
+const BROKEN = 'package authz.agent\n\ndeny contains "x" if no_such_function(input.action)\n';
+
+// Impact replays decisions recorded in the audit trail of each backend.
+onEveryBackend('POST /api/v1/impact: replay recorded decisions against a candidate set', () => {
+  let a: Arbiter;
+  /** Request ids of the recorded decisions, by the example they came from. */
+  const ids: Record<string, string[]> = { allow: [], approval: [], deny: [], low: [], human: [] };
+
+  before(async () => {
+    a = await Arbiter.start();
+    const record = async (name: string, url: string, body: unknown, status: number) => {
+      const r = await call('POST', url, { body });
+      expect(r.status, r.text).to.equal(status);
+      ids[name]?.push(r.json.request_id as string);
+    };
+    for (let i = 0; i < 3; i++) await record('allow', `${a.engine}/v1/agent/authorize`, AGENT.allow, 200);
+    await record('approval', `${a.engine}/v1/agent/authorize`, AGENT.approval, 202);
+    await record('deny', `${a.engine}/v1/agent/authorize`, AGENT.deny, 403);
+    await record('low', `${a.engine}/v1/agent/authorize`, AGENT.lowConfidence, 403);
+    await record('human', `${a.engine}/v1/authorize`, HUMAN.allow, 200);
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  const impact = (body: unknown, key?: string) => call('POST', `${a.platform}/api/v1/impact`, { body, key });
+
+  /** What impact must never move: the revision, the policies, the data, the audit trail. */
+  const observable = async () => {
+    const policies = await call('GET', `${a.platform}/api/v1/policies`);
+    const data = await call('GET', `${a.platform}/api/v1/data`);
+    return { policies: policies.json, data: data.json, audit: await auditCount(a.platform) };
+  };
+
+  it('counts the recorded decisions a candidate policy changes, with samples, and changes nothing', async () => {
+    const before = await observable();
+    const r = await impact({ policies: { 'deny-read': DENY_READ } });
+    expect(r.status, r.text).to.equal(200);
+    expect(r.json).to.have.keys('replayed', 'skipped', 'changed', 'changes', 'samples');
+    expect(r.json.replayed).to.equal(7);
+    expect(r.json.skipped).to.equal(0);
+    // The three allowed reads turn to deny; the low-confidence read was a deny already.
+    expect(r.json.changed).to.equal(3);
+    expect(r.json.changes).to.deep.equal({ 'allow→deny': 3 });
+    expect(r.json.samples).to.have.length(3);
+    for (const s of r.json.samples) {
+      expect(s).to.have.keys('request_id', 'time', 'before', 'after');
+      expect(s.before).to.equal('allow');
+      expect(s.after).to.equal('deny');
+      expect(Number.isNaN(Date.parse(s.time))).to.equal(false);
+    }
+    expect(r.json.samples.map((s: { request_id: string }) => s.request_id)).to.have.members(ids.allow!);
+    expect(await observable()).to.deep.equal(before);
+    // The live answer is still allow.
+    const live = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });
+    expect(live.status).to.equal(200);
+    ids.allow!.push(live.json.request_id as string);
+  });
+
+  it('replays only the most recent `limit` decisions, and only those since `since`', async () => {
+    // The newest decision is the allow of the previous test.
+    const one = await impact({ policies: { 'deny-read': DENY_READ }, limit: 1 });
+    expect(one.status, one.text).to.equal(200);
+    expect(one.json.replayed).to.equal(1);
+    expect(one.json.changes).to.deep.equal({ 'allow→deny': 1 });
+    expect(one.json.samples[0].request_id).to.equal(ids.allow!.at(-1));
+
+    const future = await impact({ policies: { 'deny-read': DENY_READ }, since: '2999-01-01T00:00:00Z' });
+    expect(future.status, future.text).to.equal(200);
+    expect(future.json).to.deep.equal({ replayed: 0, skipped: 0, changed: 0, changes: {}, samples: [] });
+
+    const past = await impact({ policies: { 'deny-read': DENY_READ }, since: '2000-01-01T00:00:00Z' });
+    expect(past.json.replayed).to.equal(8);
+  });
+
+  it('replays a removed policy (null) and changed data documents', async () => {
+    // Without the agent policy nothing allows an agent: every agent allow and approval is denied.
+    const removed = await impact({ policies: { agent: null } });
+    expect(removed.status, removed.text).to.equal(200);
+    expect(removed.json.changes).to.deep.equal({ 'allow→deny': 4, 'requires_approval→deny': 1 });
+    expect(removed.json.changed).to.equal(5);
+
+    // With no registered agents, deploy-bot is unknown: its allows and approvals are denied too.
+    const data = await impact({ policies: {}, data: { agents: {} } });
+    expect(data.status, data.text).to.equal(200);
+    expect(data.json.changes).to.deep.equal({ 'allow→deny': 4, 'requires_approval→deny': 1 });
+
+    // An empty candidate is the live set: nothing changes.
+    const same = await impact({ policies: {} });
+    expect(same.json).to.deep.include({ replayed: 8, changed: 0, changes: {} });
+  });
+
+  it('refuses a candidate that does not compile with 400 naming policy, row and column, changing nothing', async () => {
+    const before = await observable();
+    const r = await impact({ policies: { broken: BROKEN } });
+    expectError(r, 400, /^policy set does not compile: policy broken:3:\d+: .*no_such_function/);
+    expect(await observable()).to.deep.equal(before);
+  });
+
+  it('refuses bad input with 400 and changes nothing', async () => {
+    const before = await observable();
+    const cases: [unknown, RegExp][] = [
+      [{ policies: { x: DENY_READ }, limit: 0 }, /limit/],
+      [{ policies: { x: DENY_READ }, limit: 100001 }, /limit/],
+      [{ policies: { x: DENY_READ }, limit: 'ten' }, /limit/],
+      [{ policies: { x: DENY_READ }, limit: 1.5 }, /limit/],
+      [{ policies: { x: DENY_READ }, since: 'yesterday' }, /since/],
+      [{}, /policies/],
+      [{ policies: 'package authz.agent' }, /policies/],
+      [{ policies: { x: 42 } }, /policies/],
+      [{ policies: { x: DENY_READ }, data: [] }, /data/],
+      [{ policies: { x: DENY_READ }, extra: true }, /extra/],
+      [{ policies: { 'Bad Name': DENY_READ } }, /invalid policy name/],
+      [{ policies: { authz: DENY_READ } }, /reserved/],
+      [{ policies: { x: '   ' } }, /empty/],
+      [{ policies: { 'not-there': null } }, /not-there is not live/],
+      [{ policies: {}, data: { 'no/such': null } }, /no\/such does not exist/],
+      [{ policies: {}, data: { 'bad path!': 1 } }, /invalid data path/],
+      [{ policies: {}, data: { 'agents/x': 1 } }, /overlaps/],
+    ];
+    for (const [body, message] of cases) {
+      expectError(await impact(body), 400, message);
+    }
+    expectError(
+      await call('POST', `${a.platform}/api/v1/impact`, {
+        raw: '{"policies": {',
+        headers: { 'content-type': 'application/json' },
+      }),
+      400,
+      /malformed JSON/,
+    );
+    expect(await observable()).to.deep.equal(before);
+  });
+
+  it('needs policies:read, and is served by the Platform API only', async () => {
+    const auditor = a.createKey('impact-auditor', ['audit:read']);
+    expectError(await impact({ policies: {} }, auditor), 403, 'API key lacks scope policies:read');
+    const reader = a.createKey('impact-reader', ['policies:read']);
+    expect((await impact({ policies: {} }, reader)).status).to.equal(200);
+    const engine = await call('POST', `${a.engine}/api/v1/impact`, { body: { policies: {} } });
+    expectError(engine, 404);
+  });
+});

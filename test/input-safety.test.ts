@@ -1,0 +1,99 @@
+import { expect } from 'chai';
+import { onEveryBackend } from './helpers/backends.js';
+import { AGENT, Arbiter, call, HUMAN } from './helpers/harness.js';
+import { expectError } from './helpers/expect-error.js';
+
+// These go through storage: every backend.
+/** Input that could smuggle scope or reach the prototype, reserved names, paging, parser errors. */
+onEveryBackend('unsafe input and edge answers', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start();
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  it('refuses whitespace in action, resource and ids, so no token scope can smuggle in another', async () => {
+    const cases = [
+      { ...AGENT.allow, resource: 'repo/x deploy:prod/api' },
+      { ...AGENT.allow, action: 'read deploy' },
+      { ...AGENT.allow, agent_id: 'deploy-bot\n' },
+      { ...AGENT.allow, resource: 'repo/x\u0000' },
+    ];
+    for (const body of cases) {
+      const r = await call('POST', a.engine + '/v1/agent/authorize', { body });
+      expectError(r, 400);
+      expect(r.json.error).to.match(/whitespace or control characters|U\+0000/);
+    }
+    const human = await call('POST', a.engine + '/v1/authorize', {
+      body: { ...HUMAN.allow, resource: { type: 'project', id: 'p1 admin:all' } },
+    });
+    expectError(human, 400);
+    expect(human.json.error).to.match(/^resource\.id must not contain whitespace/);
+  });
+
+  it('reserves the policy name authz, serves both agent paths on both APIs, keeps requested_by internal', async () => {
+    const r = await call('PUT', a.platform + '/api/v1/policies/authz', {
+      raw: 'package authz.agent\n\nallow if input.action == "x"\n',
+      headers: { 'content-type': 'text/plain' },
+    });
+    expectError(r, 400);
+    expect(r.json.error).to.include('reserved');
+    expect((await call('POST', a.platform + '/v1/agent/authorize', { body: AGENT.allow })).status).to.equal(
+      200,
+    );
+    const q = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.approval });
+    const item = await call('GET', a.engine + `/v1/queue/${q.json.request_id}`);
+    expect(item.json).to.not.have.property('requested_by');
+    const list = await call('GET', a.engine + '/v1/queue/pending');
+    expect(list.json.items[0]).to.not.have.property('requested_by');
+  });
+
+  it('pages the policy and data lists and names a bad parameter', async () => {
+    const first = await call('GET', a.platform + '/api/v1/policies?limit=1');
+    expect(first.json.policies).to.have.length(1);
+    expect(first.json.next_cursor).to.be.a('string');
+    const second = await call(
+      'GET',
+      a.platform + `/api/v1/policies?limit=1&cursor=${first.json.next_cursor}`,
+    );
+    expect(second.json.policies[0].name).to.not.equal(first.json.policies[0].name);
+    expect((await call('GET', a.platform + '/api/v1/policies')).json.next_cursor).to.equal(null);
+    for (const q of ['limit=abc', 'limit=0', 'foo=1', 'cursor=!!']) {
+      expectError(await call('GET', a.platform + `/api/v1/policies?${q}`), 400);
+      expectError(await call('GET', a.platform + `/api/v1/data?${q}`), 400);
+    }
+    expect((await call('GET', a.platform + '/api/v1/data?limit=2')).json.documents).to.have.length(2);
+  });
+
+  it('answers requests the HTTP parser refuses with a JSON error and an X-Request-Id', async () => {
+    const { connect } = await import('node:net');
+    const url = new URL(a.engine);
+    const raw = await new Promise<string>((resolve) => {
+      const s = connect(Number(url.port), url.hostname, () => s.write('GARBAGE\r\n\r\n'));
+      let out = '';
+      s.on('data', (d) => (out += d.toString()));
+      s.on('close', () => resolve(out));
+    });
+    expect(raw).to.match(/^HTTP\/1\.1 400 /);
+    expect(raw).to.match(/X-Request-Id: [0-9a-f-]{36}/);
+    expect(raw).to.match(/\{"error":"malformed HTTP request"\}$/);
+  });
+
+  it('refuses data path segments that reach Object.prototype, and keeps serving', async () => {
+    for (const seg of ['__proto__', 'constructor', 'prototype']) {
+      const r = await call('PUT', a.platform + `/api/v1/data/x/${seg}/polluted`, {
+        raw: '"yes"',
+        headers: { 'content-type': 'application/json' },
+      });
+      expectError(r, 400);
+      expect(r.json.error).to.include(seg);
+    }
+    expect((await call('GET', a.engine + '/healthz', { key: null })).status).to.equal(200);
+    expect((await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow })).status).to.equal(
+      200,
+    );
+    expect(({} as Record<string, unknown>).polluted).to.equal(undefined);
+  });
+});

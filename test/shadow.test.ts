@@ -1,0 +1,289 @@
+import { expect } from 'chai';
+import { onEveryBackend, TEST_BACKEND } from './helpers/backends.js';
+import { expectError } from './helpers/expect-error.js';
+import { AGENT, Arbiter, auditCount, auditEvents, call } from './helpers/harness.js';
+
+/** A candidate that denies every read (the AGENT.allow example); its deny rule is on row 3. */
+const DENY_READ = 'package authz.agent\n\ndeny contains "reads are switched off" if input.action == "read"\n';
+/** Compiles, but every read fails at evaluation: `x` gets two values (an eval conflict). */
+const CONFLICT =
+  'package authz.agent\n\nx = 1 if input.action == "read"\n\nx = 2 if input.confidence > 0.1\n\ndeny contains "conflict" if x == 3\n';
+
+// The shadow set is stored and shared by every process: every backend.
+onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, never answering', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start();
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  const putShadow = (
+    name: string,
+    body: unknown,
+    opts: { key?: string; headers?: Record<string, string> } = {},
+  ) => call('PUT', `${a.platform}/api/v1/policies/${name}?mode=shadow`, { body, ...opts });
+  const dropShadow = (name: string) => call('DELETE', `${a.platform}/api/v1/policies/${name}?mode=shadow`);
+  const report = async () => {
+    const r = await call('GET', `${a.platform}/api/v1/shadow`);
+    expect(r.status, r.text).to.equal(200);
+    return r.json;
+  };
+  const authorize = async (body: unknown, status: number) => {
+    const r = await call('POST', `${a.engine}/v1/agent/authorize`, { body });
+    expect(r.status, r.text).to.equal(status);
+    return r.json.request_id as string;
+  };
+  const decisionEvent = async (id: string) => {
+    const [e] = await auditEvents(a.platform, { request_id: id, kind: 'decision' });
+    return e;
+  };
+  const live = async () => {
+    const r = await call('GET', `${a.platform}/api/v1/policies`);
+    return r.json;
+  };
+  const shadowMetric = async (result: string): Promise<number> => {
+    const r = await call('GET', `${a.engine}/metrics`);
+    const m = new RegExp(`^arbiter_shadow_decisions_total\\{result="${result}"\\} (\\d+)$`, 'm').exec(r.text);
+    return m ? Number(m[1]) : 0;
+  };
+
+  it('starts with an empty shadow set and no counts', async () => {
+    expect(await report()).to.deep.equal({
+      policies: [],
+      since: null,
+      decisions: 0,
+      agree: 0,
+      disagree: 0,
+      errors: 0,
+      changes: {},
+      samples: [],
+    });
+  });
+
+  it('stores a shadow module without changing the live set or any answer, and records disagreements', async () => {
+    const before = await live();
+    const put = await putShadow('deny-read', { rego: DENY_READ });
+    expect(put.status, put.text).to.equal(201);
+    expect(put.json).to.have.keys('mode', 'name', 'sha256', 'since');
+    expect(put.json).to.deep.include({ mode: 'shadow', name: 'deny-read' });
+    expect(put.json.sha256).to.match(/^[0-9a-f]{64}$/);
+    expect(await live()).to.deep.equal(before);
+
+    const allowed = await authorize(AGENT.allow, 200);
+    const approval = await authorize(AGENT.approval, 202);
+    const e1 = await decisionEvent(allowed);
+    expect(e1.outcome).to.equal('allow');
+    expect(e1.details.shadow_result).to.equal('disagree');
+    expect(e1.details.shadow).to.deep.equal({ status: 'deny', message: 'reads are switched off' });
+    const e2 = await decisionEvent(approval);
+    expect(e2.details.shadow_result).to.equal('agree');
+    expect(e2.details).to.not.have.property('shadow');
+
+    const r = await report();
+    expect(r.policies).to.deep.equal([{ name: 'deny-read', sha256: put.json.sha256, since: put.json.since }]);
+    expect(r.since).to.equal(put.json.since);
+    expect(r).to.deep.include({
+      decisions: 2,
+      agree: 1,
+      disagree: 1,
+      errors: 0,
+      changes: { 'allow→deny': 1 },
+    });
+    expect(r.samples).to.deep.equal([{ request_id: allowed, live: 'allow', shadow: 'deny' }]);
+    expect(await shadowMetric('disagree')).to.equal(1);
+    expect(await shadowMetric('agree')).to.equal(1);
+  });
+
+  it('counts afresh when the shadow set changes, and counts a failing shadow as an error, never answering', async () => {
+    const put = await putShadow('deny-read', CONFLICT, { headers: { 'content-type': 'text/plain' } });
+    expect(put.status, put.text).to.equal(200);
+    expect((await report()).decisions).to.equal(0);
+    const id = await authorize(AGENT.allow, 200);
+    const e = await decisionEvent(id);
+    expect(e.details.shadow_result).to.equal('error');
+    expect(e.details.shadow.status).to.equal('deny');
+    expect(e.details.shadow.message).to.match(/evaluation failed/);
+    expect(await report()).to.deep.include({ decisions: 1, agree: 0, disagree: 0, errors: 1 });
+    expect(await shadowMetric('error')).to.equal(1);
+    // Back to the candidate of the next tests.
+    expect((await putShadow('deny-read', { rego: DENY_READ })).status).to.equal(200);
+  });
+
+  it('refuses bad shadow input with the right status and changes nothing', async () => {
+    const reader = a.createKey('shadow-reader', ['policies:read']);
+    const auditor = a.createKey('shadow-auditor', ['audit:read']);
+    const before = { live: await live(), shadow: await report(), audit: await auditCount(a.platform) };
+    const broken = await putShadow('broken', {
+      rego: 'package authz.agent\n\ndeny contains "x" if no_such_function(input.action)\n',
+    });
+    expectError(broken, 400, /^policy set does not compile: policy broken:3:\d+: .*no_such_function/);
+    expectError(await putShadow('Bad Name', { rego: DENY_READ }), 400, /invalid policy name/);
+    expectError(await putShadow('authz', { rego: DENY_READ }), 400, /reserved/);
+    expectError(await putShadow('x', { rego: 42 }), 400, /rego/);
+    expectError(await putShadow('x', { description: 'no rego' }), 400, /rego/);
+    expectError(
+      await call('PUT', `${a.platform}/api/v1/policies/x?mode=shadow`, {
+        raw: '{"rego": ',
+        headers: { 'content-type': 'application/json' },
+      }),
+      400,
+      /malformed JSON/,
+    );
+    expectError(
+      await call('PUT', `${a.platform}/api/v1/policies/x?mode=live`, { body: { rego: DENY_READ } }),
+      400,
+      /mode/,
+    );
+    expectError(await putShadow('x', { rego: DENY_READ }, { headers: { 'if-match': '*' } }), 400, /If-Match/);
+    expectError(await dropShadow('not-shadowed'), 404, 'policy not-shadowed is not in the shadow set');
+    expectError(
+      await call('POST', `${a.platform}/api/v1/policies/not-shadowed/promote`),
+      404,
+      'policy not-shadowed is not in the shadow set',
+    );
+    expectError(
+      await putShadow('x', { rego: DENY_READ }, { key: reader }),
+      403,
+      'API key lacks scope policies:write',
+    );
+    expectError(
+      await call('GET', `${a.platform}/api/v1/shadow`, { key: auditor }),
+      403,
+      'API key lacks scope policies:read',
+    );
+    expect({ live: await live(), shadow: await report(), audit: await auditCount(a.platform) }).to.deep.equal(
+      before,
+    );
+  });
+
+  it('a dry run compiles the shadow candidate and stores nothing', async () => {
+    const before = await report();
+    const r = await call('PUT', `${a.platform}/api/v1/policies/other?mode=shadow&dry_run=true`, {
+      body: { rego: DENY_READ.replace('reads', 'all reads') },
+    });
+    expect(r.status, r.text).to.equal(200);
+    expect(r.json).to.deep.include({ dry_run: true, compiled: true, mode: 'shadow', name: 'other' });
+    expect(await report()).to.deep.equal(before);
+  });
+
+  it('promotes a shadow module: it goes live as a normal change and leaves the shadow set', async () => {
+    const revision = (await live()).revision as number;
+    const r = await call('POST', `${a.platform}/api/v1/policies/deny-read/promote`);
+    expect(r.status, r.text).to.equal(201);
+    expect(r.json).to.deep.include({ name: 'deny-read', revision: revision + 1 });
+    expect(r.headers.get('etag')).to.be.a('string');
+    const after = await live();
+    expect(after.revision).to.equal(revision + 1);
+    expect(after.policies.map((p: { name: string }) => p.name)).to.include('deny-read');
+    expect((await report()).policies).to.deep.equal([]);
+    // The live answer changed; no shadow is evaluated any more.
+    const id = await authorize(AGENT.allow, 403);
+    expect((await decisionEvent(id)).details).to.not.have.property('shadow_result');
+    const events = await auditEvents(a.platform, { kind: 'policy.shadow.promote' });
+    expect(events).to.have.length(1);
+    expect((await call('DELETE', `${a.platform}/api/v1/policies/deny-read`)).status).to.equal(204);
+  });
+
+  it('drops a shadow module with DELETE ?mode=shadow', async () => {
+    expect((await putShadow('deny-read', { rego: DENY_READ })).status).to.equal(201);
+    const before = await live();
+    const r = await dropShadow('deny-read');
+    expect(r.status, r.text).to.equal(204);
+    expect(await live()).to.deep.equal(before);
+    expect((await report()).policies).to.deep.equal([]);
+    const id = await authorize(AGENT.allow, 200);
+    expect((await decisionEvent(id)).details).to.not.have.property('shadow_result');
+    expectError(await dropShadow('deny-read'), 404);
+  });
+
+  it('follows the live set: rebuilt on every live change, an error while the two do not compile together', async () => {
+    expect((await putShadow('deny-read', { rego: DENY_READ })).status).to.equal(201);
+    const denyDeploy = 'package authz.agent\n\ndeny contains "deploys are off" if input.action == "deploy"\n';
+    expect(
+      (await call('PUT', `${a.platform}/api/v1/policies/deny-deploy`, { body: { rego: denyDeploy } })).status,
+    ).to.equal(201);
+    try {
+      // Live and shadow both hold deny-deploy now: they agree on the deploy.
+      const id = await authorize(AGENT.approval, 403);
+      expect((await decisionEvent(id)).details.shadow_result).to.equal('agree');
+
+      // A live policy that clashes with the shadow module: the live change goes through, the
+      // shadow set cannot be built, and every decision counts a shadow error.
+      expect(
+        (await putShadow('deny-read', { rego: 'package authz.agent\n\nflag(x) := x\n' })).status,
+      ).to.equal(200);
+      const clash = await call('PUT', `${a.platform}/api/v1/policies/clash`, {
+        body: { rego: 'package authz.agent\n\nflag := 2\n' },
+      });
+      expect(clash.status, clash.text).to.equal(201);
+      const broken = await authorize(AGENT.allow, 200);
+      const e = await decisionEvent(broken);
+      expect(e.details.shadow_result).to.equal('error');
+      expect(e.details.shadow.message).to.match(/^the shadow set cannot be evaluated: /);
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/clash`)).status).to.equal(204);
+      const fixed = await authorize(AGENT.allow, 200);
+      expect((await decisionEvent(fixed)).details.shadow_result).to.equal('agree');
+    } finally {
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/deny-deploy`)).status).to.equal(204);
+      expect((await dropShadow('deny-read')).status).to.equal(204);
+    }
+  });
+
+  it('is shared by every serving process', async () => {
+    // Several workers on one SQLite file relay changes; on PostgreSQL a second instance shares the database too.
+    const b = await Arbiter.start({ ARBITER_WORKERS: '2' });
+    const c = TEST_BACKEND === 'postgres' ? await Arbiter.start({}, b.dataDir) : undefined;
+    /** Waits (≤ 5 s) until `x` answers with the shadow result `want`. */
+    const settle = async (x: Arbiter, want: string | undefined) => {
+      const deadline = Date.now() + 5000;
+      for (;;) {
+        const r = await call('POST', `${x.engine}/v1/agent/authorize`, { body: AGENT.allow });
+        const [e] = await auditEvents(b.platform, {
+          request_id: r.json.request_id as string,
+          kind: 'decision',
+        });
+        if (e.details.shadow_result === want) return;
+        expect(Date.now(), 'the other instance never loaded the change').to.be.below(deadline);
+        await new Promise((done) => setTimeout(done, 100));
+      }
+    };
+    try {
+      const put = await call('PUT', `${b.platform}/api/v1/policies/deny-read?mode=shadow`, {
+        body: { rego: DENY_READ },
+      });
+      expect(put.status, put.text).to.equal(201);
+      // Another instance learns of a change by notification (or its once-a-second re-read).
+      if (c) await settle(c, 'disagree');
+      const ids: string[] = [];
+      for (const engine of [b.engine, ...(c ? [c.engine] : [])]) {
+        for (let i = 0; i < 8; i++) {
+          const r = await call('POST', `${engine}/v1/agent/authorize`, { body: AGENT.allow });
+          expect(r.status, r.text).to.equal(200);
+          ids.push(r.json.request_id as string);
+        }
+      }
+      const events = await auditEvents(b.platform, { kind: 'decision' });
+      const byId = new Map(events.map((e) => [e.request_id as string, e]));
+      for (const id of ids) expect(byId.get(id)?.details.shadow_result, id).to.equal('disagree');
+      expect((await call('DELETE', `${b.platform}/api/v1/policies/deny-read?mode=shadow`)).status).to.equal(
+        204,
+      );
+      if (c) await settle(c, undefined);
+      for (const engine of [b.engine, ...(c ? [c.engine] : [])]) {
+        for (let i = 0; i < 4; i++) {
+          const r = await call('POST', `${engine}/v1/agent/authorize`, { body: AGENT.allow });
+          const [e] = await auditEvents(b.platform, {
+            request_id: r.json.request_id as string,
+            kind: 'decision',
+          });
+          expect(e.details, engine).to.not.have.property('shadow_result');
+        }
+      }
+    } finally {
+      await c?.close();
+      await b.close();
+    }
+  });
+});
