@@ -1,31 +1,21 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { makeMasker } from './audit/mask.js';
-import { AuditService, isReservedKind } from './audit/service.js';
+import { isReservedKind } from './audit/service.js';
 import path from 'node:path';
 import { repoRoot, type Config, type Role } from './config.js';
 import { VERSION } from './version.js';
-import { WebhookService } from './webhooks/service.js';
-import { DecisionService } from './decisions/service.js';
-import { BudgetService } from './decisions/budgets.js';
-import { AuthzenService } from './authzen/service.js';
 import type { Api } from './http/context.js';
 import { ConsoleAssets } from './http/console.js';
 import { routeTable } from './http/routes/index.js';
 import { buildApp, createApiServer } from './http/server.js';
 import { newId, newTraceId } from './ids.js';
-import { KeyService } from './keys/service.js';
 import type { Logger } from './observability/logger.js';
 import { isWorker, WorkerLink, type Listener } from './cluster.js';
 import { createMetrics, gaugeFrom, threadCpuGauge } from './observability/metrics.js';
 import { threadCpuSeconds } from './observability/thread-cpu.js';
-import { QueueService } from './queue/service.js';
-import { TokenService } from './tokens/service.js';
 import { RegoCompiler } from './policy/compiler.js';
-import { PolicyService } from './policy/service.js';
-import { Explainer } from './policy/explain.js';
-import { LifecycleService } from './policy/lifecycle.js';
 import { openStores } from './storage/index.js';
+import { buildServices } from './services.js';
 
 /** In-flight requests get this long to finish at shutdown; then their connections are cut. */
 const SHUTDOWN_GRACE_MS = 30_000;
@@ -65,6 +55,9 @@ export interface Running {
   close(): Promise<void>;
 }
 
+/** Where the policy set comes from at start-up, for its audit event. */
+const startContext = () => ({ actor: 'system', traceId: newTraceId(), requestId: newId() });
+
 /**
  * Run once by the primary before it forks workers: migrations, seeding, the first compile (cached
  * in the store for the workers) and the signing key, so that workers only load.
@@ -74,33 +67,15 @@ export async function prepareStorage(config: Config, log: Logger): Promise<void>
   const compiler = new RegoCompiler(config.opaBin);
   try {
     await compiler.init();
-    const policies = new PolicyService(stores.policies, compiler, config.evalBudgetMs, {
-      compiled: () => undefined,
-      revision: () => undefined,
-    });
-    const r = await policies.start(config.policyDir, {
-      actor: 'system',
-      traceId: newTraceId(),
-      requestId: newId(),
-    });
+    const s = buildServices(config, stores, compiler, { publicUrl: () => config.publicUrl ?? '', log });
+    const r = await s.policies.start(config.policyDir, startContext());
     log.info({ revision: r.revision, seeded: r.seeded, policyDir: config.policyDir }, 'policy set loaded');
-    const queue = new QueueService(stores.queue, { transitioned: () => undefined });
-    await new TokenService(stores.tokens, stores.decisions, queue, tokenConfig(config), {
-      minted: () => undefined,
-      revoked: () => undefined,
-    }).init();
+    await s.tokens.init();
   } finally {
     await compiler.close();
     await stores.close();
   }
 }
-
-const tokenConfig = (config: Config) => ({
-  issuer: config.issuer,
-  defaultTtlSeconds: config.tokenTtlSeconds,
-  maxTtlSeconds: config.tokenMaxTtlSeconds,
-  exchangeWindowSeconds: config.tokenExchangeWindowSeconds,
-});
 
 /**
  * Re-reads the store's revision this often when other processes change it (cluster workers, or
@@ -135,20 +110,16 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
   const compiler = new RegoCompiler(config.opaBin);
   try {
     await compiler.init();
-    const keys = new KeyService(stores.keys, config.adminKey);
-    const policies = new PolicyService(stores.policies, compiler, config.evalBudgetMs, {
-      compiled: (ok, seconds) => {
-        metrics.compiles.inc({ result: ok ? 'success' : 'failure' });
-        metrics.compileDuration.observe(seconds);
-      },
-      revision: (r) => metrics.revision.set(r),
-      changed: (revision) => link?.changed(revision) ?? Promise.resolve(),
+    // Links in notifications point at ARBITER_PUBLIC_URL, else at this process's Engine API.
+    let engineUrl = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${config.enginePort}`;
+    const services = buildServices(config, stores, compiler, {
+      metrics,
+      policyChanged: (revision) => link?.changed(revision) ?? Promise.resolve(),
+      publicUrl: () => config.publicUrl ?? engineUrl,
+      log,
     });
-    const started = await policies.start(config.policyDir, {
-      actor: 'system',
-      traceId: newTraceId(),
-      requestId: newId(),
-    });
+    const { keys, policies, queue, tokens, webhooks } = services;
+    const started = await policies.start(config.policyDir, startContext());
     log.info(
       { revision: started.revision, seeded: started.seeded, policyDir: config.policyDir },
       clustered ? 'worker loaded the policy set' : 'policy set loaded',
@@ -161,30 +132,6 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       refresher = setInterval(() => void refresh(), REFRESH_MS);
       refresher.unref();
     }
-    const decisions = new DecisionService(
-      policies,
-      stores.decisions,
-      config.queueTtlSeconds,
-      makeMasker(config.auditMaskFields),
-      {
-        decided: (kind, outcome, seconds) => {
-          metrics.decisions.inc({ kind, outcome });
-          metrics.evaluation.observe(seconds);
-        },
-        shadowed: (result) => metrics.shadowDecisions.inc({ result }),
-      },
-    );
-    const authzen = new AuthzenService(decisions, config.authzenDefaultTenant);
-    const audit = new AuditService(stores.audit, makeMasker(config.auditMaskFields));
-    const queue = new QueueService(
-      stores.queue,
-      { transitioned: (to) => metrics.queueTransitions.inc({ status: to }) },
-      {
-        maxLongPolls: config.maxLongPolls,
-        trail: (id, q) => audit.requestTrail(id, q),
-        notified: stores.changes.crossProcess,
-      },
-    );
     // Other processes' changes: a new revision to load, a decided item whose waiters can return.
     const unsubscribe = stores.changes.subscribe((change) => {
       if (change.topic === 'revision') void refresh();
@@ -198,10 +145,6 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     gaugeFrom(metrics, 'arbiter_queue_pending', 'Human-review items pending now.', () =>
       queue.countPending(),
     );
-    const tokens = new TokenService(stores.tokens, stores.decisions, queue, tokenConfig(config), {
-      minted: () => metrics.tokensMinted.inc(),
-      revoked: () => metrics.tokensRevoked.inc(),
-    });
     await tokens.init();
     const health = async () => {
       const revision = policies.evaluator?.revision ?? null;
@@ -209,14 +152,6 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       if (revision === null) return { ok: false, revision, error: 'no policy set is loaded' };
       return { ok: true, revision };
     };
-    // Links in notifications point at ARBITER_PUBLIC_URL, else at this process's Engine API.
-    let engineUrl = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${config.enginePort}`;
-    const webhooks = new WebhookService(
-      stores.webhooks,
-      { publicUrl: () => config.publicUrl ?? engineUrl, retryBaseMs: config.webhookRetrySeconds * 1000 },
-      { attempted: (result) => metrics.webhookDeliveries.inc({ result }) },
-      log,
-    );
     gaugeFrom(
       metrics,
       'arbiter_webhook_deliveries_pending',
@@ -225,21 +160,13 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     );
     const metricsText = () => (link ? link.metrics() : metrics.registry.metrics());
     const routes = routeTable({
+      ...services,
       config,
       version: VERSION,
       metricsText,
-      audit,
-      decisions,
-      authzen,
-      queue,
-      tokens,
-      policies,
       metrics,
       health,
       console: ConsoleAssets.load(CONSOLE_DIR),
-      webhooks,
-      lifecycle: new LifecycleService(policies, stores.audit, new Explainer(config.opaBin)),
-      budgets: new BudgetService(stores.limits),
     });
     // Declared before any listener exists: a request may arrive while the next one binds.
     let closing: Promise<void> | undefined;

@@ -198,7 +198,7 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     expect(r.stdout).to.match(/update +policy agent/);
     expect(r.stdout).to.match(/create +data +cli_doc/);
     expect(r.stdout).to.match(/keep +policy cli-live-only \(live only; --prune deletes it\)/);
-    expect(r.stdout).to.match(/impact: (not available|\d+ of \d+)/);
+    expect(r.stdout).to.match(/impact: \d+ of \d+ recent decisions would change/);
     const pruned = policy(['diff', dir, '--prune', '--json'], env);
     expect(pruned.code).to.equal(0);
     const plan = JSON.parse(pruned.stdout).plan;

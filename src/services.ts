@@ -1,0 +1,95 @@
+import { makeMasker } from './audit/mask.js';
+import { AuditService } from './audit/service.js';
+import { AuthzenService } from './authzen/service.js';
+import type { Config } from './config.js';
+import { BudgetService } from './decisions/budgets.js';
+import { DecisionService } from './decisions/service.js';
+import { KeyService } from './keys/service.js';
+import type { Logger } from './observability/logger.js';
+import type { Metrics } from './observability/metrics.js';
+import type { RegoCompiler } from './policy/compiler.js';
+import { Explainer } from './policy/explain.js';
+import { LifecycleService } from './policy/lifecycle.js';
+import { PolicyService } from './policy/service.js';
+import { QueueService } from './queue/service.js';
+import type { Stores } from './storage/stores.js';
+import { TokenService } from './tokens/service.js';
+import { WebhookService } from './webhooks/service.js';
+
+export interface ServiceOptions {
+  /** Observations go to these metrics; without them (the primary's preparation) nowhere. */
+  metrics?: Metrics;
+  /** Called after this process changed the policy set (the cluster relay). */
+  policyChanged?: (revision: number) => Promise<void>;
+  /** The base URL that links in notifications point at. */
+  publicUrl: () => string;
+  log: Logger;
+}
+
+export type Services = ReturnType<typeof buildServices>;
+
+/**
+ * Every service of the domain, built once from the stores: no HTTP, no listening, no timers. The
+ * primary that prepares storage and a serving process build the same services; only what they
+ * observe into (metrics) and start differs.
+ */
+export function buildServices(config: Config, stores: Stores, compiler: RegoCompiler, o: ServiceOptions) {
+  const m = o.metrics;
+  const masker = makeMasker(config.auditMaskFields);
+  const keys = new KeyService(stores.keys, config.adminKey);
+  const policies = new PolicyService(stores.policies, compiler, config.evalBudgetMs, {
+    compiled: (ok, seconds) => {
+      m?.compiles.inc({ result: ok ? 'success' : 'failure' });
+      m?.compileDuration.observe(seconds);
+    },
+    revision: (r) => m?.revision.set(r),
+    changed: (revision) => o.policyChanged?.(revision) ?? Promise.resolve(),
+  });
+  const decisions = new DecisionService(policies, stores.decisions, config.queueTtlSeconds, masker, {
+    decided: (kind, outcome, seconds) => {
+      m?.decisions.inc({ kind, outcome });
+      m?.evaluation.observe(seconds);
+    },
+    shadowed: (result) => m?.shadowDecisions.inc({ result }),
+  });
+  const audit = new AuditService(stores.audit, masker);
+  const queue = new QueueService(
+    stores.queue,
+    { transitioned: (to) => m?.queueTransitions.inc({ status: to }) },
+    {
+      maxLongPolls: config.maxLongPolls,
+      trail: (id, q) => audit.requestTrail(id, q),
+      notified: stores.changes.crossProcess,
+    },
+  );
+  const tokens = new TokenService(
+    stores.tokens,
+    stores.decisions,
+    queue,
+    {
+      issuer: config.issuer,
+      defaultTtlSeconds: config.tokenTtlSeconds,
+      maxTtlSeconds: config.tokenMaxTtlSeconds,
+      exchangeWindowSeconds: config.tokenExchangeWindowSeconds,
+    },
+    { minted: () => m?.tokensMinted.inc(), revoked: () => m?.tokensRevoked.inc() },
+  );
+  const webhooks = new WebhookService(
+    stores.webhooks,
+    { publicUrl: o.publicUrl, retryBaseMs: config.webhookRetrySeconds * 1000 },
+    { attempted: (result) => m?.webhookDeliveries.inc({ result }) },
+    o.log,
+  );
+  return {
+    keys,
+    policies,
+    decisions,
+    authzen: new AuthzenService(decisions, config.authzenDefaultTenant),
+    audit,
+    queue,
+    tokens,
+    webhooks,
+    lifecycle: new LifecycleService(policies, stores.audit, new Explainer(config.opaBin)),
+    budgets: new BudgetService(stores.limits),
+  };
+}
