@@ -112,6 +112,7 @@ const cursor = { type: ['string', 'null'] };
 const promotedSchema = {
   type: 'object',
   required: ['name', 'description', 'sha256', 'version', 'updated_at', 'revision'],
+  additionalProperties: false,
   properties: {
     name: { type: 'string' },
     description: { type: 'string' },
