@@ -6,6 +6,7 @@ import { principalOf, type Ctx, type HeaderParam, type RouteDef } from '../conte
 import { IDEMPOTENCY_KEY, idempotencyKey } from './decisions.js';
 import type { RouteDeps } from './index.js';
 import { ENGINE } from './shared.js';
+import { exact } from '../schemas.js';
 
 /** The PEP's own request id, echoed as the AuthZEN HTTPS binding asks; bounded like ours. */
 const X_REQUEST_ID: HeaderParam = {
@@ -121,11 +122,7 @@ export function authzenRoutes(d: RouteDeps): RouteDef[] {
       ok: {
         status: 200,
         description: 'One result per evaluation, in order (fewer when a semantic stops early)',
-        schema: {
-          type: 'object',
-          required: ['evaluations'],
-          properties: { evaluations: { type: 'array', items: evaluationResponseSchema } },
-        },
+        schema: exact({ evaluations: { type: 'array', items: evaluationResponseSchema } }),
       },
       requestSchema: evaluationsRequestSchema,
       headers: [IDEMPOTENCY_KEY, X_REQUEST_ID],

@@ -6,6 +6,7 @@ import { principalOf, type Ctx, type HeaderParam, type RouteDef } from '../conte
 import { boolParam, PAGE_QUERY, queryOf } from '../query.js';
 import type { RouteDeps } from './index.js';
 import { etagOf } from './policies.js';
+import { exact } from '../schemas.js';
 import { change, param, PLATFORM } from './shared.js';
 
 /** A revision's entity tag, as If-Match on POST /api/v1/bundle takes it. */
@@ -174,19 +175,16 @@ export function lifecycleRoutes(d: RouteDeps): RouteDef[] {
         status: 200,
         description:
           '{"revisions": [{revision, time, actor, message, changes: [{kind, name, op}]}], "next_cursor"}, newest first',
-        schema: {
-          type: 'object',
-          properties: {
-            revisions: {
-              type: 'array',
-              items: {
-                type: 'object',
-                properties: { ...revisionHead, changes: { type: 'array', items: changeSchema } },
-              },
+        schema: exact({
+          revisions: {
+            type: 'array',
+            items: {
+              type: 'object',
+              properties: { ...revisionHead, changes: { type: 'array', items: changeSchema } },
             },
-            next_cursor: cursor,
           },
-        },
+          next_cursor: cursor,
+        }),
       },
       query: PAGE_QUERY,
       apis: PLATFORM,
@@ -233,7 +231,7 @@ export function lifecycleRoutes(d: RouteDeps): RouteDef[] {
         status: 200,
         description:
           '{"revision"}: revision n\'s set is live again as this new revision; 409 when it already is',
-        schema: { type: 'object', properties: { revision: { type: 'integer' } } },
+        schema: exact({ revision: { type: 'integer' } }),
       },
       also: [{ status: 409, description: "the revision's policy set is already live" }],
       apis: PLATFORM,
@@ -254,10 +252,7 @@ export function lifecycleRoutes(d: RouteDeps): RouteDef[] {
         status: 200,
         description:
           '{"versions": [{version, revision, sha256, time, actor, deleted}], "next_cursor"}, newest first',
-        schema: {
-          type: 'object',
-          properties: { versions: { type: 'array', items: versionSchema }, next_cursor: cursor },
-        },
+        schema: exact({ versions: { type: 'array', items: versionSchema }, next_cursor: cursor }),
       },
       query: PAGE_QUERY,
       apis: PLATFORM,
