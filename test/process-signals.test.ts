@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
+import { connect, type Socket } from 'node:net';
 import { createInterface } from 'node:readline';
 import { onceOnly } from './helpers/backends.js';
 import { AGENT, call, REPO } from './helpers/harness.js';
@@ -41,6 +42,46 @@ onceOnly('the process a supervisor starts', () => {
     } finally {
       await p.stop();
       rmSync(env.ARBITER_DATA_DIR as string, { recursive: true, force: true });
+    }
+  });
+
+  it('stops on SIGTERM while clients keep sockets open after CONNECT and after a malformed request', async function () {
+    this.timeout(60_000);
+    const p = new ServeProcess([], baseEnv({}));
+    const sockets: Socket[] = [];
+    try {
+      const engine = (await p.waitFor(
+        (r) => typeof r.url === 'string' && r.msg === 'engine API listening',
+      )) as LogLine & {
+        url: string;
+      };
+      const { hostname, port } = new URL(engine.url);
+      // Each client reads its answer and then keeps its end open, never closing it.
+      const answers = await Promise.all(
+        ['CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n', 'NOT A REQUEST\r\n\r\n'].map(
+          (raw) =>
+            new Promise<string>((resolve, reject) => {
+              const s = connect({ host: hostname, port: Number(port), allowHalfOpen: true }, () =>
+                s.write(raw),
+              );
+              sockets.push(s);
+              let got = '';
+              s.on('data', (d) => {
+                got += d.toString('latin1');
+                if (got.includes('\r\n\r\n')) resolve(got);
+              });
+              s.on('error', reject);
+            }),
+        ),
+      );
+      expect(answers.map((a) => a.split(' ')[1])).to.deep.equal(['400', '400']);
+      const started = Date.now();
+      expect(await p.stop()).to.equal(0);
+      // Well inside the 30 s grace a stuck keep-alive connection would get.
+      expect(Date.now() - started).to.be.below(10_000);
+    } finally {
+      for (const s of sockets) s.destroy();
+      await p.stop();
     }
   });
 

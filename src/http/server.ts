@@ -78,18 +78,26 @@ export function createApiServer(app: Koa<State>, isClosing: () => boolean): Serv
   const server = createServer({ requireHostHeader: false }, app.callback());
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
     if (!socket.writable) return socket.destroy();
+    // Closed, not only half-closed, once the answer is written: a client that keeps its end open
+    // must not hold the socket (and a graceful shutdown waiting for it) forever.
+    const done = () => socket.destroy();
     socket.end(
       err.code === 'HPE_HEADER_OVERFLOW'
         ? rawError(431, 'Request Header Fields Too Large', 'request headers too large')
         : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
           ? rawError(408, 'Request Timeout', 'request was not received in time')
           : rawError(400, 'Bad Request', 'malformed HTTP request'),
+      done,
     );
   });
   // CONNECT (a proxy tunnel) is nothing Arbiter serves: without this listener Node drops the socket.
   server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
     socket.on('error', () => undefined);
-    socket.end(rawError(400, 'Bad Request', 'CONNECT is not supported: Arbiter is not a proxy'));
+    // A CONNECT socket is no longer the server's: closeAllConnections() at shutdown cannot reach
+    // it, so it is destroyed as soon as the answer is written.
+    socket.end(rawError(400, 'Bad Request', 'CONNECT is not supported: Arbiter is not a proxy'), () =>
+      socket.destroy(),
+    );
   });
   // With a listener, Node hands an unmeetable Expect to us instead of answering a bare 417.
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
