@@ -212,6 +212,25 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     await call('DELETE', `${a.platform}/api/v1/policies/cli-live-only`);
   });
 
+  it('diff: a plan the server would refuse (data overlapping a live document) is exit 1 and changes nothing', async () => {
+    expect(
+      (await call('PUT', `${a.platform}/api/v1/data/cli-ovl/inner`, { body: { x: 1 } })).status,
+    ).to.equal(201);
+    const before = await revision();
+    const dir = copyOfPolicies();
+    const data = JSON.parse(readFileSync(path.join(dir, 'data.json'), 'utf8'));
+    data['cli-ovl'] = { shadowing: true };
+    writeFileSync(path.join(dir, 'data.json'), JSON.stringify(data));
+    const r = policy(['diff', dir], env);
+    expect(r.code, r.stdout + r.stderr).to.equal(1);
+    expect(r.stdout).to.match(/the plan would be refused: .*overlap/);
+    const json = policy(['diff', dir, '--json'], env);
+    expect(json.code).to.equal(1);
+    expect(JSON.parse(json.stdout).refused).to.match(/overlap/);
+    expect(await revision()).to.equal(before);
+    expect((await call('DELETE', `${a.platform}/api/v1/data/cli-ovl/inner`)).status).to.equal(204);
+  });
+
   it('push: applies the plan as one revision; again it is a no-op; --prune deletes live-only policies', async () => {
     const before = await revision();
     await call('PUT', `${a.platform}/api/v1/policies/cli-stale`, { body: { rego: HARMLESS } });

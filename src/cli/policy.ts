@@ -434,7 +434,10 @@ function planText(p: Plan, server: string): string[] {
 }
 
 /** The impact replay of the plan, when the server offers POST /api/v1/impact; else why not. */
-async function impactOf(server: Server, p: Plan): Promise<{ text: string[]; json: unknown }> {
+async function impactOf(
+  server: Server,
+  p: Plan,
+): Promise<{ text: string[]; json: unknown; refused?: string }> {
   if (changes(p) === 0) return { text: ['impact: no changes to replay'], json: null };
   const policies: Record<string, string | null> = {};
   for (const n of [...p.policies.create, ...p.policies.update]) policies[n] = p.bundle.policies[n] as string;
@@ -443,6 +446,12 @@ async function impactOf(server: Server, p: Plan): Promise<{ text: string[]; json
   for (const n of [...p.data.create, ...p.data.update, ...p.data.delete]) data[n] = p.bundle.data[n];
   const r = await server.call('POST', '/api/v1/impact', { policies, data });
   if (r.status === 404 || r.status === 405) return { text: ['impact: not available'], json: null };
+  if (r.status === 400 || r.status === 409) {
+    // The candidate set itself is refused (it does not compile with the live set, or its data
+    // overlaps live data): push would be refused too, so the plan fails here already.
+    const refused = `the plan would be refused: ${String(r.json.error ?? r.status)}`;
+    return { text: [refused], json: r.json, refused };
+  }
   if (r.status !== 200) {
     return { text: [`impact: not available (${r.status} ${String(r.json.error ?? '')})`], json: null };
   }
@@ -465,8 +474,12 @@ async function diff(dir: string, opts: Options, print: Print): Promise<number> {
   const server = new Server(opts);
   const plan = planOf(local, await readLive(server), opts.prune);
   const impact = await impactOf(server, plan);
-  print([...planText(plan, server.base), ...impact.text], { plan: planJson(plan), impact: impact.json });
-  return 0;
+  print([...planText(plan, server.base), ...impact.text], {
+    plan: planJson(plan),
+    impact: impact.json,
+    ...(impact.refused ? { refused: impact.refused } : {}),
+  });
+  return impact.refused ? 1 : 0;
 }
 
 /** Applies the plan as one bundle, conditional on the revision it was made against. */
