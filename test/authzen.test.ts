@@ -574,16 +574,25 @@ allow if authzen_conflict
 
 onEveryBackend('AuthZEN with ARBITER_AUDIT_MASK_FIELDS', () => {
   it('masks the context in input.authzen as everywhere else: the secret is stored nowhere', async () => {
-    const a = await Arbiter.start({ ARBITER_AUDIT_MASK_FIELDS: 'context.ssn' });
+    const a = await Arbiter.start({
+      ARBITER_AUDIT_MASK_FIELDS: 'context.ssn,authzen.subject.properties.passport',
+    });
     try {
       const secret = 'ssn-123-45-6789';
+      const passport = 'passport-X1234567';
+      const approval = {
+        ...AZ.approval,
+        subject: { ...AZ.approval.subject, properties: { ...AZ.approval.subject.properties, passport } },
+      };
       const r = await call('POST', `${a.engine}/access/v1/evaluation`, {
-        body: { ...AZ.approval, context: { ssn: secret, ticket: 'CHG-1' } },
+        body: { ...approval, context: { ssn: secret, ticket: 'CHG-1' } },
       });
       expect(r.status, r.text).to.equal(200);
       expect(r.json.context.status).to.equal('requires_approval');
       const [ev] = await auditEvents(a.platform, { request_id: r.json.context.request_id });
       expect(ev.details.input.authzen.context).to.deep.equal({ ssn: '[masked]', ticket: 'CHG-1' });
+      expect(ev.details.input.authzen.subject.properties.passport).to.equal('[masked]');
+      expect(await storedText(a)).to.not.include(passport);
       expect(await storedText(a)).to.not.include(secret);
     } finally {
       await a.close();

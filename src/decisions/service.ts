@@ -202,7 +202,8 @@ export class DecisionService {
         event: decisionEvent(
           kind,
           masked,
-          input,
+          // Mask paths name fields of the policy input as well (e.g. authzen.subject.properties.ssn).
+          this.mask(input),
           decision,
           evaluation,
           principal,
