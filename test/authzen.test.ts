@@ -199,6 +199,20 @@ onEveryBackend('AuthZEN Authorization API 1.0 (SPEC §14)', () => {
       const bad = await evaluation({ subject: AZ.allow.subject }, { headers: { 'X-Request-ID': id } });
       expectError(bad, 400);
       expect(bad.headers.get('x-request-id')).to.equal(id);
+      // Also on answers refused before the handler runs: no key, malformed JSON, another type.
+      const refusals = [
+        await evaluation(AZ.allow, { key: null, headers: { 'X-Request-ID': id } }),
+        await call('POST', `${a.engine}/access/v1/evaluation`, {
+          raw: '{"subject":',
+          headers: { 'content-type': 'application/json', 'X-Request-ID': id },
+        }),
+        await call('POST', `${a.engine}/access/v1/evaluations`, {
+          raw: 'subject=alice',
+          headers: { 'content-type': 'text/plain', 'X-Request-ID': id },
+        }),
+      ];
+      expect(refusals.map((x) => x.status)).to.deep.equal([401, 400, 415]);
+      for (const x of refusals) expect(x.headers.get('x-request-id')).to.equal(id);
       // One that is not a bounded visible-ASCII token is not echoed: Arbiter's own id stays.
       const long = await evaluation(AZ.allow, { headers: { 'X-Request-ID': 'x'.repeat(300) } });
       expect(long.headers.get('x-request-id')).to.match(/^[0-9a-f-]{36}$/);

@@ -57,6 +57,11 @@ export interface RouteDef {
   query?: readonly QueryParam[];
   /** Request headers with a meaning for this route (documented; the handler reads them). */
   headers?: readonly HeaderParam[];
+  /**
+   * Echo the caller's X-Request-ID (1 to 255 visible ASCII characters) in place of ours on every
+   * answer of this route, errors included (the AuthZEN HTTPS binding's MUST).
+   */
+  echoRequestId?: boolean;
   handler: (ctx: Ctx) => Promise<void> | void;
 }
 

@@ -11,6 +11,15 @@ import type { Api, BodyKind, RouteDef, State } from './context.js';
 
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 
+const CALLER_REQUEST_ID = /^[\x21-\x7e]{1,255}$/;
+
+/** For routes that echo it: the caller's X-Request-ID, set before anything can refuse the request. */
+export const echoRequestId: Middleware<State> = (ctx, next) => {
+  const id = ctx.get('x-request-id');
+  if (CALLER_REQUEST_ID.test(id)) ctx.set('X-Request-Id', id);
+  return next();
+};
+
 /** Request id, trace id (from a valid W3C traceparent, else new), and the response headers. */
 export const requestContext: Middleware<State> = async (ctx, next) => {
   ctx.state.started = process.hrtime.bigint();

@@ -10,6 +10,7 @@ import type { Api, Ctx, RouteDef, State } from './context.js';
 import {
   authMiddleware,
   bodyMiddleware,
+  echoRequestId,
   errorMiddleware,
   fallthrough,
   metricsMiddleware,
@@ -37,6 +38,7 @@ export function buildApp(api: Api, routes: RouteDef[], deps: AppDeps): Koa<State
       r.path,
       [r.method],
       [
+        ...(r.echoRequestId ? [echoRequestId] : []),
         authMiddleware(deps.keys, r),
         queryMiddleware(r),
         bodyMiddleware(r.body, deps.maxBodyBytes),
