@@ -1264,7 +1264,15 @@ function checkResponse(spec: Spec, r: RawResponse): { check: string; detail: str
   const out: { check: string; detail: string }[] = [];
   const ct = r.headers['content-type'] ?? '';
   const rid = r.headers['x-request-id'];
-  if (!rid || !UUID_V7.test(rid)) out.push({ check: 'X-Request-Id missing', detail: `status ${r.status}` });
+  // Routes that document an X-Request-ID header parameter (AuthZEN) echo the caller's id instead.
+  const echoes = (spec.route.op.parameters ?? []).some(
+    (p) => p.in === 'header' && p.name.toLowerCase() === 'x-request-id',
+  );
+  const sent = spec.req.headers.find(([k]) => k.toLowerCase() === 'x-request-id')?.[1];
+  const echoed = echoes && sent !== undefined && rid === sent && /^[\x21-\x7e]{1,255}$/.test(sent);
+  if (!rid || !(UUID_V7.test(rid) || echoed)) {
+    out.push({ check: 'X-Request-Id missing', detail: `status ${r.status}` });
+  }
   if (r.status >= 500) out.push({ check: '5xx', detail: `status ${r.status}` });
   const text = r.body.toString('utf8');
   let json: unknown;
