@@ -5,19 +5,16 @@
  *
  *   npm run bench:audit -- [--events 1000000] [--repeat 200]
  */
-import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { NewAuditEvent } from '../src/audit/types.js';
 import { openDatabase } from '../src/storage/sqlite/db.js';
 import { sqliteStores } from '../src/storage/sqlite/index.js';
+import { serveDataDir } from './lib/serve.js';
+import { ADMIN_KEY as ADMIN, REPO } from './lib/targets.js';
 
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const ADMIN = 'bench-admin-key-0123456789abcdef';
 const TARGET_MS = 20;
 
 const { values } = parseArgs({
@@ -74,33 +71,6 @@ async function fill(): Promise<{ traceId: string; sinceIso: string; untilIso: st
   };
 }
 
-async function startService(): Promise<{ platform: string; stop: () => void }> {
-  const child = spawn(process.execPath, [path.join(REPO, 'dist', 'src', 'main.js'), 'serve'], {
-    env: {
-      ...process.env,
-      ARBITER_DATA_DIR: dir,
-      ARBITER_ENGINE_PORT: '0',
-      ARBITER_PLATFORM_PORT: '0',
-      ARBITER_ADMIN_KEY: ADMIN,
-      ARBITER_LOG_LEVEL: 'info',
-      ARBITER_POLICY_DIR: path.join(REPO, 'policies'),
-    },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const platform = await new Promise<string>((resolve, reject) => {
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      try {
-        const rec = JSON.parse(line) as { api?: string; url?: string };
-        if (rec.api === 'platform' && rec.url) resolve(rec.url);
-      } catch {
-        /* ignore */
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`arbiter exited with ${code}`)));
-  });
-  return { platform, stop: () => child.kill('SIGTERM') };
-}
-
 async function time(url: string): Promise<{ p50: number; p99: number; max: number; count: number }> {
   const headers = { authorization: `Bearer ${ADMIN}` };
   let count = 0;
@@ -124,7 +94,7 @@ async function main(): Promise<void> {
   const t0 = Date.now();
   const { traceId, sinceIso, untilIso } = await fill();
   console.log(`  fill took ${((Date.now() - t0) / 1000).toFixed(1)} s`);
-  const svc = await startService();
+  const svc = await serveDataDir(dir, ADMIN);
   try {
     const first = (await (
       await fetch(`${svc.platform}/api/v1/audit?kind=decision&limit=100`, {

@@ -6,19 +6,16 @@
  *
  *   npm run bench:impact -- [--events 100000] [--repeat 3]
  */
-import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { NewAuditEvent } from '../src/audit/types.js';
 import { openDatabase } from '../src/storage/sqlite/db.js';
 import { sqliteStores } from '../src/storage/sqlite/index.js';
+import { serveDataDir } from './lib/serve.js';
+import { ADMIN_KEY as ADMIN, REPO } from './lib/targets.js';
 
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const ADMIN = 'bench-admin-key-0123456789abcdef';
 const TARGET_S = 30;
 
 const { values } = parseArgs({
@@ -77,39 +74,12 @@ async function fill(): Promise<void> {
   await stores.close();
 }
 
-async function startService(): Promise<{ platform: string; stop: () => void }> {
-  const child = spawn(process.execPath, [path.join(REPO, 'dist', 'src', 'main.js'), 'serve'], {
-    env: {
-      ...process.env,
-      ARBITER_DATA_DIR: dir,
-      ARBITER_ENGINE_PORT: '0',
-      ARBITER_PLATFORM_PORT: '0',
-      ARBITER_ADMIN_KEY: ADMIN,
-      ARBITER_LOG_LEVEL: 'info',
-      ARBITER_POLICY_DIR: path.join(REPO, 'policies'),
-    },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const platform = await new Promise<string>((resolve, reject) => {
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      try {
-        const rec = JSON.parse(line) as { api?: string; url?: string };
-        if (rec.api === 'platform' && rec.url) resolve(rec.url);
-      } catch {
-        /* not a log record */
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`arbiter exited with ${code}`)));
-  });
-  return { platform, stop: () => child.kill('SIGTERM') };
-}
-
 async function main(): Promise<void> {
   console.log(`impact benchmark: ${total.toLocaleString()} recorded decisions, ${repeat} replays`);
   const t0 = Date.now();
   await fill();
   console.log(`  fill took ${((Date.now() - t0) / 1000).toFixed(1)} s`);
-  const svc = await startService();
+  const svc = await serveDataDir(dir, ADMIN);
   try {
     const body = JSON.stringify({
       policies: {

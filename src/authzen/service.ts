@@ -45,17 +45,20 @@ const actionSchema: JsonSchema = {
 };
 const contextSchema: JsonSchema = { type: 'object' };
 
+/** The 4-tuple of an evaluation: each member of a single request, each default of a batch. */
+const TUPLE = {
+  subject: subjectSchema,
+  action: actionSchema,
+  resource: resourceSchema,
+  context: contextSchema,
+};
+
 /** Body of POST /access/v1/evaluation. */
 export const evaluationRequestSchema: JsonSchema = {
   type: 'object',
   required: ['subject', 'action', 'resource'],
   additionalProperties: false,
-  properties: {
-    subject: subjectSchema,
-    action: actionSchema,
-    resource: resourceSchema,
-    context: contextSchema,
-  },
+  properties: TUPLE,
 };
 
 /** Body of POST /access/v1/evaluations: top-level members are defaults for every item. */
@@ -64,10 +67,7 @@ export const evaluationsRequestSchema: JsonSchema = {
   required: ['evaluations'],
   additionalProperties: false,
   properties: {
-    subject: subjectSchema,
-    action: actionSchema,
-    resource: resourceSchema,
-    context: contextSchema,
+    ...TUPLE,
     evaluations: {
       type: 'array',
       minItems: 1,
@@ -75,12 +75,7 @@ export const evaluationsRequestSchema: JsonSchema = {
       items: {
         type: 'object',
         additionalProperties: false,
-        properties: {
-          subject: subjectSchema,
-          action: actionSchema,
-          resource: resourceSchema,
-          context: contextSchema,
-        },
+        properties: TUPLE,
       },
     },
     options: {

@@ -82,6 +82,16 @@ function presentOutcome(base: string, o: Outcome) {
   };
 }
 
+/** What both evaluation routes share: an authorize call on the Engine API that echoes the PEP's id. */
+const EVALUATION_ROUTE = {
+  headers: [IDEMPOTENCY_KEY, X_REQUEST_ID],
+  echoRequestId: true,
+  also: [{ status: 422, description: 'Idempotency-Key reused with another body' }],
+  apis: ENGINE,
+  scope: 'authorize',
+  body: 'object',
+} as const satisfies Partial<RouteDef>;
+
 /** SPEC §14: the OpenID AuthZEN Authorization API 1.0 on the Engine API. */
 export function authzenRoutes(d: RouteDeps): RouteDef[] {
   const authzen = d.authzen;
@@ -96,12 +106,7 @@ export function authzenRoutes(d: RouteDeps): RouteDef[] {
         schema: evaluationResponseSchema,
       },
       requestSchema: evaluationRequestSchema,
-      headers: [IDEMPOTENCY_KEY, X_REQUEST_ID],
-      echoRequestId: true,
-      also: [{ status: 422, description: 'Idempotency-Key reused with another body' }],
-      apis: ENGINE,
-      scope: 'authorize',
-      body: 'object',
+      ...EVALUATION_ROUTE,
       summary: 'AuthZEN access evaluation',
       handler: async (ctx) => {
         const r = await authzen.evaluate(ctx.request.body, principalOf(ctx), ctx.state, idempotencyKey(ctx));
@@ -119,12 +124,7 @@ export function authzenRoutes(d: RouteDeps): RouteDef[] {
         schema: exact({ evaluations: { type: 'array', items: evaluationResponseSchema } }),
       },
       requestSchema: evaluationsRequestSchema,
-      headers: [IDEMPOTENCY_KEY, X_REQUEST_ID],
-      echoRequestId: true,
-      also: [{ status: 422, description: 'Idempotency-Key reused with another body' }],
-      apis: ENGINE,
-      scope: 'authorize',
-      body: 'object',
+      ...EVALUATION_ROUTE,
       summary: 'AuthZEN access evaluations (batch, at most 100)',
       handler: async (ctx) => {
         const out = await authzen.evaluateAll(
