@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { checkAnswer, watchOrigin } from './openapi-check.js';
+import { checkAnswer, unwatchOrigin, watchOrigin } from './openapi-check.js';
 import { createTestDatabase, queryDatabase, TEST_BACKEND, type TestDatabase } from './postgres.js';
 
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
@@ -146,6 +146,7 @@ export class Arbiter {
       createInterface({ input: child.stderr! }).on('line', onLine);
       child.once('exit', (code) => {
         clearTimeout(timer);
+        this.unwatch();
         reject(new Error(`arbiter exited with ${code}:\n${this.logs.join('\n')}`));
       });
     });
@@ -166,8 +167,15 @@ export class Arbiter {
     await this.spawn();
   }
 
+  /** Its listeners' ports are free once it exits: their answers are no longer checked. */
+  private unwatch(): void {
+    unwatchOrigin(this.engine);
+    unwatchOrigin(this.platform);
+  }
+
   private signal(sig: NodeJS.Signals): Promise<number | null> {
     const child = this.child;
+    this.unwatch();
     if (!child || child.exitCode !== null || child.signalCode !== null)
       return Promise.resolve(child?.exitCode ?? null);
     return new Promise((resolve) => {

@@ -37,6 +37,17 @@ export async function watchOrigin(url: string, api: 'engine' | 'platform', admin
   await loading.catch(() => undefined);
 }
 
+/**
+ * Forgets a listener when its instance stops: the port is free again, and another process (one
+ * serving a different API, say) may be given it; its answers must not be held to this document.
+ */
+export function unwatchOrigin(url: string): void {
+  if (!url) return;
+  const origin = new URL(url).origin;
+  origins.delete(origin);
+  checkers.delete(origin);
+}
+
 const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
 function templateRegex(template: string, greedyLast: boolean, trailingSlash: boolean): RegExp {
