@@ -107,14 +107,30 @@ export class KeyService {
     if (!id) return undefined;
     const rec = await this.store.findById(id);
     if (!rec || rec.revoked_at !== null) return undefined;
-    if (!timingSafeEqual(hash, Buffer.from(rec.hash, 'hex'))) return undefined;
-    return {
-      keyId: rec.id,
-      name: rec.name,
-      scopes: new Set(rec.scopes),
-      tenant: rec.tenant,
-      agent: rec.agent,
+    const known = this.derived.get(rec) ?? this.derive(rec);
+    if (!timingSafeEqual(hash, known.hash)) return undefined;
+    return known.principal;
+  }
+
+  /**
+   * What authentication derives from a key record, kept while the store hands out that same
+   * (frozen, cached) record: a store that reads the row again gets it derived again.
+   */
+  private readonly derived = new WeakMap<ApiKeyRecord, { hash: Buffer; principal: Principal }>();
+
+  private derive(rec: ApiKeyRecord): { hash: Buffer; principal: Principal } {
+    const d = {
+      hash: Buffer.from(rec.hash, 'hex'),
+      principal: Object.freeze<Principal>({
+        keyId: rec.id,
+        name: rec.name,
+        scopes: new Set(rec.scopes),
+        tenant: rec.tenant,
+        agent: rec.agent,
+      }),
     };
+    this.derived.set(rec, d);
+    return d;
   }
 }
 

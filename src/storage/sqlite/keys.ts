@@ -5,13 +5,28 @@ import { keyFromRow, type Row } from '../rows.js';
 import type { AuditWriter } from './audit.js';
 import type { Db } from './db.js';
 
+/** Keys remembered at most; past it the cache starts again (a cache, never a limit on keys). */
+const KEY_CACHE_MAX = 10_000;
+
+/**
+ * API keys. Lookups by id (every authenticated request) are cached for as long as nothing has
+ * been committed to the database since they were read: SQLite's `PRAGMA data_version` changes
+ * whenever any other connection (the writer thread, the CLI, another process) commits, and this
+ * connection's own key changes clear the cache as they commit. A revocation is therefore seen by
+ * the very next request, from any process; the cost is one pragma per request instead of a row
+ * read and decode (docs/performance.md).
+ */
 export class SqliteKeyStore implements KeyStore {
   private readonly byId: Statement;
+  private readonly dataVersion: Statement;
+  private readonly cache = new Map<string, ApiKeyRecord>();
+  private cachedAt: unknown = undefined;
   constructor(
     private readonly db: Db,
     private readonly writer: AuditWriter,
   ) {
     this.byId = db.prepare('SELECT * FROM api_keys WHERE id = ?');
+    this.dataVersion = db.prepare('PRAGMA data_version').pluck();
   }
 
   async create(rec: ApiKeyRecord, event: NewAuditEvent): Promise<'ok' | 'exists'> {
@@ -31,8 +46,18 @@ export class SqliteKeyStore implements KeyStore {
   }
 
   async findById(id: string): Promise<ApiKeyRecord | undefined> {
+    const version = this.dataVersion.get();
+    if (version !== this.cachedAt || this.cache.size >= KEY_CACHE_MAX) {
+      this.cache.clear();
+      this.cachedAt = version;
+    }
+    const hit = this.cache.get(id);
+    if (hit) return hit;
     const r = this.byId.get(id) as Row | undefined;
-    return r && keyFromRow(r);
+    if (!r) return undefined;
+    const rec = Object.freeze(keyFromRow(r));
+    this.cache.set(id, rec);
+    return rec;
   }
 
   async findByName(name: string): Promise<ApiKeyRecord | undefined> {
@@ -47,6 +72,16 @@ export class SqliteKeyStore implements KeyStore {
   }
 
   async revoke(name: string, at: string, event: NewAuditEvent): Promise<ApiKeyRecord | undefined> {
+    // This connection's own commit does not change its data_version: forget every cached key,
+    // whether or not the transaction commits (synchronous: no request runs in between).
+    try {
+      return this.revokeInTx(name, at, event);
+    } finally {
+      this.cache.clear();
+    }
+  }
+
+  private revokeInTx(name: string, at: string, event: NewAuditEvent): ApiKeyRecord | undefined {
     return this.db
       .transaction(() => {
         const r = this.db.prepare('SELECT * FROM api_keys WHERE name = ?').get(name) as Row | undefined;
