@@ -44,9 +44,21 @@ export interface LimitCharge {
   denials: { decision: DecisionRecord; event: NewAuditEvent }[];
 }
 
+/**
+ * What a store reports of a decision's audit event once it is in the trail: enough for metrics and
+ * checks, not the event itself (which would cross back from the writer thread for nothing).
+ */
+export type RecordedEvent = Pick<AuditEvent, 'kind' | 'outcome' | 'hash'>;
+
+export const recordedEvent = (e: AuditEvent): RecordedEvent => ({
+  kind: e.kind,
+  outcome: e.outcome,
+  hash: e.hash,
+});
+
 /** The decision actually recorded (the denial when a budget was exhausted), or the replay. */
 export type RecordOutcome =
-  { recorded: AuditEvent; decision: DecisionRecord; exhausted?: LimitUse } | { replay: DecisionRecord };
+  { recorded: RecordedEvent; decision: DecisionRecord; exhausted?: LimitUse } | { replay: DecisionRecord };
 
 export interface DecisionStore {
   /**

@@ -33,6 +33,11 @@ const QUEUE_KINDS: Record<string, WebhookEventType> = {
 export function outboxMessages(events: readonly AuditEvent[]): OutboxMessage[] {
   const out: OutboxMessage[] = [];
   for (const e of events) {
+    // Most events notify nothing (every allow and deny): nothing is built for them.
+    if (!(e.kind === 'decision' && e.outcome === 'requires_approval') && !QUEUE_KINDS[e.kind]) {
+      if (POLICY_CHANGE_KINDS.has(e.kind)) out.push(policyChanged(e));
+      continue;
+    }
     const subject = {
       id: e.request_id,
       kind: e.details.subject_kind ?? null,
@@ -69,21 +74,23 @@ export function outboxMessages(events: readonly AuditEvent[]): OutboxMessage[] {
           decided_at: e.time,
         },
       });
-    } else if (POLICY_CHANGE_KINDS.has(e.kind)) {
-      out.push({
-        type: 'policy.changed',
-        time: e.time,
-        data: {
-          revision: e.policy_revision,
-          change: e.kind,
-          name: e.resource,
-          actor: e.actor,
-          message: e.message,
-        },
-      });
     }
   }
   return out;
+}
+
+function policyChanged(e: AuditEvent): OutboxMessage {
+  return {
+    type: 'policy.changed',
+    time: e.time,
+    data: {
+      revision: e.policy_revision,
+      change: e.kind,
+      name: e.resource,
+      actor: e.actor,
+      message: e.message,
+    },
+  };
 }
 
 /** The deliveries a set of messages makes: one per message per webhook subscribed to its type. */

@@ -8,6 +8,7 @@ import type {
   RecordOutcome,
 } from '../../decisions/store.js';
 import type { LimitUse, QueueItem } from '../../queue/types.js';
+import { recordedEvent } from '../../decisions/store.js';
 import { decisionFromRow, decisionToRow, queueToRow, type Row } from '../rows.js';
 import { GroupCommit } from '../group-commit.js';
 import type { PgChain } from './chain.js';
@@ -209,7 +210,7 @@ export class PgDecisionStore implements DecisionStore {
       'replay' in x
         ? x
         : {
-            recorded: events[next++]!,
+            recorded: recordedEvent(events[next++]!),
             decision: x.decision,
             ...(x.exhausted ? { exhausted: x.exhausted } : {}),
           },

@@ -8,6 +8,7 @@ import type {
   LimitStore,
   RecordOutcome,
 } from '../../decisions/store.js';
+import { recordedEvent } from '../../decisions/store.js';
 import type { LimitUse } from '../../queue/types.js';
 import { GroupCommit } from '../group-commit.js';
 import { decisionFromRow, decisionToRow, queueToRow, type Row } from '../rows.js';
@@ -99,7 +100,7 @@ export class DecisionWriter {
           'replay' in x
             ? x
             : {
-                recorded: events[next++] as AuditEvent,
+                recorded: recordedEvent(events[next++] as AuditEvent),
                 decision: x.decision,
                 ...(x.exhausted ? { exhausted: x.exhausted } : {}),
               },
