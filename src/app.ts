@@ -15,7 +15,7 @@ import { createMetrics, gaugeFrom, threadCpuGauge } from './observability/metric
 import { threadCpuSeconds } from './observability/thread-cpu.js';
 import { RegoCompiler } from './policy/compiler.js';
 import { openStores } from './storage/index.js';
-import { buildServices } from './services.js';
+import { buildServices, type Services } from './services.js';
 
 /** In-flight requests get this long to finish at shutdown; then their connections are cut. */
 const SHUTDOWN_GRACE_MS = 30_000;
@@ -65,13 +65,16 @@ const startContext = () => ({ actor: 'system', traceId: newTraceId(), requestId:
 export async function prepareStorage(config: Config, log: Logger): Promise<void> {
   const stores = await openStores(config, { log });
   const compiler = new RegoCompiler(config.opaBin);
+  let s: Services | undefined;
   try {
     await compiler.init();
-    const s = buildServices(config, stores, compiler, { publicUrl: () => config.publicUrl ?? '', log });
+    s = buildServices(config, stores, compiler, { publicUrl: () => config.publicUrl ?? '', log });
     const r = await s.policies.start(config.policyDir, startContext());
     log.info({ revision: r.revision, seeded: r.seeded, policyDir: config.policyDir }, 'policy set loaded');
     await s.tokens.init();
   } finally {
+    // Loading a shadow set started the shadow thread.
+    await s?.policies.close();
     await compiler.close();
     await stores.close();
   }
@@ -108,6 +111,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     writer: await stores.writerCpuSeconds?.(),
   }));
   const compiler = new RegoCompiler(config.opaBin);
+  let built: Services | undefined;
   try {
     await compiler.init();
     // Links in notifications point at ARBITER_PUBLIC_URL, else at this process's Engine API.
@@ -118,6 +122,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       publicUrl: () => config.publicUrl ?? engineUrl,
       log,
     });
+    built = services;
     const { keys, policies, queue, tokens, webhooks } = services;
     const started = await policies.start(config.policyDir, startContext());
     log.info(
@@ -203,11 +208,13 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
           if (refresher) clearInterval(refresher);
           unsubscribe();
           await Promise.all(servers.map(({ server }) => drain(server)));
+          await policies.close();
           await compiler.close();
           await stores.close();
         })()),
     };
   } catch (e) {
+    await built?.policies.close();
     await compiler.close();
     await stores.close();
     throw e;

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import { onEveryBackend } from './helpers/backends.js';
+import { SPIN } from './helpers/policies.js';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditCount, call, HUMAN } from './helpers/harness.js';
 
@@ -138,6 +139,34 @@ onEveryBackend('POST /api/v1/impact: replay recorded decisions against a candida
       /malformed JSON/,
     );
     expect(await observable()).to.deep.equal(before);
+  });
+
+  it('stops with a 400 naming the decision when a candidate never finishes, and decisions go on meanwhile', async () => {
+    // A read-only key must not be able to stall the engine with a candidate: the replay runs on
+    // threads of its own, and one that does not answer in time is stopped.
+    const reader = a.createKey('impact-spinner', ['policies:read']);
+    const before = await observable();
+    const items = Array.from({ length: 3000 }, (_, i) => i);
+    const replay = impact({ policies: { spin: SPIN }, data: { spin: { items } } }, reader);
+    const during = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
+    expect(during.status, during.text).to.equal(202);
+    const r = await replay;
+    expectError(r, 400);
+    expect(r.json.error).to.match(
+      /^impact replay stopped: the candidate set could not evaluate decision [0-9a-f-]{36}: evaluation timed out: no answer within \d+ ms$/,
+    );
+    // A decision of the chunk the thread held when it was stopped (all of them went unanswered);
+    // the one made meanwhile may be among them (the candidate compiles before the replay reads).
+    expect([...Object.values(ids).flat(), during.json.request_id]).to.include(
+      /decision ([0-9a-f-]{36})/.exec(r.json.error as string)?.[1],
+    );
+    // Nothing moved but the decision made meanwhile; and the next replay runs normally.
+    const after = await observable();
+    expect({ ...after, audit: after.audit - 1 }).to.deep.equal(before);
+    const next = await impact({ policies: { 'deny-read': DENY_READ } }, reader);
+    expect(next.status, next.text).to.equal(200);
+    expect(next.json.replayed).to.be.at.least(8);
+    expect(next.json.changed).to.be.at.least(3);
   });
 
   it('needs policies:read, and is served by the Platform API only', async () => {

@@ -2,12 +2,16 @@ import { expect } from 'chai';
 import { onEveryBackend, TEST_BACKEND } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditCount, auditEvents, call } from './helpers/harness.js';
+import { SPIN } from './helpers/policies.js';
 
 /** A candidate that denies every read (the AGENT.allow example); its deny rule is on row 3. */
 const DENY_READ = 'package authz.agent\n\ndeny contains "reads are switched off" if input.action == "read"\n';
 /** Compiles, but every read fails at evaluation: `x` gets two values (an eval conflict). */
 const CONFLICT =
   'package authz.agent\n\nx = 1 if input.action == "read"\n\nx = 2 if input.confidence > 0.1\n\ndeny contains "conflict" if x == 3\n';
+
+/** Agrees with the live set on every reference request. */
+const AGREE = 'package authz.agent\n\ndeny contains "never" if input.action == "never"\n';
 
 // The shadow set is stored and shared by every process: every backend.
 onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, never answering', () => {
@@ -196,6 +200,57 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
     const id = await authorize(AGENT.allow, 200);
     expect((await decisionEvent(id)).details).to.not.have.property('shadow_result');
     expectError(await dropShadow('deny-read'), 404);
+  });
+
+  it('answers a decision made right after a shadow change with the new set, also while its thread starts', async () => {
+    const shadowOf = async (body: unknown, status: number) =>
+      (await decisionEvent(await authorize(body, status))).details.shadow_result as string | undefined;
+    for (let i = 0; i < 3; i++) {
+      // No shadow set: no thread. This put starts one; its load may still run when the decision
+      // arrives there, and the decision waits for it.
+      expect((await putShadow('flip', { rego: DENY_READ })).status).to.equal(201);
+      expect(await shadowOf(AGENT.allow, 200)).to.equal('disagree');
+      // The running thread gets a new set: the next decision is answered by it, never the old one.
+      expect((await putShadow('flip', { rego: AGREE })).status).to.equal(200);
+      expect(await shadowOf(AGENT.allow, 200)).to.equal('agree');
+      expect((await putShadow('flip', { rego: DENY_READ })).status).to.equal(200);
+      expect(await shadowOf(AGENT.allow, 200)).to.equal('disagree');
+      // A live change rebuilds the shadow set in the thread too.
+      const put = await call('PUT', `${a.platform}/api/v1/policies/flip`, { body: { rego: DENY_READ } });
+      expect(put.status, put.text).to.equal(201);
+      expect(await shadowOf(AGENT.allow, 403)).to.equal('agree');
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/flip`)).status).to.equal(204);
+      expect(await shadowOf(AGENT.allow, 200)).to.equal('disagree');
+      expect((await dropShadow('flip')).status).to.equal(204);
+      expect(await shadowOf(AGENT.allow, 200)).to.equal(undefined);
+    }
+  });
+
+  it('counts a shadow evaluation that never finishes as a timeout error, answers live, and restarts its thread', async () => {
+    const items = Array.from({ length: 3000 }, (_, i) => i);
+    const data = await call('PUT', `${a.platform}/api/v1/data/spin`, { body: { items } });
+    expect(data.status, data.text).to.equal(201);
+    try {
+      expect((await putShadow('spin', { rego: SPIN })).status).to.equal(201);
+      const errors = await shadowMetric('error');
+      // The live answer is the live set's, recorded and answered after the shadow timed out.
+      const stuck = await authorize(AGENT.allow, 200);
+      const e = await decisionEvent(stuck);
+      expect(e.outcome).to.equal('allow');
+      expect(e.details.shadow_result).to.equal('error');
+      expect(e.details.shadow.status).to.equal('deny');
+      expect(e.details.shadow.message).to.match(/^evaluation timed out: no answer within \d+ ms$/);
+      expect(await shadowMetric('error')).to.equal(errors + 1);
+      expect(await report()).to.deep.include({ decisions: 1, errors: 1 });
+      // The stuck thread was terminated: the next decision starts a new one with the same set.
+      expect((await decisionEvent(await authorize(AGENT.approval, 202))).details.shadow_result).to.equal(
+        'agree',
+      );
+      expect(await shadowMetric('error')).to.equal(errors + 1);
+    } finally {
+      expect((await dropShadow('spin')).status).to.equal(204);
+      expect((await call('DELETE', `${a.platform}/api/v1/data/spin`)).status).to.be.oneOf([200, 204]);
+    }
   });
 
   it('follows the live set: rebuilt on every live change, an error while the two do not compile together', async () => {

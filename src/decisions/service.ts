@@ -189,7 +189,10 @@ export class DecisionService {
       if (prior) return replay(prior, idem.hash);
     }
     const evaluation = this.evaluate(input);
-    const shadow = this.shadow(input, evaluation.decision);
+    // The live answer is fixed; the shadow (if any) is evaluated on its thread. Without a shadow
+    // set nothing is awaited: no extra turn on the authorize path.
+    const shadowing = this.shadow(input, evaluation.decision);
+    const shadow = shadowing instanceof Promise ? await shadowing : shadowing;
     const now = new Date();
     const masked: Subject = { ...subject, context: this.maskContext(subject.context) };
     const made = (decision: PolicyDecision) => {
@@ -270,17 +273,27 @@ export class DecisionService {
 
   /**
    * The shadow set's answer beside the live one (SPEC §11), computed after the live answer is
-   * fixed and never changing it; undefined when no shadow set is active.
+   * fixed and never changing it; undefined when no shadow set is active. Evaluated on the shadow
+   * thread: the request is posted before this returns (so a decision made after a shadow change
+   * is answered by the new set); a thread failure or timeout answers an error decision.
    */
-  private shadow(input: Record<string, unknown>, live: PolicyDecision): ShadowOutcome | undefined {
+  private shadow(
+    input: Record<string, unknown>,
+    live: PolicyDecision,
+  ): Promise<ShadowOutcome> | ShadowOutcome | undefined {
     const evaluator = this.policies.shadowEvaluator;
     if (!evaluator) {
       const failure = this.policies.shadowFailure;
       return failure === undefined ? undefined : { result: 'error', status: 'deny', message: failure };
     }
-    const d = evaluator.evaluate(input);
-    if (d.error) return { result: 'error', status: d.status, message: d.message };
-    return { result: d.status === live.status ? 'agree' : 'disagree', status: d.status, message: d.message };
+    return evaluator.evaluate(input).then((d): ShadowOutcome => {
+      if (d.error) return { result: 'error', status: d.status, message: d.message };
+      return {
+        result: d.status === live.status ? 'agree' : 'disagree',
+        status: d.status,
+        message: d.message,
+      };
+    });
   }
 
   private maskContext(context: Record<string, unknown>): Record<string, unknown> {

@@ -1,5 +1,6 @@
 import { loadPolicy, type LoadedPolicy } from '@open-policy-agent/opa-wasm';
 import { ENTRYPOINT, THRESHOLD_ERRORS } from './compiler.js';
+import type { ThreadSet } from './eval-thread.js';
 import { hostBuiltins, type EvalClock } from './host-builtins.js';
 
 export type DecisionStatus = 'allow' | 'requires_approval' | 'deny';
@@ -45,6 +46,11 @@ export class Evaluator {
     const policy = await loadPolicy(module, { ...MEMORY }, hostBuiltins(clock));
     policy.setData(data);
     return new Evaluator(revision, module, data, policy, clock, budgetMs);
+  }
+
+  /** What an evaluation thread needs to build this evaluator again (src/policy/eval-thread.ts). */
+  get threadSet(): ThreadSet {
+    return { module: this.module, data: this.data, revision: this.revision, budgetMs: this.budgetMs };
   }
 
   /** A new evaluator over the same compiled module with other data (no compilation). */
@@ -119,8 +125,9 @@ function checkDecision(result: unknown): PolicyDecision {
   };
 }
 
-function failClosed(error: string): PolicyDecision {
-  return { status: 'deny', message: error, reasons: ['evaluation_error'], error };
+/** The fail-closed deny for an evaluation that gave no decision, saying why (`error`). */
+export function failClosed(error: string, reason = 'evaluation_error'): PolicyDecision {
+  return { status: 'deny', message: error, reasons: [reason], error };
 }
 
 function errorText(e: unknown): string {

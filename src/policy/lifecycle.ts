@@ -2,19 +2,24 @@ import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import type { AuditStore } from '../audit/store.js';
 import type { AuditEvent } from '../audit/types.js';
 import { compileSchema, type JsonSchema } from '../common/validation.js';
-import { busy, conflict, notFound } from '../errors.js';
+import { busy, conflict, invalid, notFound } from '../errors.js';
 import { admits } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
 import type { Explainer, FiredRule } from './explain.js';
+import type { PolicyDecision } from './evaluator.js';
 import type { PolicyService } from './service.js';
+import { EvaluationThread, THREAD_FAILURE } from './eval-thread.js';
 
 export const IMPACT_MAX_LIMIT = 100_000;
 export const IMPACT_DEFAULT_LIMIT = 10_000;
 export const IMPACT_MAX_SAMPLES = 50;
 /** Decisions read from the audit trail per query while replaying. */
 const PAGE = 2_000;
-/** Evaluations between two yields to the event loop (decisions keep being answered meanwhile). */
-const YIELD_EVERY = 500;
+/**
+ * Inputs sent to the evaluation threads at once: large enough that messages cost little, small
+ * enough that a chunk of sound evaluations never approaches the thread's time allowance.
+ */
+const CHUNK = 64;
 
 export const impactRequestSchema: JsonSchema = {
   type: 'object',
@@ -113,48 +118,59 @@ export class LifecycleService {
     if (this.replaying) throw busy('an impact replay is already running; try again when it is done');
     this.replaying = true;
     try {
-      const { live, candidate } = await this.policies.candidate(req.policies, req.data ?? {});
-      const limit = req.limit ?? IMPACT_DEFAULT_LIMIT;
-      const report: ImpactReport = { replayed: 0, skipped: 0, changed: 0, changes: {}, samples: [] };
-      let before: { seq: number; time?: string } | undefined;
-      let read = 0;
-      while (read < limit) {
-        const page = await this.audit.query({
-          kind: 'decision',
-          ...(req.since !== undefined ? { since: req.since } : {}),
-          ...(before ? { before } : {}),
-          limit: Math.min(PAGE, limit - read),
-        });
-        if (page.length === 0) break;
-        for (const { event } of page) {
-          read++;
-          const input = recordedInput(event);
-          if (!input) {
-            report.skipped++;
-            continue;
+      const sets = await this.policies.candidate(req.policies, req.data ?? {});
+      // Both sets are evaluated on threads of their own, never on the serving thread: a candidate
+      // is untested code, and one whose evaluation never ends must not stall decisions. A thread
+      // that fails or times out stops the replay (400), naming the decision.
+      const live = new EvaluationThread();
+      const candidate = new EvaluationThread();
+      live.load(sets.live.threadSet);
+      candidate.load(sets.candidate.threadSet);
+      try {
+        const limit = req.limit ?? IMPACT_DEFAULT_LIMIT;
+        const report: ImpactReport = { replayed: 0, skipped: 0, changed: 0, changes: {}, samples: [] };
+        let before: { seq: number; time?: string } | undefined;
+        let read = 0;
+        while (read < limit) {
+          const page = await this.audit.query({
+            kind: 'decision',
+            ...(req.since !== undefined ? { since: req.since } : {}),
+            ...(before ? { before } : {}),
+            limit: Math.min(PAGE, limit - read),
+          });
+          if (page.length === 0) break;
+          read += page.length;
+          const replayable: { event: AuditEvent; input: Record<string, unknown> }[] = [];
+          for (const { event } of page) {
+            const input = recordedInput(event);
+            if (input) replayable.push({ event, input });
+            else report.skipped++;
           }
-          const was = live.evaluate(input).status;
-          const now = candidate.evaluate(input).status;
-          report.replayed++;
-          if (was !== now) {
-            report.changed++;
-            const key = `${was}→${now}`;
-            report.changes[key] = (report.changes[key] ?? 0) + 1;
-            if (report.samples.length < IMPACT_MAX_SAMPLES) {
-              report.samples.push({
-                request_id: event.request_id,
-                time: event.time,
-                before: was,
-                after: now,
-              });
-            }
+          for (let i = 0; i < replayable.length; i += CHUNK) {
+            const chunk = replayable.slice(i, i + CHUNK);
+            const [was, now] = await Promise.all(
+              [live, candidate].map((t) => Promise.all(chunk.map((x) => t.evaluate(x.input)))),
+            );
+            chunk.forEach(({ event }, j) => {
+              const w = replayed(was?.[j], event, 'live');
+              const n = replayed(now?.[j], event, 'candidate');
+              report.replayed++;
+              if (w === n) return;
+              report.changed++;
+              const key = `${w}→${n}`;
+              report.changes[key] = (report.changes[key] ?? 0) + 1;
+              if (report.samples.length < IMPACT_MAX_SAMPLES) {
+                report.samples.push({ request_id: event.request_id, time: event.time, before: w, after: n });
+              }
+            });
           }
-          if (read % YIELD_EVERY === 0) await yieldToLoop();
+          const last = page[page.length - 1] as { seq: number; event: AuditEvent };
+          before = { seq: last.seq, time: last.event.time };
         }
-        const last = page[page.length - 1] as { seq: number; event: AuditEvent };
-        before = { seq: last.seq, time: last.event.time };
+        return report;
+      } finally {
+        await Promise.all([live.close(), candidate.close()]);
       }
-      return report;
     } finally {
       this.replaying = false;
     }
@@ -249,6 +265,16 @@ export class LifecycleService {
       fired: r.fired,
     };
   }
+}
+
+/** A replayed status; a thread that could not evaluate stops the replay with a 400 naming the decision. */
+function replayed(d: PolicyDecision | undefined, event: AuditEvent, set: 'live' | 'candidate'): string {
+  if (!d || d.reasons[0] === THREAD_FAILURE) {
+    throw invalid(
+      `impact replay stopped: the ${set} set could not evaluate decision ${event.request_id}: ${d?.message ?? 'no answer'}`,
+    );
+  }
+  return d.status;
 }
 
 /** The policy input a decision event recorded (details.input plus details.context), if any. */

@@ -7,6 +7,7 @@ import { conflict, internal, invalid, isKind, notFound, precondition, unavailabl
 import { encodeCursor, fetchPage, readCursor, type Page, type PageQuery } from '../common/pagination.js';
 import { CompileError, type Module, type RegoCompiler } from './compiler.js';
 import { Evaluator } from './evaluator.js';
+import { EvaluationThread } from './eval-thread.js';
 import { thresholdErrorMessage } from './thresholds.js';
 import type {
   DataDocument,
@@ -81,7 +82,8 @@ const notFoundOf = (name: string): never => {
  */
 export class PolicyService {
   private live: Evaluator | undefined;
-  private shadowLive: Evaluator | undefined;
+  /** The shadow set, evaluated on its own thread (started with the first shadow set). */
+  private readonly shadowThread = new EvaluationThread();
   /** Why the shadow set is not evaluated although it has modules (it no longer compiles with the live set). */
   private shadowBroken: string | undefined;
   /** The generation of the shadow set this process loaded (-1: none yet). */
@@ -100,9 +102,17 @@ export class PolicyService {
     return this.live;
   }
 
-  /** The shadow set's evaluator (SPEC §11), when candidate modules are being shadowed. */
-  get shadowEvaluator(): Evaluator | undefined {
-    return this.shadowLive;
+  /**
+   * The shadow set (SPEC §11), when candidate modules are being shadowed: evaluated on a worker
+   * thread, never on the serving thread.
+   */
+  get shadowEvaluator(): EvaluationThread | undefined {
+    return this.shadowThread.active ? this.shadowThread : undefined;
+  }
+
+  /** Stops the shadow thread (if any); evaluations still waiting for it count an error. */
+  async close(): Promise<void> {
+    await this.shadowThread.close();
   }
 
   /**
@@ -825,17 +835,20 @@ export class PolicyService {
       const shadow = await this.store.shadow();
       this.shadowLoaded = shadow.generation;
       if (shadow.policies.length === 0) {
-        this.shadowLive = undefined;
+        this.shadowThread.clear();
         this.shadowBroken = undefined;
         return;
       }
       const snap = await this.store.snapshot();
       const modules = shadowModules(snap.policies, shadow.policies);
       const module = await this.compileToModule(modules);
-      this.shadowLive = await this.prepare(module, dataTree(snap.data), snap.revision, modules);
+      // Instantiated here too, to refuse a set whose thresholds are malformed, as before.
+      const prepared = await this.prepare(module, dataTree(snap.data), snap.revision, modules);
+      // Posted to the shadow thread now: any decision shadowed from here on is answered by this set.
+      this.shadowThread.load(prepared.threadSet);
       this.shadowBroken = undefined;
     } catch (e) {
-      this.shadowLive = undefined;
+      this.shadowThread.clear();
       this.shadowBroken = `the shadow set cannot be evaluated: ${(e as Error).message}`;
     }
   }

@@ -1,0 +1,277 @@
+import { Worker } from 'node:worker_threads';
+import { failClosed, type PolicyDecision } from './evaluator.js';
+
+/** What an evaluation thread needs to build the set's Evaluator (all structured-cloneable). */
+export interface ThreadSet {
+  module: WebAssembly.Module;
+  data: Record<string, unknown>;
+  revision: number;
+  budgetMs: number;
+}
+
+/**
+ * Serving thread → evaluation thread (eval-worker.ts). Evaluations go in batches: `inputs[i]` has the
+ * id `first + i`. Ids are one sequence per thread, loads included, in the order sent.
+ */
+export type ThreadRequest =
+  | ({ type: 'load'; id: number } & ThreadSet)
+  | { type: 'evaluate'; first: number; inputs: unknown[] }
+  | { type: 'stop' };
+
+/** Shadow thread → serving thread: a load done, or a batch's answers (`decisions[i]` for `first + i`). */
+export type ThreadAnswer = { id: number; loaded: true } | { first: number; decisions: PolicyDecision[] };
+
+/**
+ * An evaluation unanswered this long after the thread reached it (the eval budget plus this
+ * margin) is a timeout: the thread is stuck in an evaluation that wasm cannot interrupt in-thread.
+ */
+export const EVAL_TIMEOUT_MARGIN_MS = 1_000;
+/** Loading a set in the thread (instantiating the module, writing the data) may take this long. */
+const LOAD_TIMEOUT_MS = 30_000;
+/** How often a busy thread's oldest request is checked against its deadline. */
+const WATCH_MS = 100;
+
+/**
+ * The reason of an outcome the thread could not give (it failed, exited, timed out, or the input
+ * could not be sent): the fail-closed shape the evaluator uses, with `error` set.
+ */
+export const THREAD_FAILURE = 'evaluation_thread_failed';
+
+const failed = (error: string): PolicyDecision => failClosed(error, THREAD_FAILURE);
+
+interface Outstanding {
+  /** How long the thread may take once it reaches this request. */
+  allowance: number;
+  /** The answer, or the reason there is none. */
+  settle: (answer: PolicyDecision | string) => void;
+}
+
+/**
+ * One worker thread and the requests it holds. The thread answers in order, so the oldest
+ * outstanding request is the one it works on, since the previous answer (or since it was sent,
+ * when nothing was outstanding). When that request is overdue, or the thread fails or exits,
+ * every request it holds settles with an error and the thread is terminated.
+ *
+ * Evaluations requested during one turn of the event loop are sent as one message (at the end of
+ * the turn, or before anything else is sent), and answered as one: a message costs the serving
+ * thread about as much as a small evaluation, a batch's share of it does not.
+ */
+class WorkerThread {
+  private readonly worker: Worker;
+  private readonly outstanding = new Map<number, Outstanding>();
+  /** When the oldest outstanding request became the oldest (performance.now()). */
+  private headSince = 0;
+  private nextId = 0;
+  /** Evaluations not sent yet: ids `batchFirst`, `batchFirst + 1`, … */
+  private batch: unknown[] = [];
+  private batchFirst = 0;
+  private flushing = false;
+  private readonly watch: NodeJS.Timeout;
+  private dead = false;
+
+  constructor(private readonly onDead: (t: WorkerThread) => void) {
+    this.worker = new Worker(new URL('./eval-worker.js', import.meta.url));
+    // Never what keeps a process alive; close() terminates it anyway.
+    this.worker.unref();
+    this.worker.on('message', (a: ThreadAnswer) => {
+      if ('loaded' in a) {
+        this.answered(a.id, '');
+        return;
+      }
+      for (let i = 0; i < a.decisions.length; i++)
+        this.answered(a.first + i, a.decisions[i] as PolicyDecision);
+    });
+    this.worker.on('error', (e) => this.fail(`the evaluation thread failed: ${e.message}`));
+    this.worker.on('exit', (code) => this.fail(`the evaluation thread exited with code ${code}`));
+    this.watch = setInterval(() => this.check(), WATCH_MS);
+    this.watch.unref();
+  }
+
+  /** Sends a set to load; evaluations requested after this are answered by it. */
+  load(set: ThreadSet): void {
+    if (this.dead) return;
+    this.flush();
+    const id = this.nextId++;
+    this.track(id, LOAD_TIMEOUT_MS, () => undefined);
+    try {
+      this.worker.postMessage({ type: 'load', id, ...set } satisfies ThreadRequest);
+    } catch (e) {
+      this.outstanding.delete(id);
+      throw e;
+    }
+  }
+
+  /** Queues an evaluation for this turn's batch; `settle` is called exactly once. */
+  evaluate(input: unknown, allowance: number, settle: Outstanding['settle']): void {
+    if (this.dead) {
+      settle('the evaluation thread has stopped');
+      return;
+    }
+    if (this.batch.length === 0) this.batchFirst = this.nextId;
+    const id = this.nextId++;
+    this.batch.push(input);
+    this.track(id, allowance, settle);
+    if (!this.flushing) {
+      this.flushing = true;
+      setImmediate(() => this.flush());
+    }
+  }
+
+  /** Answers what it holds, then exits. */
+  stop(): void {
+    if (this.dead) return;
+    this.flush();
+    this.worker.postMessage({ type: 'stop' } satisfies ThreadRequest);
+  }
+
+  async terminate(): Promise<void> {
+    this.fail('the evaluation thread was shut down');
+    await this.worker.terminate();
+  }
+
+  /** Sends the batch; an input that cannot be sent answers an error, the others are sent. */
+  private flush(): void {
+    this.flushing = false;
+    if (this.batch.length === 0 || this.dead) return;
+    const inputs = this.batch;
+    const first = this.batchFirst;
+    this.batch = [];
+    try {
+      this.worker.postMessage({ type: 'evaluate', first, inputs } satisfies ThreadRequest);
+    } catch {
+      // Rare (an input structured clone refuses): one by one, so that only that one fails.
+      inputs.forEach((input, i) => {
+        try {
+          this.worker.postMessage({
+            type: 'evaluate',
+            first: first + i,
+            inputs: [input],
+          } satisfies ThreadRequest);
+        } catch (e) {
+          this.answered(first + i, `evaluation could not be sent: ${(e as Error).message}`);
+        }
+      });
+    }
+  }
+
+  private track(id: number, allowance: number, settle: Outstanding['settle']): void {
+    if (this.outstanding.size === 0) this.headSince = performance.now();
+    this.outstanding.set(id, { allowance, settle });
+  }
+
+  private answered(id: number, answer: PolicyDecision | string): void {
+    const o = this.outstanding.get(id);
+    if (!o) return;
+    this.outstanding.delete(id);
+    this.headSince = performance.now();
+    o.settle(answer);
+  }
+
+  private check(): void {
+    const overdue = () => {
+      const head = this.outstanding.values().next();
+      return !head.done && performance.now() - this.headSince > head.value.allowance ? head.value : undefined;
+    };
+    if (!overdue()) return;
+    // Answers may be waiting behind a busy serving thread: look again once they are delivered.
+    setImmediate(() => {
+      const head = overdue();
+      if (head) this.fail(`evaluation timed out: no answer within ${head.allowance} ms`);
+    });
+  }
+
+  private fail(reason: string): void {
+    if (this.dead) return;
+    this.dead = true;
+    clearInterval(this.watch);
+    const held = [...this.outstanding.values()];
+    this.outstanding.clear();
+    this.batch = [];
+    // A stuck evaluation cannot be interrupted in its thread: terminate it (a no-op once exited).
+    void this.worker.terminate();
+    this.onDead(this);
+    for (const o of held) o.settle(reason);
+  }
+}
+
+/**
+ * Evaluates one policy set on a worker thread, off the serving thread: the shadow set (SPEC §11)
+ * and the two sets of an impact replay, candidates that are untested code and must never stall
+ * decisions. The thread is started with the first set and stopped when the set is cleared (it
+ * answers what it holds first), so that nothing runs while there is no set. Requests and set changes go through
+ * one port, in order: an evaluation requested after `load` is answered by that set, waiting in the
+ * thread for the load to finish if need be. A failed, exited or stuck thread makes every request
+ * it holds an error (see EVAL_TIMEOUT_MARGIN_MS); the next request starts a new thread, which
+ * loads the current set first. `evaluate` never rejects.
+ */
+export class EvaluationThread {
+  private set: ThreadSet | undefined;
+  private thread: WorkerThread | undefined;
+  /** Threads stopped by clear() that may still be answering. */
+  private readonly retiring = new Set<WorkerThread>();
+  private closed = false;
+
+  /** Whether a set is loaded (for the shadow set: decisions are shadowed). */
+  get active(): boolean {
+    return this.set !== undefined;
+  }
+
+  /** Makes `set` the thread's set: every evaluation requested from now on is answered by it. */
+  load(set: ThreadSet): void {
+    if (this.closed) return;
+    this.set = set;
+    if (this.thread) this.thread.load(set);
+    else this.thread = this.start();
+  }
+
+  /** No set any more: the thread answers what it holds, then exits. */
+  clear(): void {
+    this.set = undefined;
+    const t = this.thread;
+    this.thread = undefined;
+    if (t) {
+      this.retiring.add(t);
+      t.stop();
+    }
+  }
+
+  /**
+   * The set's decision on `input`; a decision with `error` when there is none (no set, the
+   * thread failed or timed out, the input could not be sent). Queued before this returns, so it
+   * is sent before any later set change.
+   */
+  evaluate(input: unknown): Promise<PolicyDecision> {
+    const set = this.set;
+    if (!set) return Promise.resolve(failed('no policy set is loaded on the evaluation thread'));
+    return new Promise((resolve) => {
+      try {
+        // A thread that died is replaced here, for the next request (it loads the current set first).
+        const t = (this.thread ??= this.start());
+        t.evaluate(input, set.budgetMs + EVAL_TIMEOUT_MARGIN_MS, (a) =>
+          resolve(typeof a === 'string' ? failed(a) : a),
+        );
+      } catch (e) {
+        resolve(failed(`evaluation could not be sent: ${(e as Error).message}`));
+      }
+    });
+  }
+
+  /** Terminates every thread; evaluations still waiting answer an error. */
+  async close(): Promise<void> {
+    this.closed = true;
+    this.set = undefined;
+    const threads = [...(this.thread ? [this.thread] : []), ...this.retiring];
+    this.thread = undefined;
+    this.retiring.clear();
+    await Promise.all(threads.map((t) => t.terminate()));
+  }
+
+  private start(): WorkerThread {
+    const t = new WorkerThread((dead) => {
+      if (this.thread === dead) this.thread = undefined;
+      this.retiring.delete(dead);
+    });
+    if (this.set) t.load(this.set);
+    return t;
+  }
+}

@@ -1,0 +1,91 @@
+import { expect } from 'chai';
+import path from 'node:path';
+import { onceOnly } from './helpers/backends.js';
+import { REPO } from './helpers/harness.js';
+import { RegoCompiler } from '../src/policy/compiler.js';
+import { EvaluationThread, type ThreadSet } from '../src/policy/eval-thread.js';
+
+const opaBin = process.env.ARBITER_OPA_BIN || path.join(REPO, '.opa-bin', 'opa');
+const denying = (reason: string) =>
+  `package authz.agent\n\ndeny contains "${reason}" if input.action == "read"\n`;
+const READ = { kind: 'agent', agent_id: 'x', action: 'read', resource: 'r', confidence: 1, context: {} };
+
+// The shadow thread on its own, with the real compiler: no storage involved.
+onceOnly('Shadow thread: ordering of set changes and evaluations', () => {
+  const compiler = new RegoCompiler(opaBin);
+  const sets: ThreadSet[] = [];
+  let runner: EvaluationThread;
+  before(async () => {
+    await compiler.init();
+    for (const reason of ['set one', 'set two', 'set three']) {
+      const wasm = await compiler.compile([{ name: 'candidate', rego: denying(reason) }]);
+      sets.push({
+        module: await WebAssembly.compile(wasm),
+        data: {},
+        revision: sets.length + 1,
+        budgetMs: 250,
+      });
+    }
+  });
+  beforeEach(() => {
+    runner = new EvaluationThread();
+  });
+  afterEach(async () => {
+    await runner.close();
+  });
+  after(async () => {
+    await compiler.close();
+  });
+
+  const message = async (p: Promise<{ message: string }>) => (await p).message;
+
+  it('answers each evaluation with the set loaded before it, though no load has finished yet', async () => {
+    // All in one tick: the thread has not even started when the first evaluation is posted.
+    runner.load(sets[0] as ThreadSet);
+    const a = runner.evaluate(READ);
+    runner.load(sets[1] as ThreadSet);
+    const b = runner.evaluate(READ);
+    const c = runner.evaluate(READ);
+    runner.load(sets[2] as ThreadSet);
+    const d = runner.evaluate(READ);
+    expect(await Promise.all([a, b, c, d].map(message))).to.deep.equal([
+      'set one',
+      'set two',
+      'set two',
+      'set three',
+    ]);
+  });
+
+  it('answers what it held when the set is cleared, and nothing is evaluated without a set', async () => {
+    runner.load(sets[0] as ThreadSet);
+    const held = runner.evaluate(READ);
+    runner.clear();
+    expect(runner.active).to.equal(false);
+    const none = await runner.evaluate(READ);
+    expect(none.error).to.equal('no policy set is loaded on the evaluation thread');
+    expect(await message(held)).to.equal('set one');
+    // A new set starts a new thread.
+    runner.load(sets[1] as ThreadSet);
+    expect(await message(runner.evaluate(READ))).to.equal('set two');
+  });
+
+  it('answers an error, never rejects, when the thread is shut down or the input cannot be sent', async () => {
+    runner.load(sets[0] as ThreadSet);
+    // Sent in one batch with others: only the unsendable one fails.
+    const [before, unsendable, after] = await Promise.all([
+      runner.evaluate(READ),
+      runner.evaluate({ f: () => 1 }),
+      runner.evaluate(READ),
+    ]);
+    expect(unsendable?.error).to.match(/^evaluation could not be sent: /);
+    expect([before?.message, after?.message]).to.deep.equal(['set one', 'set one']);
+    // The thread still answers the next one.
+    expect(await message(runner.evaluate(READ))).to.equal('set one');
+    const pending = runner.evaluate(READ);
+    await runner.close();
+    const answer = await pending;
+    // Shut down before or after it answered: either its answer or an error, never a rejection.
+    expect(answer.message).to.be.oneOf(['set one', 'the evaluation thread was shut down']);
+    expect((await runner.evaluate(READ)).error).to.equal('no policy set is loaded on the evaluation thread');
+  });
+});
