@@ -572,7 +572,10 @@ async function main(): Promise<void> {
           'p99 ms',
           'errors',
           'CPU µs/decision',
-          'event loop p99 ms',
+          'event loop late p99 ms',
+          'GC ms/s',
+          'batch',
+          'commit p99 ≤ ms',
         ],
         ...scenarios.map((r) => [
           r.scenario,
@@ -587,7 +590,10 @@ async function main(): Promise<void> {
                 .map(([t, us]) => `${t} ${us}`)
                 .join(', ')
             : '',
-          r.eventLoopMs ? String(r.eventLoopMs.p99) : '',
+          r.eventLoopLateMs ? String(r.eventLoopLateMs.p99) : '',
+          r.tail ? String(r.tail.gcMsPerSecond) : '',
+          r.tail ? String(r.tail.batchMean) : '',
+          r.tail ? String(r.tail.commitP99BucketMs) : '',
         ]),
       ]),
     );

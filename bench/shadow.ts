@@ -4,11 +4,17 @@
  * comparison recorded), in interleaved rounds; reports latency and throughput of each.
  *
  *   npm run bench:shadow -- [--requests 4000] [--concurrency 16] [--rounds 3]
+ *                           [--duration 8]   (then autocannon runs too: 32 connections, and 1 000/s)
+ *
+ * The first load is a closed loop from this process (fetch, 16 at a time): its throughput follows
+ * latency. With --duration, the scenario load of `npm run bench` (autocannon, its request mix)
+ * also runs at saturation and at a fixed 1 000 req/s, with and without the shadow set.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { arbiterSpec, runLoad, type LoadResult } from './lib/load.js';
 import { stopAll } from './lib/proc.js';
 import { ADMIN_KEY, removeTempDirs, REPO, startArbiter } from './lib/targets.js';
 
@@ -17,8 +23,10 @@ const { values } = parseArgs({
     requests: { type: 'string', default: '4000' },
     concurrency: { type: 'string', default: '16' },
     rounds: { type: 'string', default: '3' },
+    duration: { type: 'string' },
   },
 });
+const duration = values.duration === undefined ? undefined : Number(values.duration);
 const requests = Number(values.requests);
 const concurrency = Number(values.concurrency);
 const rounds = Number(values.rounds);
@@ -91,6 +99,51 @@ async function main(): Promise<void> {
       }
     }
     const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)] as number;
+    const scenario: {
+      run: string;
+      shadow: boolean;
+      rps: number;
+      p50: number;
+      p99: number;
+      errors: number;
+    }[] = [];
+    if (duration !== undefined) {
+      const spec = arbiterSpec(a.engine, a.agentKey);
+      for (let r = 0; r < rounds; r++) {
+        for (const shadow of [false, true]) {
+          if (shadow) await setShadow(a.platform, true);
+          for (const [run, opts] of [
+            ['saturation', { connections: 32 }],
+            ['1000/s', { connections: 16, rate: 1000 }],
+          ] as const) {
+            const x: LoadResult = await runLoad(spec, { ...opts, duration });
+            const row = {
+              run,
+              shadow,
+              rps: x.rps,
+              p50: x.latencyMs?.p50 ?? NaN,
+              p99: x.latencyMs?.p99 ?? NaN,
+              errors: x.errors.total,
+            };
+            scenario.push(row);
+            console.log(
+              `  autocannon round ${r + 1} ${run.padEnd(10)} ${shadow ? 'with shadow   ' : 'without shadow'}: ` +
+                `${Math.round(row.rps)} req/s, p50 ${row.p50} ms, p99 ${row.p99} ms, errors ${row.errors}`,
+            );
+          }
+          if (shadow) await setShadow(a.platform, false);
+        }
+      }
+      for (const run of ['saturation', '1000/s']) {
+        for (const shadow of [false, true]) {
+          const rs = scenario.filter((x) => x.run === run && x.shadow === shadow);
+          console.log(
+            `  autocannon median ${run.padEnd(10)} ${shadow ? 'with   ' : 'without'}: ${Math.round(median(rs.map((x) => x.rps)))} req/s, ` +
+              `p50 ${median(rs.map((x) => x.p50))} ms, p99 ${median(rs.map((x) => x.p99))} ms`,
+          );
+        }
+      }
+    }
     const summary = (shadow: boolean) => {
       const rs = runs.filter((r) => r.shadow === shadow);
       return {
@@ -107,6 +160,7 @@ async function main(): Promise<void> {
       without: summary(false),
       with: summary(true),
       runs,
+      autocannon: scenario,
     };
     console.log(
       `  median: without ${Math.round(report.without.per_second)}/s p99 ${report.without.p99_ms.toFixed(2)} ms; ` +
