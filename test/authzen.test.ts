@@ -352,6 +352,38 @@ onEveryBackend('AuthZEN Authorization API 1.0 (SPEC §14)', () => {
       expect(r.json.evaluations[0].context.error.status).to.equal(400);
     });
 
+    it('answers a request without evaluations, or with none, as a single evaluation (AuthZEN 1.0 §7.1)', async () => {
+      const events = await auditCount(a.platform);
+      const single = await evaluations(AZ.allow);
+      expect(single.status, single.text).to.equal(200);
+      expect(single.json).to.have.keys('decision', 'context');
+      expect(single.json.decision).to.equal(true);
+      expect(single.json.context).to.have.keys('status', 'request_id');
+      const [ev] = await auditEvents(a.platform, { request_id: single.json.context.request_id });
+      expect(ev).to.include({ kind: 'decision', outcome: 'allow', agent_id: 'deploy-bot' });
+      expect(ev.details.input.authzen).to.deep.equal({ ...AZ.allow, context: {} });
+      // An empty array, and options (which then decide nothing), are the same.
+      const empty = await evaluations({
+        ...AZ.deny,
+        evaluations: [],
+        options: { evaluations_semantic: 'permit_on_first_permit' },
+      });
+      expect(empty.status, empty.text).to.equal(200);
+      expect(empty.json.decision).to.equal(false);
+      expect(empty.json.context.status).to.equal('deny');
+      const queued = await evaluations(AZ.approval);
+      expect(queued.json.decision).to.equal(false);
+      expect(queued.json.context.access_request.id).to.equal(queued.json.context.request_id);
+      expect(await auditCount(a.platform)).to.equal(events + 3);
+      // A retry with the same Idempotency-Key is the first answer again, recorded once.
+      const headers = { 'Idempotency-Key': 'authzen-single-on-batch-1' };
+      const first = await evaluations(AZ.allow, { headers });
+      const again = await evaluations(AZ.allow, { headers });
+      expect(again.headers.get('idempotent-replayed')).to.equal('true');
+      expect(again.json).to.deep.equal(first.json);
+      expect(await auditCount(a.platform)).to.equal(events + 4);
+    });
+
     it('gives a requires_approval item its access_request', async () => {
       const r = await evaluations({ evaluations: [AZ.approval] });
       const [item] = r.json.evaluations;
@@ -529,8 +561,27 @@ allow if authzen_conflict
         400,
         /tenant_id/,
       ],
-      ['no evaluations', 'evaluations', { subject: AZ.allow.subject }, 400, /evaluations/],
-      ['empty evaluations', 'evaluations', { evaluations: [] }, 400, /evaluations must have at least 1 item/],
+      [
+        'no evaluations and no action (a single evaluation, incomplete)',
+        'evaluations',
+        { subject: AZ.allow.subject },
+        400,
+        /a request without evaluations is a single evaluation \(AuthZEN 1\.0 §7\.1\): action is missing/,
+      ],
+      [
+        'empty evaluations and no tuple',
+        'evaluations',
+        { evaluations: [] },
+        400,
+        /without evaluations is a single evaluation .*: subject is missing/,
+      ],
+      [
+        'no evaluations and an agent without confidence',
+        'evaluations',
+        { ...AZ.allow, subject: { type: 'agent', id: 'deploy-bot' } },
+        400,
+        /confidence/,
+      ],
       ['more than 100 evaluations', 'evaluations', many(101), 400, /evaluations must have at most 100 items/],
       [
         'an unknown semantic',

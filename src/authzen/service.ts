@@ -3,7 +3,7 @@ import { newId } from '../ids.js';
 import { compileSchema, TOKEN_SAFE, type JsonSchema } from '../common/validation.js';
 import { checkAdmits } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
-import type { DecisionBody, DecisionService, FlowIds } from '../decisions/service.js';
+import type { DecisionBody, DecisionResult, DecisionService, FlowIds } from '../decisions/service.js';
 
 /**
  * OpenID AuthZEN Authorization API 1.0 (SPEC §14) over the ordinary decision path: each AuthZEN
@@ -61,16 +61,17 @@ export const evaluationRequestSchema: JsonSchema = {
   properties: TUPLE,
 };
 
-/** Body of POST /access/v1/evaluations: top-level members are defaults for every item. */
+/**
+ * Body of POST /access/v1/evaluations: top-level members are defaults for every item. Without
+ * `evaluations`, or with none, it is a single evaluation (AuthZEN 1.0 §7.1).
+ */
 export const evaluationsRequestSchema: JsonSchema = {
   type: 'object',
-  required: ['evaluations'],
   additionalProperties: false,
   properties: {
     ...TUPLE,
     evaluations: {
       type: 'array',
-      minItems: 1,
       maxItems: MAX_EVALUATIONS,
       items: {
         type: 'object',
@@ -101,7 +102,7 @@ export interface Evaluation {
 }
 
 interface Evaluations extends Partial<Evaluation> {
-  evaluations: Partial<Evaluation>[];
+  evaluations?: Partial<Evaluation>[];
   options?: { evaluations_semantic?: Semantic; [option: string]: unknown };
 }
 
@@ -125,15 +126,21 @@ export class AuthzenService {
   /**
    * A batch: the whole payload is checked first (so a malformed batch records nothing); then each
    * item, with the top-level defaults, is decided in order under the chosen semantic. An item
-   * that fails is an error outcome, never an allow.
+   * that fails is an error outcome, never an allow. A request without `evaluations`, or with an
+   * empty array, is a single evaluation of its top-level members, answered as one (AuthZEN 1.0
+   * §7.1: "behaves in a backwards-compatible manner with the (single) Access Evaluation API").
    */
   async evaluateAll(
     body: unknown,
     principal: Principal,
-    traceId: string,
+    ids: FlowIds,
     idemKey?: string,
-  ): Promise<Outcome[]> {
+  ): Promise<{ single: DecisionResult } | { batch: Outcome[] }> {
     const req = validateMany(body);
+    if (req.evaluations === undefined || req.evaluations.length === 0) {
+      return { single: await this.decide(completeSingle(req), principal, ids, idemKey) };
+    }
+    const traceId = ids.traceId;
     const items = req.evaluations.map((item, i) => complete(req, item, i));
     const semantic: Semantic = req.options?.evaluations_semantic ?? 'execute_all';
     const out: Outcome[] = [];
@@ -152,7 +159,7 @@ export class AuthzenService {
       if (semantic === 'deny_on_first_deny' && !permitted) break;
       if (semantic === 'permit_on_first_permit' && permitted) break;
     }
-    return out;
+    return { batch: out };
   }
 
   /** Maps the 4-tuple to an agent or a human decision and takes it through DecisionService. */
@@ -194,6 +201,19 @@ export class AuthzenService {
     };
     return this.decisions.authorizeHuman(request, principal, ids, idemKey, { authzen });
   }
+}
+
+/** The top-level 4-tuple of a request with no evaluations; an incomplete one is a 400. */
+function completeSingle(req: Evaluations): Evaluation {
+  for (const part of ['subject', 'action', 'resource'] as const) {
+    if (req[part] === undefined) {
+      throw invalid(
+        `a request without evaluations is a single evaluation (AuthZEN 1.0 §7.1): ${part} is missing`,
+      );
+    }
+  }
+  const { subject, action, resource, context } = req;
+  return { subject: subject!, action: action!, resource: resource!, ...(context ? { context } : {}) };
 }
 
 /** Item `i` of a batch with the top-level defaults filled in; a 4-tuple still incomplete is a 400. */

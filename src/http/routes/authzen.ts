@@ -120,8 +120,15 @@ export function authzenRoutes(d: RouteDeps): RouteDef[] {
       template: '/access/v1/evaluations',
       ok: {
         status: 200,
-        description: 'One result per evaluation, in order (fewer when a semantic stops early)',
-        schema: exact({ evaluations: { type: 'array', items: evaluationResponseSchema } }),
+        description:
+          'One result per evaluation, in order (fewer when a semantic stops early); without evaluations ' +
+          '(absent or empty) the request is a single evaluation and is answered as one (AuthZEN 1.0 §7.1)',
+        schema: {
+          oneOf: [
+            exact({ evaluations: { type: 'array', items: evaluationResponseSchema } }),
+            evaluationResponseSchema,
+          ],
+        },
       },
       requestSchema: evaluationsRequestSchema,
       ...EVALUATION_ROUTE,
@@ -130,11 +137,16 @@ export function authzenRoutes(d: RouteDeps): RouteDef[] {
         const out = await authzen.evaluateAll(
           ctx.request.body,
           principalOf(ctx),
-          ctx.state.traceId,
+          ctx.state,
           idempotencyKey(ctx),
         );
         const base = baseUrl(d, ctx);
-        ctx.body = { evaluations: out.map((o) => presentOutcome(base, o)) };
+        if ('single' in out) {
+          if (out.single.replayed) ctx.set('Idempotent-Replayed', 'true');
+          ctx.body = present(base, out.single.decision);
+        } else {
+          ctx.body = { evaluations: out.batch.map((o) => presentOutcome(base, o)) };
+        }
       },
     },
     {
