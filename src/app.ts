@@ -44,6 +44,9 @@ const WEBHOOK_SWEEP_MS = 1_000;
 /** How often expired queue items are recorded as expired (reads never wait for it). */
 const SWEEP_INTERVAL_MS = 5_000;
 
+/** How often budget counters of superseded windows are deleted (also once at start). */
+const COUNTER_SWEEP_INTERVAL_MS = 10 * 60_000;
+
 /** Where `npm run build` puts the reviewer console (scripts/build-console.mjs). */
 const CONSOLE_DIR = path.join(repoRoot, 'dist', 'console');
 
@@ -123,7 +126,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       log,
     });
     built = services;
-    const { keys, policies, queue, tokens, webhooks } = services;
+    const { budgets, keys, policies, queue, tokens, webhooks } = services;
     const started = await policies.start(config.policyDir, startContext());
     log.info(
       { revision: started.revision, seeded: started.seeded, policyDir: config.policyDir },
@@ -147,6 +150,9 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       }
     });
     queue.startSweeper(SWEEP_INTERVAL_MS);
+    budgets.startSweeper(COUNTER_SWEEP_INTERVAL_MS, (err) =>
+      log.warn({ err }, 'budget counter sweep failed; retried at the next'),
+    );
     gaugeFrom(metrics, 'arbiter_queue_pending', 'Human-review items pending now.', () =>
       queue.countPending(),
     );
@@ -205,6 +211,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
           // Stop accepting, let in-flight requests finish, then close storage.
           queue.stop();
           await webhooks.stop();
+          await budgets.stop();
           if (refresher) clearInterval(refresher);
           unsubscribe();
           await Promise.all(servers.map(({ server }) => drain(server)));
@@ -214,6 +221,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
         })()),
     };
   } catch (e) {
+    await built?.budgets.stop();
     await built?.policies.close();
     await compiler.close();
     await stores.close();

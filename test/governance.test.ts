@@ -297,6 +297,45 @@ onEveryBackend('agent governance (SPEC §13)', function () {
       ]);
     });
 
+    it('deletes the counters of superseded windows (at start, then every 10 minutes), never the newest', async () => {
+      const key = `k-${randomUUID()}`;
+      // Three windows of 1 s, one decision in each; and one hourly counter of the same key.
+      for (let i = 0; i < 3; i++) {
+        expect((await authorize(spend('spend', [{ key, window: '1s', max: 5 }]))).status).to.equal(200);
+        await sleep(1_000 - (Date.now() % 1_000) + 20);
+      }
+      expect((await authorize(spend('spend', [{ key, window: '1h', max: 5 }]))).status).to.equal(200);
+      const countersOf = async () =>
+        (
+          await a.stored<{ window_ms: number | string; window_start: string; used: number | string }>(
+            'SELECT window_ms, window_start, used FROM limit_counters WHERE key = $1 ORDER BY window_ms, window_start',
+            [key],
+          )
+        ).map((c) => ({
+          window_ms: Number(c.window_ms),
+          window_start: c.window_start,
+          used: Number(c.used),
+        }));
+      const all = await countersOf();
+      expect(all.map((c) => c.window_ms)).to.deep.equal([1_000, 1_000, 1_000, 3_600_000]);
+      // A window superseded one window length ago (1 s here; 5 minutes at most) is never read
+      // again: the sweep at start deletes it. The newest of each window length stays.
+      await sleep(1_100);
+      await a.restart();
+      let left = await countersOf();
+      for (const deadline = Date.now() + 30_000; left.length > 2 && Date.now() < deadline;) {
+        await sleep(100);
+        left = await countersOf();
+      }
+      expect(left).to.deep.equal([all[2], all[3]]);
+      const usage = await limitsOf(key);
+      expect(usage.map((u) => [u.window, u.max])).to.deep.equal([
+        ['1s', 5],
+        ['1h', 5],
+      ]);
+      expect(usage[1]).to.include({ used: 1, remaining: 4 });
+    });
+
     it('denies, fails closed and audits the error for a malformed limit, consuming nothing', async () => {
       const good = `k-${randomUUID()}`;
       const bad: Limit[] = [

@@ -14,16 +14,61 @@ export interface BudgetUsage {
   remaining: number;
 }
 
+/** A superseded counter is kept this long after its successor began (clock skew between engines). */
+const SUPERSEDED_GRACE_MS = 5 * 60_000;
+/** Counters deleted per statement: short write transactions beside the decision path. */
+const SWEEP_BATCH = 1_000;
+
 /**
  * Budget usage (SPEC §13): the counters the engine keeps for the limits policies declare. A
  * counter whose newest window has ended shows the current window, unused, with the last known
  * maximum (the policy may declare another one on the next decision).
  */
 export class BudgetService {
+  private sweeper: NodeJS.Timeout | undefined;
+  private sweeping: Promise<number> | undefined;
+
   constructor(
     private readonly store: LimitStore,
     private readonly clock: () => number = Date.now,
   ) {}
+
+  /**
+   * Deletes the counters of windows that a newer window of the same (key, window) replaced at
+   * least one window length (at most SUPERSEDED_GRACE_MS) ago, so that an engine whose clock lags
+   * by less still finds the window it charges; in short batches. Returns how many. One sweep at a
+   * time per process.
+   */
+  sweep(): Promise<number> {
+    this.sweeping ??= (async () => {
+      const now = this.clock();
+      let deleted = 0;
+      for (const windowMs of await this.store.windowLengths()) {
+        const since = new Date(now - Math.min(windowMs, SUPERSEDED_GRACE_MS)).toISOString();
+        for (;;) {
+          const n = await this.store.pruneSuperseded(windowMs, since, SWEEP_BATCH);
+          deleted += n;
+          if (n < SWEEP_BATCH) break;
+        }
+      }
+      return deleted;
+    })().finally(() => (this.sweeping = undefined));
+    return this.sweeping;
+  }
+
+  /** Sweeps now and then every `intervalMs`; a failed sweep is retried at the next. */
+  startSweeper(intervalMs: number, onError: (e: unknown) => void): void {
+    const run = () => void this.sweep().catch(onError);
+    run();
+    this.sweeper = setInterval(run, intervalMs);
+    this.sweeper.unref();
+  }
+
+  /** Stops the periodic sweep and waits for one under way. */
+  async stop(): Promise<void> {
+    if (this.sweeper) clearInterval(this.sweeper);
+    await this.sweeping?.catch(() => undefined);
+  }
 
   async usage(principal: Principal, key: string): Promise<BudgetUsage[]> {
     // Limit keys are strings a policy chooses, not tenant-scoped: a bound key could read the

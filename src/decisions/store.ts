@@ -86,4 +86,13 @@ export interface LimitCounter {
 export interface LimitStore {
   /** The newest counter of every (key, window), for one key or all. */
   latest(key: string | undefined): Promise<LimitCounter[]>;
+  /** The window lengths (ms) counters exist for. */
+  windowLengths(): Promise<number[]>;
+  /**
+   * Deletes up to `batch` counters of window length `windowMs` superseded by a newer window of
+   * the same key that began before `since` (an ISO time, compared as window_start is stored):
+   * nothing reads them any more (charges read the current window, `latest` the newest). Returns
+   * how many it deleted.
+   */
+  pruneSuperseded(windowMs: number, since: string, batch: number): Promise<number>;
 }

@@ -244,4 +244,26 @@ export class PgLimitStore implements LimitStore {
       [key ?? null],
     );
   }
+
+  async windowLengths(): Promise<number[]> {
+    const r = await rows<{ window_ms: number | string }>(
+      this.pool,
+      'SELECT DISTINCT window_ms FROM limit_counters',
+      [],
+    );
+    return r.map((x) => Number(x.window_ms));
+  }
+
+  async pruneSuperseded(windowMs: number, since: string, batch: number): Promise<number> {
+    const r = await this.pool.query(
+      `DELETE FROM limit_counters WHERE (key, window_ms, window_start) IN (
+         SELECT c.key, c.window_ms, c.window_start FROM limit_counters c WHERE c.window_ms = $1 AND EXISTS (
+           SELECT 1 FROM limit_counters n
+           WHERE n.key = c.key AND n.window_ms = c.window_ms AND n.window_start > c.window_start
+             AND n.window_start < $2)
+         LIMIT $3)`,
+      [windowMs, since, batch],
+    );
+    return r.rowCount ?? 0;
+  }
 }

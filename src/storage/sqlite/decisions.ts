@@ -204,4 +204,22 @@ export class SqliteLimitStore implements LimitStore {
       .all({ key: key ?? null }) as LimitCounter[];
     return rows;
   }
+
+  async windowLengths(): Promise<number[]> {
+    return this.db.prepare('SELECT DISTINCT window_ms FROM limit_counters').pluck().all() as number[];
+  }
+
+  async pruneSuperseded(windowMs: number, since: string, batch: number): Promise<number> {
+    // One short write transaction per batch (the primary key index finds the newer window).
+    return this.db
+      .prepare(
+        `DELETE FROM limit_counters WHERE rowid IN (
+           SELECT c.rowid FROM limit_counters c WHERE c.window_ms = @windowMs AND EXISTS (
+             SELECT 1 FROM limit_counters n
+             WHERE n.key = c.key AND n.window_ms = c.window_ms AND n.window_start > c.window_start
+               AND n.window_start < @since)
+           LIMIT @batch)`,
+      )
+      .run({ windowMs, since, batch }).changes;
+  }
 }
