@@ -15,7 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { arbiterSpec, runLoad, type LoadResult } from './lib/load.js';
-import { stopAll } from './lib/proc.js';
+import { processCpuSeconds, stopAll } from './lib/proc.js';
 import { ADMIN_KEY, removeTempDirs, REPO, startArbiter } from './lib/targets.js';
 
 const { values } = parseArgs({
@@ -44,10 +44,13 @@ interface Run {
   p50_ms: number;
   p99_ms: number;
   per_second: number;
+  /** CPU of the whole Arbiter process (every thread) per decision, in microseconds. */
+  cpu_us: number;
 }
 
-async function load(engine: string, key: string, shadow: boolean): Promise<Run> {
+async function load(engine: string, key: string, shadow: boolean, pid: number): Promise<Run> {
   const ms: number[] = [];
+  const cpu0 = processCpuSeconds(pid);
   let next = 0;
   const started = process.hrtime.bigint();
   const worker = async () => {
@@ -66,9 +69,10 @@ async function load(engine: string, key: string, shadow: boolean): Promise<Run> 
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  const cpu_us = ((processCpuSeconds(pid) - cpu0) * 1e6) / requests;
   ms.sort((x, y) => x - y);
   const q = (p: number) => ms[Math.min(ms.length - 1, Math.floor(ms.length * p))] as number;
-  return { shadow, p50_ms: q(0.5), p99_ms: q(0.99), per_second: requests / seconds };
+  return { shadow, p50_ms: q(0.5), p99_ms: q(0.99), per_second: requests / seconds, cpu_us };
 }
 
 async function setShadow(platform: string, on: boolean): Promise<void> {
@@ -85,15 +89,16 @@ async function main(): Promise<void> {
   console.log(`shadow benchmark: ${requests} decisions × ${rounds} rounds, ${concurrency} concurrent`);
   const a = await startArbiter();
   try {
-    await load(a.engine, a.agentKey, false); // warm-up
+    const pid = a.proc.pid;
+    await load(a.engine, a.agentKey, false, pid); // warm-up
     const runs: Run[] = [];
     for (let r = 0; r < rounds; r++) {
       for (const shadow of [false, true]) {
         if (shadow) await setShadow(a.platform, true);
-        const run = await load(a.engine, a.agentKey, shadow);
+        const run = await load(a.engine, a.agentKey, shadow, pid);
         runs.push(run);
         console.log(
-          `  round ${r + 1} ${shadow ? 'with shadow   ' : 'without shadow'}: p50 ${run.p50_ms.toFixed(2)} ms, p99 ${run.p99_ms.toFixed(2)} ms, ${Math.round(run.per_second)} decisions/s`,
+          `  round ${r + 1} ${shadow ? 'with shadow   ' : 'without shadow'}: p50 ${run.p50_ms.toFixed(2)} ms, p99 ${run.p99_ms.toFixed(2)} ms, ${Math.round(run.per_second)} decisions/s, cpu ${Math.round(run.cpu_us)} µs/decision`,
         );
         if (shadow) await setShadow(a.platform, false);
       }
@@ -106,6 +111,7 @@ async function main(): Promise<void> {
       p50: number;
       p99: number;
       errors: number;
+      cpu_us: number;
     }[] = [];
     if (duration !== undefined) {
       const spec = arbiterSpec(a.engine, a.agentKey);
@@ -116,8 +122,10 @@ async function main(): Promise<void> {
             ['saturation', { connections: 32 }],
             ['1000/s', { connections: 16, rate: 1000 }],
           ] as const) {
+            const cpu0 = processCpuSeconds(pid);
             const x: LoadResult = await runLoad(spec, { ...opts, duration });
             const row = {
+              cpu_us: Math.round(((processCpuSeconds(pid) - cpu0) * 1e6) / Math.max(1, x.requests)),
               run,
               shadow,
               rps: x.rps,
@@ -128,7 +136,8 @@ async function main(): Promise<void> {
             scenario.push(row);
             console.log(
               `  autocannon round ${r + 1} ${run.padEnd(10)} ${shadow ? 'with shadow   ' : 'without shadow'}: ` +
-                `${Math.round(row.rps)} req/s, p50 ${row.p50} ms, p99 ${row.p99} ms, errors ${row.errors}`,
+                `${Math.round(row.rps)} req/s, p50 ${row.p50} ms, p99 ${row.p99} ms, errors ${row.errors}, ` +
+                `cpu ${row.cpu_us} µs/decision`,
             );
           }
           if (shadow) await setShadow(a.platform, false);
@@ -139,7 +148,8 @@ async function main(): Promise<void> {
           const rs = scenario.filter((x) => x.run === run && x.shadow === shadow);
           console.log(
             `  autocannon median ${run.padEnd(10)} ${shadow ? 'with   ' : 'without'}: ${Math.round(median(rs.map((x) => x.rps)))} req/s, ` +
-              `p50 ${median(rs.map((x) => x.p50))} ms, p99 ${median(rs.map((x) => x.p99))} ms`,
+              `p50 ${median(rs.map((x) => x.p50))} ms, p99 ${median(rs.map((x) => x.p99))} ms, ` +
+              `cpu ${median(rs.map((x) => x.cpu_us))} µs/decision`,
           );
         }
       }
@@ -150,6 +160,7 @@ async function main(): Promise<void> {
         p50_ms: median(rs.map((r) => r.p50_ms)),
         p99_ms: median(rs.map((r) => r.p99_ms)),
         per_second: median(rs.map((r) => r.per_second)),
+        cpu_us: median(rs.map((r) => r.cpu_us)),
       };
     };
     const report = {

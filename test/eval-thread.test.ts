@@ -88,4 +88,23 @@ onceOnly('Shadow thread: ordering of set changes and evaluations', () => {
     expect(answer.message).to.be.oneOf(['set one', 'the evaluation thread was shut down']);
     expect((await runner.evaluate(READ)).error).to.equal('no policy set is loaded on the evaluation thread');
   });
+
+  it('resolves a load once the thread holds the set, and also when the thread is shut down first', async () => {
+    let loaded = false;
+    const first = runner.load(sets[0] as ThreadSet).then(() => (loaded = true));
+    // The thread is still starting: not loaded within this turn.
+    await Promise.resolve();
+    expect(loaded).to.equal(false);
+    await first;
+    expect(await message(runner.evaluate(READ))).to.equal('set one');
+    // A change on the running thread resolves too, and answers what follows.
+    await runner.load(sets[1] as ThreadSet);
+    expect(await message(runner.evaluate(READ))).to.equal('set two');
+    // Shut down while a set is loading: the load resolves (never rejects, never hangs).
+    const other = new EvaluationThread();
+    const pending = other.load(sets[2] as ThreadSet);
+    await other.close();
+    await pending;
+    expect((await other.evaluate(READ)).error).to.equal('no policy set is loaded on the evaluation thread');
+  });
 });

@@ -137,6 +137,25 @@ export function procMemory(pid: number): { hwmKb: number; rssKb: number } | unde
   return { hwmKb: field('VmHWM'), rssKb: field('VmRSS') };
 }
 
+/**
+ * CPU seconds (user + system, every thread) used so far by `pid` and its Node descendants, from
+ * /proc/PID/stat: what a change costs the whole service, threads it starts included.
+ */
+export function processCpuSeconds(pid: number): number {
+  let ticks = 0;
+  for (const p of processTree(pid).filter((q) => q === pid || isNode(q))) {
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      ticks += Number(rest[11]) + Number(rest[12]);
+    } catch {
+      /* ended */
+    }
+  }
+  // USER_HZ: 100 on Linux everywhere.
+  return ticks / 100;
+}
+
 /** `pid` and all its descendants (so that a multi-process mode is measured whole). */
 export function processTree(pid: number): number[] {
   const out = [pid];

@@ -87,18 +87,23 @@ class WorkerThread {
     this.watch.unref();
   }
 
-  /** Sends a set to load; evaluations requested after this are answered by it. */
-  load(set: ThreadSet): void {
-    if (this.dead) return;
+  /**
+   * Sends a set to load; evaluations requested after this are answered by it. Resolves once the
+   * thread has loaded it, or cannot (then its evaluations answer errors); never rejects.
+   */
+  load(set: ThreadSet): Promise<void> {
+    if (this.dead) return Promise.resolve();
     this.flush();
     const id = this.nextId++;
-    this.track(id, LOAD_TIMEOUT_MS, () => undefined);
-    try {
-      this.worker.postMessage({ type: 'load', id, ...set } satisfies ThreadRequest);
-    } catch (e) {
-      this.outstanding.delete(id);
-      throw e;
-    }
+    return new Promise((resolve) => {
+      this.track(id, LOAD_TIMEOUT_MS, () => resolve());
+      try {
+        this.worker.postMessage({ type: 'load', id, ...set } satisfies ThreadRequest);
+      } catch (e) {
+        // A set that cannot be sent: this thread cannot answer for it; its evaluations fail.
+        this.fail(`the policy set could not be sent to the evaluation thread: ${(e as Error).message}`);
+      }
+    });
   }
 
   /** Queues an evaluation for this turn's batch; `settle` is called exactly once. */
@@ -216,12 +221,19 @@ export class EvaluationThread {
     return this.set !== undefined;
   }
 
-  /** Makes `set` the thread's set: every evaluation requested from now on is answered by it. */
-  load(set: ThreadSet): void {
-    if (this.closed) return;
+  /**
+   * Makes `set` the thread's set: every evaluation requested from now on is answered by it. The
+   * promise resolves once the thread has it loaded (a first set also waits for the thread to
+   * start, ~0.1–0.2 s): a caller that awaits it before going on (a shadow change before it answers)
+   * leaves no later evaluation waiting for the load. Never rejects.
+   */
+  load(set: ThreadSet): Promise<void> {
+    if (this.closed) return Promise.resolve();
     this.set = set;
-    if (this.thread) this.thread.load(set);
-    else this.thread = this.start();
+    if (this.thread) return this.thread.load(set);
+    const { thread, loaded } = this.start();
+    this.thread = thread;
+    return loaded;
   }
 
   /** No set any more: the thread answers what it holds, then exits. */
@@ -246,7 +258,7 @@ export class EvaluationThread {
     return new Promise((resolve) => {
       try {
         // A thread that died is replaced here, for the next request (it loads the current set first).
-        const t = (this.thread ??= this.start());
+        const t = (this.thread ??= this.start().thread);
         t.evaluate(input, set.budgetMs + EVAL_TIMEOUT_MARGIN_MS, (a) =>
           resolve(typeof a === 'string' ? failed(a) : a),
         );
@@ -266,12 +278,12 @@ export class EvaluationThread {
     await Promise.all(threads.map((t) => t.terminate()));
   }
 
-  private start(): WorkerThread {
-    const t = new WorkerThread((dead) => {
+  /** A new thread, loading the current set first. */
+  private start(): { thread: WorkerThread; loaded: Promise<void> } {
+    const thread = new WorkerThread((dead) => {
       if (this.thread === dead) this.thread = undefined;
       this.retiring.delete(dead);
     });
-    if (this.set) t.load(this.set);
-    return t;
+    return { thread, loaded: this.set ? thread.load(this.set) : Promise.resolve() };
   }
 }

@@ -845,8 +845,10 @@ export class PolicyService {
       // Instantiated here too, to refuse a set whose thresholds are malformed, as before.
       const prepared = await this.prepare(module, dataTree(snap.data), snap.revision, modules);
       // Posted to the shadow thread now: any decision shadowed from here on is answered by this set.
-      this.shadowThread.load(prepared.threadSet);
+      // The change answers once the thread has loaded it (for a first set, once the thread has
+      // started), so that decisions made after it never wait for the load.
       this.shadowBroken = undefined;
+      await this.shadowThread.load(prepared.threadSet);
     } catch (e) {
       this.shadowThread.clear();
       this.shadowBroken = `the shadow set cannot be evaluated: ${(e as Error).message}`;
