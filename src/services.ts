@@ -89,7 +89,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
     queue,
     tokens,
     webhooks,
-    lifecycle: new LifecycleService(policies, stores.audit, new Explainer(config.opaBin)),
+    lifecycle: new LifecycleService(policies, stores.audit, stores.decisions, new Explainer(config.opaBin)),
     budgets: new BudgetService(stores.limits),
   };
 }

@@ -115,6 +115,33 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
     expect((await putShadow('deny-read', { rego: DENY_READ })).status).to.equal(200);
   });
 
+  it('counts every decision and keeps the newest 20 disagreements, stored with the decisions (also across a restart)', async () => {
+    // A change starts a new tally: the same candidate, put again, counts afresh.
+    expect((await putShadow('deny-read', { rego: DENY_READ + '\n# again\n' })).status).to.equal(200);
+    expect((await report()).decisions).to.equal(0);
+    const samplesBefore = await a.count('shadow_samples');
+    const disagreed: string[] = [];
+    for (let i = 0; i < 25; i++) disagreed.push(await authorize(AGENT.allow, 200));
+    for (let i = 0; i < 3; i++) await authorize(AGENT.approval, 202);
+    const r = await report();
+    expect(r).to.deep.include({
+      decisions: 28,
+      agree: 3,
+      disagree: 25,
+      errors: 0,
+      changes: { 'allow→deny': 25 },
+    });
+    expect(r.samples.map((x: { request_id: string }) => x.request_id)).to.deep.equal(
+      disagreed.slice(-20).reverse(),
+    );
+    expect(r.samples[0]).to.deep.equal({ request_id: disagreed[24], live: 'allow', shadow: 'deny' });
+    // Only the newest 20 are kept.
+    expect((await a.count('shadow_samples')) - samplesBefore).to.equal(20);
+    await a.restart();
+    expect(await report()).to.deep.equal(r);
+    expect((await putShadow('deny-read', { rego: DENY_READ })).status).to.equal(200);
+  });
+
   it('refuses bad shadow input with the right status and changes nothing', async () => {
     const reader = a.createKey('shadow-reader', ['policies:read']);
     const auditor = a.createKey('shadow-auditor', ['audit:read']);

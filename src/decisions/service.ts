@@ -236,6 +236,7 @@ export class DecisionService {
         item: chosen.item,
         idemSince: idem?.since ?? idempotencySince(),
         charge,
+        shadowGeneration: shadow?.generation,
       });
     } catch {
       // Fail closed: an unrecorded decision is never answered, least of all with allow.
@@ -282,16 +283,20 @@ export class DecisionService {
     live: PolicyDecision,
   ): Promise<ShadowOutcome> | ShadowOutcome | undefined {
     const evaluator = this.policies.shadowEvaluator;
+    const generation = this.policies.shadowGeneration;
     if (!evaluator) {
       const failure = this.policies.shadowFailure;
-      return failure === undefined ? undefined : { result: 'error', status: 'deny', message: failure };
+      return failure === undefined
+        ? undefined
+        : { result: 'error', status: 'deny', message: failure, generation };
     }
     return evaluator.evaluate(input).then((d): ShadowOutcome => {
-      if (d.error) return { result: 'error', status: d.status, message: d.message };
+      if (d.error) return { result: 'error', status: d.status, message: d.message, generation };
       return {
         result: d.status === live.status ? 'agree' : 'disagree',
         status: d.status,
         message: d.message,
+        generation,
       };
     });
   }
@@ -338,6 +343,8 @@ interface ShadowOutcome {
   result: 'agree' | 'disagree' | 'error';
   status: DecisionStatus;
   message: string;
+  /** The shadow generation that answered (its tally counts this decision). */
+  generation: number;
 }
 
 /** The deny recorded instead of an allow when budget `l` cannot take its cost. */

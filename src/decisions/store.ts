@@ -37,6 +37,77 @@ export interface DecisionToRecord {
    * first exhausted limit i) is recorded instead of `decision`.
    */
   charge?: LimitCharge | undefined;
+  /** The generation of the shadow set that shadowed this decision, if one did (SPEC §11). */
+  shadowGeneration?: number | undefined;
+}
+
+/** How many disagreements of a shadow generation a store keeps as samples (the newest). */
+export const SHADOW_SAMPLES = 20;
+
+/**
+ * What the shadow report (GET /api/v1/shadow) keeps of a shadow generation, updated in each
+ * decision's transaction so that the report never reads the trail: a count per (result, live
+ * outcome, shadow status), and the newest disagreements.
+ */
+export interface ShadowTally {
+  counts: { result: 'agree' | 'disagree' | 'error'; live: string; shadow: string; n: number }[];
+  /** Newest first, at most SHADOW_SAMPLES. */
+  samples: { request_id: string; live: string; shadow: string }[];
+}
+
+/**
+ * What a recorded decision event adds to its shadow generation's tally: its shadow result, the
+ * outcome recorded (a budget's deny when one replaced the allow) and the shadow's status, as the
+ * event itself says them. Undefined for an event that was not shadowed.
+ */
+export function shadowMarkOf(
+  e: NewAuditEvent,
+): { result: 'agree' | 'disagree' | 'error'; live: string; shadow: string; requestId: string } | undefined {
+  const result = e.details?.shadow_result;
+  if (result !== 'agree' && result !== 'disagree' && result !== 'error') return undefined;
+  const shadow = (e.details?.shadow as { status?: unknown } | undefined)?.status;
+  return {
+    result,
+    live: e.outcome ?? 'unknown',
+    shadow: typeof shadow === 'string' ? shadow : 'unknown',
+    requestId: e.request_id ?? '',
+  };
+}
+
+/** The marks of one batch: counts summed per (generation, result, live, shadow), and samples. */
+export function shadowMarksOf(recorded: { generation: number | undefined; event: NewAuditEvent }[]): {
+  counts: { generation: number; result: string; live: string; shadow: string; n: number }[];
+  samples: { generation: number; request_id: string; live: string; shadow: string }[];
+} {
+  const counts = new Map<
+    string,
+    { generation: number; result: string; live: string; shadow: string; n: number }
+  >();
+  const samples: { generation: number; request_id: string; live: string; shadow: string }[] = [];
+  for (const { generation, event } of recorded) {
+    if (generation === undefined) continue;
+    const m = shadowMarkOf(event);
+    if (!m) continue;
+    const k = `${generation}\n${m.result}\n${m.live}\n${m.shadow}`;
+    const c = counts.get(k);
+    if (c) c.n++;
+    else counts.set(k, { generation, result: m.result, live: m.live, shadow: m.shadow, n: 1 });
+    if (m.result === 'disagree') {
+      samples.push({ generation, request_id: m.requestId, live: m.live, shadow: m.shadow });
+    }
+  }
+  // Older disagreements of a generation than its newest SHADOW_SAMPLES in this batch would be
+  // deleted in the same transaction: not written at all.
+  const seen = new Map<number, number>();
+  const newest = samples
+    .reverse()
+    .filter((x) => {
+      const n = (seen.get(x.generation) ?? 0) + 1;
+      seen.set(x.generation, n);
+      return n <= SHADOW_SAMPLES;
+    })
+    .reverse();
+  return { counts: [...counts.values()], samples: newest };
 }
 
 export interface LimitCharge {
@@ -70,6 +141,8 @@ export interface DecisionStore {
   record(r: DecisionToRecord): Promise<RecordOutcome>;
   findByIdempotencyKey(keyId: string, idemKey: string, since: string): Promise<DecisionRecord | undefined>;
   get(requestId: string): Promise<DecisionRecord | undefined>;
+  /** The tally of one shadow generation (empty when nothing was shadowed by it). */
+  shadowTally(generation: number): Promise<ShadowTally>;
 }
 
 /** Current budget counters (SPEC §13), for GET /api/v1/limits. */

@@ -1,6 +1,6 @@
-import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import type { AuditStore } from '../audit/store.js';
 import type { AuditEvent } from '../audit/types.js';
+import type { DecisionStore } from '../decisions/store.js';
 import { compileSchema, type JsonSchema } from '../common/validation.js';
 import { busy, conflict, invalid, notFound } from '../errors.js';
 import { admits } from '../keys/binding.js';
@@ -73,8 +73,6 @@ export interface ImpactReport {
   samples: ImpactSample[];
 }
 
-export const SHADOW_SAMPLES = 20;
-
 export interface ShadowReport {
   policies: { name: string; sha256: string; since: string }[];
   /** When the shadow set last changed: the counts start here (null: it never changed). */
@@ -106,6 +104,7 @@ export class LifecycleService {
   constructor(
     private readonly policies: PolicyService,
     private readonly audit: AuditStore,
+    private readonly decisions: Pick<DecisionStore, 'shadowTally'>,
     private readonly explainer: Explainer,
   ) {}
 
@@ -177,9 +176,9 @@ export class LifecycleService {
   }
 
   /**
-   * The shadow set and, from the decisions' audit events since it last changed, how often its
-   * answer agreed with the live one, what the disagreements were, and the latest 20 of them.
-   * The audit trail is shared, so the counts cover every process.
+   * The shadow set and, from its generation's tally (kept in each decision's transaction, by
+   * every process), how often its answer agreed with the live one, what the disagreements were,
+   * and the latest 20 of them. Reads a few rows, never the trail.
    */
   async shadowReport(): Promise<ShadowReport> {
     const state = await this.policies.shadow();
@@ -194,39 +193,18 @@ export class LifecycleService {
       samples: [],
     };
     if (state.changed_at === null) return report;
-    let before: { seq: number; time?: string } | undefined;
-    for (;;) {
-      const page = await this.audit.query({
-        kind: 'decision',
-        since: state.changed_at,
-        ...(before ? { before } : {}),
-        limit: PAGE,
-      });
-      if (page.length === 0) break;
-      for (const { event } of page) {
-        const result = event.details.shadow_result;
-        if (result !== 'agree' && result !== 'disagree' && result !== 'error') continue;
-        report.decisions++;
-        if (result === 'agree') report.agree++;
-        else if (result === 'error') report.errors++;
-        else {
-          report.disagree++;
-          const shadow = (event.details.shadow as { status?: unknown } | undefined)?.status;
-          const key = `${event.outcome ?? 'unknown'}→${typeof shadow === 'string' ? shadow : 'unknown'}`;
-          report.changes[key] = (report.changes[key] ?? 0) + 1;
-          if (report.samples.length < SHADOW_SAMPLES) {
-            report.samples.push({
-              request_id: event.request_id,
-              live: event.outcome ?? 'unknown',
-              shadow: typeof shadow === 'string' ? shadow : 'unknown',
-            });
-          }
-        }
+    const tally = await this.decisions.shadowTally(state.generation);
+    for (const c of tally.counts) {
+      report.decisions += c.n;
+      if (c.result === 'agree') report.agree += c.n;
+      else if (c.result === 'error') report.errors += c.n;
+      else {
+        report.disagree += c.n;
+        const key = `${c.live}→${c.shadow}`;
+        report.changes[key] = (report.changes[key] ?? 0) + c.n;
       }
-      const last = page[page.length - 1] as { seq: number; event: AuditEvent };
-      before = { seq: last.seq, time: last.event.time };
-      await yieldToLoop();
     }
+    report.samples = tally.samples.map((x) => ({ request_id: x.request_id, live: x.live, shadow: x.shadow }));
     return report;
   }
 

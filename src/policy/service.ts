@@ -88,6 +88,8 @@ export class PolicyService {
   private shadowBroken: string | undefined;
   /** The generation of the shadow set this process loaded (-1: none yet). */
   private shadowLoaded = -1;
+  /** The generation whose set answers shadow evaluations requested now (or fails them, broken). */
+  private shadowAnswering = -1;
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -108,6 +110,14 @@ export class PolicyService {
    */
   get shadowEvaluator(): EvaluationThread | undefined {
     return this.shadowThread.active ? this.shadowThread : undefined;
+  }
+
+  /**
+   * The generation of the shadow set that answers a shadow evaluation requested now: the one
+   * last posted to the shadow thread, or the broken one whose decisions count errors.
+   */
+  get shadowGeneration(): number {
+    return this.shadowAnswering;
   }
 
   /** Stops the shadow thread (if any); evaluations still waiting for it count an error. */
@@ -837,6 +847,7 @@ export class PolicyService {
       if (shadow.policies.length === 0) {
         this.shadowThread.clear();
         this.shadowBroken = undefined;
+        this.shadowAnswering = shadow.generation;
         return;
       }
       const snap = await this.store.snapshot();
@@ -848,10 +859,13 @@ export class PolicyService {
       // The change answers once the thread has loaded it (for a first set, once the thread has
       // started), so that decisions made after it never wait for the load.
       this.shadowBroken = undefined;
-      await this.shadowThread.load(prepared.threadSet);
+      const loading = this.shadowThread.load(prepared.threadSet);
+      this.shadowAnswering = shadow.generation;
+      await loading;
     } catch (e) {
       this.shadowThread.clear();
       this.shadowBroken = `the shadow set cannot be evaluated: ${(e as Error).message}`;
+      this.shadowAnswering = this.shadowLoaded;
     }
   }
 

@@ -6,9 +6,10 @@ import type {
   LimitCounter,
   LimitStore,
   RecordOutcome,
+  ShadowTally,
 } from '../../decisions/store.js';
 import type { LimitUse, QueueItem } from '../../queue/types.js';
-import { recordedEvent } from '../../decisions/store.js';
+import { recordedEvent, SHADOW_SAMPLES, shadowMarksOf } from '../../decisions/store.js';
 import { decisionFromRow, decisionToRow, queueToRow, type Row } from '../rows.js';
 import { GroupCommit } from '../group-commit.js';
 import type { PgChain } from './chain.js';
@@ -90,6 +91,45 @@ export async function insertQueueItems(c: Client, items: QueueItem[]): Promise<v
  * Budget counters in the caller's transaction (which holds the chain head, so no other writer of
  * any process consumes between check and write): all or nothing, the first exhausted one reported.
  */
+/**
+ * Adds a batch's shadowed decisions to their generations' tallies (SPEC §11), in the batch's
+ * transaction (batches are serialized by the chain head lock).
+ */
+async function recordShadow(c: Client, recorded: Parameters<typeof shadowMarksOf>[0]): Promise<void> {
+  const { counts, samples } = shadowMarksOf(recorded);
+  if (counts.length === 0) return;
+  await c.query(
+    `INSERT INTO shadow_tallies (generation, result, live, shadow, n)
+     SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[], $5::int8[])
+     ON CONFLICT (generation, result, live, shadow) DO UPDATE SET n = shadow_tallies.n + excluded.n`,
+    [
+      counts.map((x) => x.generation),
+      counts.map((x) => x.result),
+      counts.map((x) => x.live),
+      counts.map((x) => x.shadow),
+      counts.map((x) => x.n),
+    ],
+  );
+  if (samples.length === 0) return;
+  await c.query(
+    `INSERT INTO shadow_samples (generation, request_id, live, shadow)
+     SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[])`,
+    [
+      samples.map((x) => x.generation),
+      samples.map((x) => x.request_id),
+      samples.map((x) => x.live),
+      samples.map((x) => x.shadow),
+    ],
+  );
+  for (const generation of new Set(samples.map((x) => x.generation))) {
+    await c.query(
+      `DELETE FROM shadow_samples WHERE generation = $1 AND seq <=
+       (SELECT seq FROM shadow_samples WHERE generation = $1 ORDER BY seq DESC LIMIT 1 OFFSET $2)`,
+      [generation, SHADOW_SAMPLES],
+    );
+  }
+}
+
 export async function tryConsume(c: Client, limits: readonly LimitUse[]): Promise<LimitUse | undefined> {
   if (limits.length === 0) return undefined;
   const current = await rows<{ key: string; window_ms: number; window_start: string; used: number }>(
@@ -133,6 +173,23 @@ export class PgDecisionStore implements DecisionStore {
 
   record(r: DecisionToRecord): Promise<RecordOutcome> {
     return this.group.submit(r);
+  }
+
+  async shadowTally(generation: number): Promise<ShadowTally> {
+    const [counts, samples] = await Promise.all([
+      rows<{
+        result: ShadowTally['counts'][number]['result'];
+        live: string;
+        shadow: string;
+        n: string | number;
+      }>(this.pool, 'SELECT result, live, shadow, n FROM shadow_tallies WHERE generation = $1', [generation]),
+      rows<ShadowTally['samples'][number]>(
+        this.pool,
+        'SELECT request_id, live, shadow FROM shadow_samples WHERE generation = $1 ORDER BY seq DESC LIMIT $2',
+        [generation, SHADOW_SAMPLES],
+      ),
+    ]);
+    return { counts: counts.map((c) => ({ ...c, n: Number(c.n) })), samples };
   }
 
   private async recordBatch(c: Client, batch: DecisionToRecord[]): Promise<RecordOutcome[]> {
@@ -204,6 +261,12 @@ export class PgDecisionStore implements DecisionStore {
       c,
       head,
       chosen.flatMap((x) => ('replay' in x ? [] : [x.event])),
+    );
+    await recordShadow(
+      c,
+      chosen.flatMap((x, i) =>
+        'replay' in x ? [] : [{ generation: batch[i]?.shadowGeneration, event: x.event }],
+      ),
     );
     let next = 0;
     return chosen.map((x): RecordOutcome =>

@@ -114,6 +114,19 @@ export const migrations: readonly { version: number; name: string; sql: string }
       INSERT INTO meta (key, value) VALUES ('shadow_generation', '0'), ('shadow_changed_at', '');
     `,
   },
+  {
+    version: 6,
+    name: 'shadow tallies',
+    sql: `
+      CREATE TABLE shadow_tallies (
+        generation bigint NOT NULL, result text NOT NULL, live text NOT NULL, shadow text NOT NULL,
+        n bigint NOT NULL, PRIMARY KEY (generation, result, live, shadow));
+      CREATE TABLE shadow_samples (
+        seq bigserial PRIMARY KEY, generation bigint NOT NULL, request_id text NOT NULL,
+        live text NOT NULL, shadow text NOT NULL);
+      CREATE INDEX shadow_samples_by_generation ON shadow_samples (generation, seq);
+    `,
+  },
 ];
 
 /** Any fixed number: the key of the advisory lock that serializes migrations across processes. */

@@ -7,8 +7,9 @@ import type {
   LimitCounter,
   LimitStore,
   RecordOutcome,
+  ShadowTally,
 } from '../../decisions/store.js';
-import { recordedEvent } from '../../decisions/store.js';
+import { recordedEvent, SHADOW_SAMPLES, shadowMarksOf } from '../../decisions/store.js';
 import type { LimitUse } from '../../queue/types.js';
 import { GroupCommit } from '../group-commit.js';
 import { decisionFromRow, decisionToRow, queueToRow, type Row } from '../rows.js';
@@ -66,10 +67,20 @@ export class DecisionWriter {
   private readonly byIdem: Statement;
   private readonly clearIdem: Statement;
   private readonly limits: LimitWriter;
+  private readonly tally: Statement;
+  private readonly sample: Statement;
+  private readonly pruneSamples: Statement;
   constructor(
     private readonly db: Db,
     private readonly writer: AuditWriter,
   ) {
+    this.tally = db.prepare(`INSERT INTO shadow_tallies (generation, result, live, shadow, n)
+      VALUES (@generation, @result, @live, @shadow, @n)
+      ON CONFLICT (generation, result, live, shadow) DO UPDATE SET n = n + excluded.n`);
+    this.sample = db.prepare(`INSERT INTO shadow_samples (generation, request_id, live, shadow)
+      VALUES (@generation, @request_id, @live, @shadow)`);
+    this.pruneSamples = db.prepare(`DELETE FROM shadow_samples WHERE generation = @generation AND seq <=
+      (SELECT seq FROM shadow_samples WHERE generation = @generation ORDER BY seq DESC LIMIT 1 OFFSET @keep)`);
     this.insertQueue =
       db.prepare(`INSERT INTO queue_items (id, status, kind, agent_id, user_id, tenant_id, action,
       resource, confidence, context, message, trace_id, created_at, expires_at, decided_at, decided_by, note,
@@ -95,6 +106,11 @@ export class DecisionWriter {
         // event of the batch in one append: one chain-head read and one head update per batch.
         const rows = batch.map((r) => this.recordRow(r));
         const events = this.writer.appendInTx(rows.flatMap((x) => ('replay' in x ? [] : [x.event])));
+        this.recordShadow(
+          rows.flatMap((x, i) =>
+            'replay' in x ? [] : [{ generation: batch[i]?.shadowGeneration, event: x.event }],
+          ),
+        );
         let next = 0;
         return rows.map((x): RecordOutcome =>
           'replay' in x
@@ -107,6 +123,16 @@ export class DecisionWriter {
         );
       })
       .immediate();
+  }
+
+  /** Adds the batch's shadowed decisions to their generations' tallies (SPEC §11). */
+  private recordShadow(recorded: Parameters<typeof shadowMarksOf>[0]): void {
+    const { counts, samples } = shadowMarksOf(recorded);
+    for (const c of counts) this.tally.run(c);
+    for (const x of samples) this.sample.run(x);
+    for (const generation of new Set(samples.map((x) => x.generation))) {
+      this.pruneSamples.run({ generation, keep: SHADOW_SAMPLES });
+    }
   }
 
   /** Writes the decision (and queue item), consuming its budgets; or finds the one to replay. */
@@ -160,6 +186,8 @@ export class SqliteDecisionStore implements DecisionStore {
   private readonly group: GroupCommit<RecordArgs, RecordOutcome>;
   private readonly byIdem: Statement;
   private readonly byId: Statement;
+  private readonly tallies: Statement;
+  private readonly samples: Statement;
   constructor(
     db: Db,
     private readonly committer: BatchCommitter,
@@ -168,6 +196,17 @@ export class SqliteDecisionStore implements DecisionStore {
     this.group = new GroupCommit((batch) => this.committer.commit(batch), onBatch);
     this.byIdem = db.prepare('SELECT * FROM decisions WHERE key_id = ? AND idem_key = ?');
     this.byId = db.prepare('SELECT * FROM decisions WHERE request_id = ?');
+    this.tallies = db.prepare('SELECT result, live, shadow, n FROM shadow_tallies WHERE generation = ?');
+    this.samples = db.prepare(
+      'SELECT request_id, live, shadow FROM shadow_samples WHERE generation = ? ORDER BY seq DESC LIMIT ?',
+    );
+  }
+
+  async shadowTally(generation: number): Promise<ShadowTally> {
+    return {
+      counts: this.tallies.all(generation) as ShadowTally['counts'],
+      samples: this.samples.all(generation, SHADOW_SAMPLES) as ShadowTally['samples'],
+    };
   }
 
   record(r: DecisionToRecord): Promise<RecordOutcome> {

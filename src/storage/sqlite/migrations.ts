@@ -414,4 +414,29 @@ export const migrations: readonly Migration[] = [
       INSERT INTO meta (key, value) VALUES ('shadow_generation', '0'), ('shadow_changed_at', '');
     `,
   },
+  {
+    version: 13,
+    name: 'shadow tallies',
+    sql: `
+      -- The shadow report (GET /api/v1/shadow) per shadow generation, kept in each decision's
+      -- transaction so that the report never reads the trail: counts, and the newest
+      -- disagreements (the writer keeps 20 per generation).
+      CREATE TABLE shadow_tallies (
+        generation INTEGER NOT NULL,
+        result     TEXT NOT NULL,
+        live       TEXT NOT NULL,
+        shadow     TEXT NOT NULL,
+        n          INTEGER NOT NULL,
+        PRIMARY KEY (generation, result, live, shadow)
+      ) STRICT;
+      CREATE TABLE shadow_samples (
+        seq        INTEGER PRIMARY KEY,
+        generation INTEGER NOT NULL,
+        request_id TEXT NOT NULL,
+        live       TEXT NOT NULL,
+        shadow     TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX shadow_samples_by_generation ON shadow_samples (generation, seq);
+    `,
+  },
 ];
