@@ -1,3 +1,4 @@
+import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { forbidden } from '../errors.js';
 import type { Principal } from '../keys/types.js';
 import { fromMicro } from './limits.js';
@@ -16,8 +17,8 @@ export interface BudgetUsage {
 
 /** A superseded counter is kept this long after its successor began (clock skew between engines). */
 const SUPERSEDED_GRACE_MS = 5 * 60_000;
-/** Counters deleted per statement: short write transactions beside the decision path. */
-const SWEEP_BATCH = 1_000;
+/** Keys swept per batch: short statements beside the decision path, a turn of the loop between. */
+const SWEEP_KEYS = 500;
 
 /**
  * Budget usage (SPEC §13): the counters the engine keeps for the limits policies declare. A
@@ -36,22 +37,26 @@ export class BudgetService {
   /**
    * Deletes the counters of windows that a newer window of the same (key, window) replaced at
    * least one window length (at most SUPERSEDED_GRACE_MS) ago, so that an engine whose clock lags
-   * by less still finds the window it charges; in short batches. Returns how many. One sweep at a
-   * time per process.
+   * by less still finds the window it charges (with a larger skew than a window, budgets are
+   * inexact anyway: each engine charges the window its own clock says). Walks the keys in order,
+   * SWEEP_KEYS at a time. Returns how many it deleted. One sweep at a time per process.
    */
   sweep(): Promise<number> {
     this.sweeping ??= (async () => {
       const now = this.clock();
       let deleted = 0;
-      for (const windowMs of await this.store.windowLengths()) {
-        const since = new Date(now - Math.min(windowMs, SUPERSEDED_GRACE_MS)).toISOString();
-        for (;;) {
-          const n = await this.store.pruneSuperseded(windowMs, since, SWEEP_BATCH);
-          deleted += n;
-          if (n < SWEEP_BATCH) break;
+      let after: string | null = null;
+      for (;;) {
+        const range = await this.store.counterKeys(after, SWEEP_KEYS);
+        if (!range) return deleted;
+        for (const windowMs of range.windowLengths) {
+          const since = new Date(now - Math.min(windowMs, SUPERSEDED_GRACE_MS)).toISOString();
+          deleted += await this.store.pruneSuperseded(range, windowMs, since);
         }
+        after = range.last;
+        // SQLite answers synchronously: let decisions through between batches.
+        await yieldToLoop();
       }
-      return deleted;
     })().finally(() => (this.sweeping = undefined));
     return this.sweeping;
   }

@@ -159,13 +159,19 @@ export interface LimitCounter {
 export interface LimitStore {
   /** The newest counter of every (key, window), for one key or all. */
   latest(key: string | undefined): Promise<LimitCounter[]>;
-  /** The window lengths (ms) counters exist for. */
-  windowLengths(): Promise<number[]>;
   /**
-   * Deletes up to `batch` counters of window length `windowMs` superseded by a newer window of
-   * the same key that began before `since` (an ISO time, compared as window_start is stored):
-   * nothing reads them any more (charges read the current window, `latest` the newest). Returns
-   * how many it deleted.
+   * The next `limit` counter keys after `after` (from the start when null), in key order, as a
+   * range, with the window lengths counted under them; undefined past the last key.
    */
-  pruneSuperseded(windowMs: number, since: string, batch: number): Promise<number>;
+  counterKeys(
+    after: string | null,
+    limit: number,
+  ): Promise<{ first: string; last: string; windowLengths: number[] } | undefined>;
+  /**
+   * Deletes the counters of window length `windowMs` with a key in [first, last] that a newer
+   * window of the same key supersedes, one that began before `since` (an ISO time, compared as
+   * window_start is stored): nothing reads them any more (charges read the current window,
+   * `latest` the newest). Returns how many it deleted.
+   */
+  pruneSuperseded(range: { first: string; last: string }, windowMs: number, since: string): Promise<number>;
 }

@@ -88,10 +88,6 @@ export async function insertQueueItems(c: Client, items: QueueItem[]): Promise<v
 }
 
 /**
- * Budget counters in the caller's transaction (which holds the chain head, so no other writer of
- * any process consumes between check and write): all or nothing, the first exhausted one reported.
- */
-/**
  * Adds a batch's shadowed decisions to their generations' tallies (SPEC §11), in the batch's
  * transaction (batches are serialized by the chain head lock).
  */
@@ -130,6 +126,10 @@ async function recordShadow(c: Client, recorded: Parameters<typeof shadowMarksOf
   }
 }
 
+/**
+ * Budget counters in the caller's transaction (which holds the chain head, so no other writer of
+ * any process consumes between check and write): all or nothing, the first exhausted one reported.
+ */
 export async function tryConsume(c: Client, limits: readonly LimitUse[]): Promise<LimitUse | undefined> {
   if (limits.length === 0) return undefined;
   const current = await rows<{ key: string; window_ms: number; window_start: string; used: number }>(
@@ -308,24 +308,37 @@ export class PgLimitStore implements LimitStore {
     );
   }
 
-  async windowLengths(): Promise<number[]> {
-    const r = await rows<{ window_ms: number | string }>(
+  async counterKeys(
+    after: string | null,
+    limit: number,
+  ): Promise<{ first: string; last: string; windowLengths: number[] } | undefined> {
+    const keys = await rows<{ key: string }>(
       this.pool,
-      'SELECT DISTINCT window_ms FROM limit_counters',
-      [],
+      'SELECT DISTINCT key FROM limit_counters WHERE $1::text IS NULL OR key > $1 ORDER BY key LIMIT $2',
+      [after, limit],
     );
-    return r.map((x) => Number(x.window_ms));
+    if (keys.length === 0) return undefined;
+    const range = { first: keys[0]!.key, last: keys[keys.length - 1]!.key };
+    const lengths = await rows<{ window_ms: number | string }>(
+      this.pool,
+      'SELECT DISTINCT window_ms FROM limit_counters WHERE key >= $1 AND key <= $2',
+      [range.first, range.last],
+    );
+    return { ...range, windowLengths: lengths.map((x) => Number(x.window_ms)) };
   }
 
-  async pruneSuperseded(windowMs: number, since: string, batch: number): Promise<number> {
+  async pruneSuperseded(
+    range: { first: string; last: string },
+    windowMs: number,
+    since: string,
+  ): Promise<number> {
     const r = await this.pool.query(
-      `DELETE FROM limit_counters WHERE (key, window_ms, window_start) IN (
-         SELECT c.key, c.window_ms, c.window_start FROM limit_counters c WHERE c.window_ms = $1 AND EXISTS (
-           SELECT 1 FROM limit_counters n
-           WHERE n.key = c.key AND n.window_ms = c.window_ms AND n.window_start > c.window_start
-             AND n.window_start < $2)
-         LIMIT $3)`,
-      [windowMs, since, batch],
+      `DELETE FROM limit_counters c
+       WHERE c.key >= $1 AND c.key <= $2 AND c.window_ms = $3 AND EXISTS (
+         SELECT 1 FROM limit_counters n
+         WHERE n.key = c.key AND n.window_ms = c.window_ms AND n.window_start > c.window_start
+           AND n.window_start < $4)`,
+      [range.first, range.last, windowMs, since],
     );
     return r.rowCount ?? 0;
   }

@@ -244,21 +244,39 @@ export class SqliteLimitStore implements LimitStore {
     return rows;
   }
 
-  async windowLengths(): Promise<number[]> {
-    return this.db.prepare('SELECT DISTINCT window_ms FROM limit_counters').pluck().all() as number[];
+  async counterKeys(
+    after: string | null,
+    limit: number,
+  ): Promise<{ first: string; last: string; windowLengths: number[] } | undefined> {
+    const keys = this.db
+      .prepare(
+        'SELECT DISTINCT key FROM limit_counters WHERE @after IS NULL OR key > @after ORDER BY key LIMIT @limit',
+      )
+      .pluck()
+      .all({ after, limit }) as string[];
+    if (keys.length === 0) return undefined;
+    const range = { first: keys[0] as string, last: keys[keys.length - 1] as string };
+    const windowLengths = this.db
+      .prepare('SELECT DISTINCT window_ms FROM limit_counters WHERE key >= @first AND key <= @last')
+      .pluck()
+      .all(range) as number[];
+    return { ...range, windowLengths };
   }
 
-  async pruneSuperseded(windowMs: number, since: string, batch: number): Promise<number> {
-    // One short write transaction per batch (the primary key index finds the newer window).
+  async pruneSuperseded(
+    range: { first: string; last: string },
+    windowMs: number,
+    since: string,
+  ): Promise<number> {
+    // A range of the primary key: a short write transaction.
     return this.db
       .prepare(
-        `DELETE FROM limit_counters WHERE rowid IN (
-           SELECT c.rowid FROM limit_counters c WHERE c.window_ms = @windowMs AND EXISTS (
-             SELECT 1 FROM limit_counters n
-             WHERE n.key = c.key AND n.window_ms = c.window_ms AND n.window_start > c.window_start
-               AND n.window_start < @since)
-           LIMIT @batch)`,
+        `DELETE FROM limit_counters AS c
+         WHERE c.key >= @first AND c.key <= @last AND c.window_ms = @windowMs AND EXISTS (
+           SELECT 1 FROM limit_counters n
+           WHERE n.key = c.key AND n.window_ms = c.window_ms AND n.window_start > c.window_start
+             AND n.window_start < @since)`,
       )
-      .run({ windowMs, since, batch }).changes;
+      .run({ first: range.first, last: range.last, windowMs, since }).changes;
   }
 }
