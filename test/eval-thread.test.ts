@@ -100,6 +100,12 @@ onceOnly('Shadow thread: ordering of set changes and evaluations', () => {
     // A change on the running thread resolves too, and answers what follows.
     await runner.load(sets[1] as ThreadSet);
     expect(await message(runner.evaluate(READ))).to.equal('set two');
+    // A set that cannot be sent at all: the load says why and leaves no set (no thread is
+    // started again for every evaluation).
+    const reason = await runner.load({ ...(sets[0] as ThreadSet), data: { f: () => 1 } });
+    expect(reason).to.match(/^the policy set could not be sent to the evaluation thread: /);
+    expect(runner.active).to.equal(false);
+    expect((await runner.evaluate(READ)).error).to.equal('no policy set is loaded on the evaluation thread');
     // Shut down while a set is loading: the load resolves (never rejects, never hangs).
     const other = new EvaluationThread();
     const pending = other.load(sets[2] as ThreadSet);

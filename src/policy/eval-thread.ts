@@ -89,19 +89,23 @@ class WorkerThread {
 
   /**
    * Sends a set to load; evaluations requested after this are answered by it. Resolves once the
-   * thread has loaded it, or cannot (then its evaluations answer errors); never rejects.
+   * thread has loaded it, or failed meanwhile (its evaluations then answer errors, and the next
+   * one starts a thread again); never rejects. Resolves to the reason when the set cannot be sent
+   * at all (no thread ever could take it).
    */
-  load(set: ThreadSet): Promise<void> {
-    if (this.dead) return Promise.resolve();
+  load(set: ThreadSet): Promise<string | undefined> {
+    if (this.dead) return Promise.resolve(undefined);
     this.flush();
     const id = this.nextId++;
     return new Promise((resolve) => {
-      this.track(id, LOAD_TIMEOUT_MS, () => resolve());
+      this.track(id, LOAD_TIMEOUT_MS, () => resolve(undefined));
       try {
         this.worker.postMessage({ type: 'load', id, ...set } satisfies ThreadRequest);
       } catch (e) {
-        // A set that cannot be sent: this thread cannot answer for it; its evaluations fail.
-        this.fail(`the policy set could not be sent to the evaluation thread: ${(e as Error).message}`);
+        const reason = `the policy set could not be sent to the evaluation thread: ${(e as Error).message}`;
+        this.outstanding.delete(id);
+        this.fail(reason);
+        resolve(reason);
       }
     });
   }
@@ -225,15 +229,22 @@ export class EvaluationThread {
    * Makes `set` the thread's set: every evaluation requested from now on is answered by it. The
    * promise resolves once the thread has it loaded (a first set also waits for the thread to
    * start, ~0.1–0.2 s): a caller that awaits it before going on (a shadow change before it answers)
-   * leaves no later evaluation waiting for the load. Never rejects.
+   * leaves no later evaluation waiting for the load. Never rejects; resolves to the reason when
+   * the set cannot be sent to a thread at all, and then holds no set (`active` is false).
    */
-  load(set: ThreadSet): Promise<void> {
-    if (this.closed) return Promise.resolve();
+  async load(set: ThreadSet): Promise<string | undefined> {
+    if (this.closed) return undefined;
     this.set = set;
-    if (this.thread) return this.thread.load(set);
-    const { thread, loaded } = this.start();
-    this.thread = thread;
-    return loaded;
+    let loaded: Promise<string | undefined>;
+    if (this.thread) loaded = this.thread.load(set);
+    else {
+      const started = this.start();
+      this.thread = started.thread;
+      loaded = started.loaded;
+    }
+    const unsendable = await loaded;
+    if (unsendable !== undefined && this.set === set) this.set = undefined;
+    return unsendable;
   }
 
   /** No set any more: the thread answers what it holds, then exits. */
@@ -279,11 +290,11 @@ export class EvaluationThread {
   }
 
   /** A new thread, loading the current set first. */
-  private start(): { thread: WorkerThread; loaded: Promise<void> } {
+  private start(): { thread: WorkerThread; loaded: Promise<string | undefined> } {
     const thread = new WorkerThread((dead) => {
       if (this.thread === dead) this.thread = undefined;
       this.retiring.delete(dead);
     });
-    return { thread, loaded: this.set ? thread.load(this.set) : Promise.resolve() };
+    return { thread, loaded: this.set ? thread.load(this.set) : Promise.resolve(undefined) };
   }
 }

@@ -861,7 +861,8 @@ export class PolicyService {
       this.shadowBroken = undefined;
       const loading = this.shadowThread.load(prepared.threadSet);
       this.shadowAnswering = shadow.generation;
-      await loading;
+      const unsendable = await loading;
+      if (unsendable !== undefined) throw new Error(unsendable);
     } catch (e) {
       this.shadowThread.clear();
       this.shadowBroken = `the shadow set cannot be evaluated: ${(e as Error).message}`;
