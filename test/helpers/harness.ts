@@ -137,8 +137,8 @@ export class Arbiter {
           // Every answer it gives is then checked against the OpenAPI document it serves.
           const admin = this.fullEnv().ARBITER_ADMIN_KEY ?? ADMIN_KEY;
           void Promise.all([
-            watchOrigin(this.engine, 'engine', admin),
-            watchOrigin(this.platform, 'platform', admin),
+            watchOrigin(this.engine, 'engine', admin, this),
+            watchOrigin(this.platform, 'platform', admin, this),
           ]).then(() => resolve());
         }
       };
@@ -169,8 +169,8 @@ export class Arbiter {
 
   /** Its listeners' ports are free once it exits: their answers are no longer checked. */
   private unwatch(): void {
-    unwatchOrigin(this.engine);
-    unwatchOrigin(this.platform);
+    unwatchOrigin(this.engine, this);
+    unwatchOrigin(this.platform, this);
   }
 
   private signal(sig: NodeJS.Signals): Promise<number | null> {

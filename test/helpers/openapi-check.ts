@@ -21,16 +21,21 @@ interface Checker {
 
 const DOC_ID = 'urn:arbiter:openapi';
 /** Listener origins of the Arbiter instances the tests started: which API, and the admin key. */
-const origins = new Map<string, { api: 'engine' | 'platform'; key: string }>();
+const origins = new Map<string, { api: 'engine' | 'platform'; key: string; owner: object }>();
 const checkers = new Map<string, Promise<Checker>>();
 
 /**
  * Registers a listener (e.g. http://127.0.0.1:PORT) whose answers are to be validated, and
  * fetches its document now, while it surely serves (a test may stop it before its first check).
  */
-export async function watchOrigin(url: string, api: 'engine' | 'platform', adminKey: string): Promise<void> {
+export async function watchOrigin(
+  url: string,
+  api: 'engine' | 'platform',
+  adminKey: string,
+  owner: object,
+): Promise<void> {
   const origin = new URL(url).origin;
-  origins.set(origin, { api, key: adminKey });
+  origins.set(origin, { api, key: adminKey, owner });
   const loading = load(origin, adminKey);
   checkers.set(origin, loading);
   // A failure is reported by the first check of an answer of this listener.
@@ -40,10 +45,12 @@ export async function watchOrigin(url: string, api: 'engine' | 'platform', admin
 /**
  * Forgets a listener when its instance stops: the port is free again, and another process (one
  * serving a different API, say) may be given it; its answers must not be held to this document.
+ * Only `owner`'s registration is forgotten: the port may already serve another instance.
  */
-export function unwatchOrigin(url: string): void {
+export function unwatchOrigin(url: string, owner: object): void {
   if (!url) return;
   const origin = new URL(url).origin;
+  if (origins.get(origin)?.owner !== owner) return;
   origins.delete(origin);
   checkers.delete(origin);
 }
