@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { onEveryBackend } from './helpers/backends.js';
-import { SPIN } from './helpers/policies.js';
+import { SPIN, SPIN_THRESHOLDS } from './helpers/policies.js';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditCount, call, HUMAN } from './helpers/harness.js';
 
@@ -167,6 +167,25 @@ onEveryBackend('POST /api/v1/impact: replay recorded decisions against a candida
     expect(next.status, next.text).to.equal(200);
     expect(next.json.replayed).to.be.at.least(8);
     expect(next.json.changed).to.be.at.least(3);
+  });
+
+  it('refuses a candidate whose thresholds never finish evaluating (400), checked off the serving thread', async () => {
+    const reader = a.createKey('impact-threshold-spinner', ['policies:read']);
+    const before = await observable();
+    const items = Array.from({ length: 3000 }, (_, i) => i);
+    const replay = impact({ policies: { spin: SPIN_THRESHOLDS }, data: { spin: { items } } }, reader);
+    // Decisions go on while the check runs (on the serving thread it never ended).
+    const during = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
+    expect(during.status, during.text).to.equal(202);
+    const r = await replay;
+    expectError(
+      r,
+      400,
+      /^invalid confidence thresholds: (policy [\w.-]+:\d+, )*policy spin:3: thresholds could not be checked: evaluation timed out: no answer within \d+ ms$/,
+    );
+    const after = await observable();
+    expect({ ...after, audit: after.audit - 1 }).to.deep.equal(before);
+    expect((await impact({ policies: { 'deny-read': DENY_READ } }, reader)).status).to.equal(200);
   });
 
   it('needs policies:read, and is served by the Platform API only', async () => {

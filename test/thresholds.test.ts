@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { onEveryBackend } from './helpers/backends.js';
 import { AGENT, Arbiter, auditEvents, call } from './helpers/harness.js';
 import { expectError } from './helpers/expect-error.js';
+import { SPIN_THRESHOLDS } from './helpers/policies.js';
 
 const rego = (body: string) => `package authz.agent\n\n${body}\n`;
 
@@ -55,6 +56,35 @@ onEveryBackend('confidence thresholds are checked, never silently replaced', () 
       expect(d.json.status).to.equal('allow');
     });
   }
+
+  it('refuses a policy whose thresholds never finish evaluating, checked off the serving thread (live and shadow)', async () => {
+    const items = Array.from({ length: 3000 }, (_, i) => i);
+    const data = await call('PUT', `${a.platform}/api/v1/data/spin`, { body: { items } });
+    expect(data.status, data.text).to.equal(201);
+    try {
+      const before = await revision();
+      const refused =
+        /^invalid confidence thresholds: (policy [\w.-]+:\d+, )*policy spin:3: thresholds could not be checked: evaluation timed out: no answer within \d+ ms$/;
+      const live = put('spin', SPIN_THRESHOLDS);
+      // Decisions go on meanwhile: on the serving thread the check never ended.
+      const during = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });
+      expect(during.json.status).to.equal('allow');
+      expectError(await live, 400, refused);
+      expect(await revision()).to.equal(before);
+      expect((await call('GET', `${a.platform}/api/v1/policies/spin`)).status).to.equal(404);
+      const shadow = await call('PUT', `${a.platform}/api/v1/policies/spin?mode=shadow`, {
+        raw: SPIN_THRESHOLDS,
+        headers: { 'content-type': 'text/plain' },
+      });
+      expectError(shadow, 400, refused);
+      expect((await call('GET', `${a.platform}/api/v1/shadow`)).json.policies).to.deep.equal([]);
+      // The check thread was stopped and starts again for the next change.
+      const next = await put('strict', rego('thresholds["read"] := {"deny_below": "0.99"}'));
+      expectError(next, 400, /deny_below must be a number/);
+    } finally {
+      expect((await call('DELETE', `${a.platform}/api/v1/data/spin`)).status).to.be.oneOf([200, 204]);
+    }
+  });
 
   it('refuses a dry run with a bad threshold the same way', async () => {
     const r = await call('PUT', `${a.platform}/api/v1/policies/strict?dry_run=true`, {

@@ -16,10 +16,17 @@ export interface ThreadSet {
 export type ThreadRequest =
   | ({ type: 'load'; id: number } & ThreadSet)
   | { type: 'evaluate'; first: number; inputs: unknown[] }
+  | { type: 'thresholds'; id: number }
   | { type: 'stop' };
 
-/** Shadow thread → serving thread: a load done, or a batch's answers (`decisions[i]` for `first + i`). */
-export type ThreadAnswer = { id: number; loaded: true } | { first: number; decisions: PolicyDecision[] };
+/**
+ * Evaluation thread → serving thread: a load done, a batch's answers (`decisions[i]` for
+ * `first + i`), or the set's threshold errors.
+ */
+export type ThreadAnswer =
+  | { id: number; loaded: true }
+  | { first: number; decisions: PolicyDecision[] }
+  | { id: number; thresholdErrors: string[] };
 
 /**
  * An evaluation unanswered this long after the thread reached it (the eval budget plus this
@@ -42,8 +49,8 @@ const failed = (error: string): PolicyDecision => failClosed(error, THREAD_FAILU
 interface Outstanding {
   /** How long the thread may take once it reaches this request. */
   allowance: number;
-  /** The answer, or the reason there is none. */
-  settle: (answer: PolicyDecision | string) => void;
+  /** The answer (a decision, or threshold errors), or the reason there is none. */
+  settle: (answer: PolicyDecision | string[] | string) => void;
 }
 
 /**
@@ -76,6 +83,10 @@ class WorkerThread {
     this.worker.on('message', (a: ThreadAnswer) => {
       if ('loaded' in a) {
         this.answered(a.id, '');
+        return;
+      }
+      if ('thresholdErrors' in a) {
+        this.answered(a.id, a.thresholdErrors);
         return;
       }
       for (let i = 0; i < a.decisions.length; i++)
@@ -126,6 +137,22 @@ class WorkerThread {
     }
   }
 
+  /** Asks for the loaded set's threshold errors (after every evaluation queued before). */
+  thresholds(allowance: number, settle: Outstanding['settle']): void {
+    if (this.dead) {
+      settle('the evaluation thread has stopped');
+      return;
+    }
+    this.flush();
+    const id = this.nextId++;
+    this.track(id, allowance, settle);
+    try {
+      this.worker.postMessage({ type: 'thresholds', id } satisfies ThreadRequest);
+    } catch (e) {
+      this.answered(id, `could not be sent: ${(e as Error).message}`);
+    }
+  }
+
   /** Answers what it holds, then exits. */
   stop(): void {
     if (this.dead) return;
@@ -168,7 +195,7 @@ class WorkerThread {
     this.outstanding.set(id, { allowance, settle });
   }
 
-  private answered(id: number, answer: PolicyDecision | string): void {
+  private answered(id: number, answer: PolicyDecision | string[] | string): void {
     const o = this.outstanding.get(id);
     if (!o) return;
     this.outstanding.delete(id);
@@ -204,9 +231,9 @@ class WorkerThread {
 }
 
 /**
- * Evaluates one policy set on a worker thread, off the serving thread: the shadow set (SPEC §11)
- * and the two sets of an impact replay, candidates that are untested code and must never stall
- * decisions. The thread is started with the first set and stopped when the set is cleared (it
+ * Evaluates one policy set on a worker thread, off the serving thread: the shadow set (SPEC §11),
+ * the two sets of an impact replay, and the threshold check of every new set — untested code
+ * that must never stall decisions. The thread is started with the first set and stopped when the set is cleared (it
  * answers what it holds first), so that nothing runs while there is no set. Requests and set changes go through
  * one port, in order: an evaluation requested after `load` is answered by that set, waiting in the
  * thread for the load to finish if need be. A failed, exited or stuck thread makes every request
@@ -271,11 +298,29 @@ export class EvaluationThread {
         // A thread that died is replaced here, for the next request (it loads the current set first).
         const t = (this.thread ??= this.start().thread);
         t.evaluate(input, set.budgetMs + EVAL_TIMEOUT_MARGIN_MS, (a) =>
-          resolve(typeof a === 'string' ? failed(a) : a),
+          resolve(typeof a === 'string' ? failed(a) : Array.isArray(a) ? failed('unexpected answer') : a),
         );
       } catch (e) {
         resolve(failed(`evaluation could not be sent: ${(e as Error).message}`));
       }
+    });
+  }
+
+  /**
+   * The threshold errors of the set (the built-in module's `threshold_errors`, which evaluates the
+   * set's `thresholds` rules: user code), evaluated on the thread like any evaluation and held to
+   * the same allowance. A set that cannot say — none loaded, the thread failed or timed out —
+   * answers one error saying so: a change checked with it is refused. Never rejects.
+   */
+  thresholdErrors(): Promise<string[]> {
+    const set = this.set;
+    const cannot = (why: string) => [`thresholds could not be checked: ${why}`];
+    if (!set) return Promise.resolve(cannot('no policy set is loaded on the evaluation thread'));
+    return new Promise((resolve) => {
+      const t = (this.thread ??= this.start().thread);
+      t.thresholds(set.budgetMs + EVAL_TIMEOUT_MARGIN_MS, (a) =>
+        resolve(Array.isArray(a) ? a : cannot(typeof a === 'string' ? a : 'unexpected answer')),
+      );
     });
   }
 

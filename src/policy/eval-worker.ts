@@ -41,6 +41,16 @@ async function handle(m: ThreadRequest): Promise<void> {
         ),
       });
       return;
+    case 'thresholds':
+      answer({
+        id: m.id,
+        thresholdErrors: evaluator
+          ? evaluator.thresholdErrors()
+          : [
+              `thresholds could not be checked: ${loadFailure ?? 'no policy set is loaded on the evaluation thread'}`,
+            ],
+      });
+      return;
     case 'stop':
       evaluator = undefined;
       port?.close();

@@ -84,6 +84,11 @@ export class PolicyService {
   private live: Evaluator | undefined;
   /** The shadow set, evaluated on its own thread (started with the first shadow set). */
   private readonly shadowThread = new EvaluationThread();
+  /**
+   * Where a set's thresholds are checked before it is used: `thresholds` rules are user code, and
+   * one that never finishes must not stall the serving thread (a change is then refused).
+   */
+  private readonly checkThread = new EvaluationThread();
   /** Why the shadow set is not evaluated although it has modules (it no longer compiles with the live set). */
   private shadowBroken: string | undefined;
   /** The generation of the shadow set this process loaded (-1: none yet). */
@@ -122,6 +127,7 @@ export class PolicyService {
 
   /** Stops the shadow thread (if any); evaluations still waiting for it count an error. */
   async close(): Promise<void> {
+    await this.checkThread.close();
     await this.shadowThread.close();
   }
 
@@ -335,7 +341,7 @@ export class PolicyService {
         ...snap.data.filter((d) => d.path !== dataPath),
         { path: dataPath, value, updated_at: '' },
       ];
-      const prepared = checked(await this.withData(snap, dataTree(docs)), snap.policies);
+      const prepared = await this.checked(await this.withData(snap, dataTree(docs)), snap.policies);
       const c = await this.store.commit(
         {
           ...NO_CHANGE,
@@ -359,7 +365,7 @@ export class PolicyService {
     const result = await this.changing(async (snap) => {
       if (!snap.data.some((d) => d.path === dataPath)) throw notFound(`data document ${dataPath} not found`);
       const docs = snap.data.filter((d) => d.path !== dataPath);
-      const prepared = checked(await this.withData(snap, dataTree(docs)), snap.policies);
+      const prepared = await this.checked(await this.withData(snap, dataTree(docs)), snap.policies);
       const c = await this.store.commit(
         { ...NO_CHANGE, expectedRevision: snap.revision, deleteData: [dataPath], actor: ctx.actor },
         (revision) => [this.event('data.delete', dataPath, revision, ctx, {})],
@@ -823,7 +829,23 @@ export class PolicyService {
     modules?: Module[],
   ): Promise<Evaluator> {
     const e = await Evaluator.create(module, data, revision, this.evalBudgetMs);
-    return modules ? checked(e, modules) : e;
+    return modules ? this.checked(e, modules) : e;
+  }
+
+  /**
+   * `e`, once its thresholds are checked (on the check thread, under the eval budget plus 1 s);
+   * any error — a malformed threshold, or a check that failed or did not finish — refuses the
+   * change (400) with the live set and the store untouched.
+   */
+  private async checked(e: Evaluator, modules: Module[]): Promise<Evaluator> {
+    // Posted together, in order: the check is answered by this set whatever else uses the thread.
+    const loading = this.checkThread.load(e.threadSet);
+    const checking = this.checkThread.thresholdErrors();
+    const unsendable = await loading;
+    const errors =
+      unsendable === undefined ? await checking : [`thresholds could not be checked: ${unsendable}`];
+    if (errors.length > 0) throw invalid(thresholdErrorMessage(modules, errors));
+    return e;
   }
 
   /** Swaps in `e`; if the store assigned another revision than expected, relabels it first. */
@@ -995,11 +1017,6 @@ function blobOf<T>(blobs: Map<string, T>, sha: string, what: string): T {
 }
 
 /** `e` if its thresholds are well-formed; else the 400 that names each error and its source. */
-function checked(e: Evaluator, modules: Module[]): Evaluator {
-  const errors = e.thresholdErrors();
-  if (errors.length > 0) throw invalid(thresholdErrorMessage(modules, errors));
-  return e;
-}
 
 function checkName(name: string): void {
   if (!POLICY_NAME.test(name)) {

@@ -9,7 +9,7 @@ export function expectError(r: Response, status: number, message?: RegExp | stri
   expect(Object.keys(r.json)).to.deep.equal(['error']);
   expect(r.json.error).to.be.a('string').and.not.equal('');
   if (typeof message === 'string') expect(r.json.error).to.equal(message);
-  else if (message) expect(r.json.error).to.match(message);
+  else if (message) expect(r.json.error, r.json.error).to.match(message);
   return r.json.error as string;
 }
 

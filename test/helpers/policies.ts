@@ -18,3 +18,21 @@ export const SPIN = [
   '}',
   '',
 ].join('\n');
+
+/**
+ * A `thresholds` rule that never finishes (the same 3000³ comparisons as SPIN): the built-in
+ * module's threshold check, and every agent decision, evaluate it.
+ */
+export const SPIN_THRESHOLDS = [
+  'package authz.agent',
+  '',
+  'thresholds["read"] := {"deny_below": 0.1, "approval_below": 0.2} if {',
+  '\tsome a in data.spin.items',
+  '\tsome b in data.spin.items',
+  '\ta > b',
+  '\tsome c in data.spin.items',
+  '\tb > c',
+  '\tc > a',
+  '}',
+  '',
+].join('\n');
