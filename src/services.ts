@@ -9,7 +9,7 @@ import type { Logger } from './observability/logger.js';
 import type { Metrics } from './observability/metrics.js';
 import type { RegoCompiler } from './policy/compiler.js';
 import { Explainer } from './policy/explain.js';
-import { LifecycleService } from './policy/lifecycle.js';
+import { LifecycleService, recordedInput } from './policy/lifecycle.js';
 import { PolicyService } from './policy/service.js';
 import { QueueService } from './queue/service.js';
 import type { Stores } from './storage/stores.js';
@@ -37,14 +37,26 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
   const m = o.metrics;
   const masker = makeMasker(config.auditMaskFields);
   const keys = new KeyService(stores.keys, config.adminKey);
-  const policies = new PolicyService(stores.policies, compiler, config.evalBudgetMs, {
-    compiled: (ok, seconds) => {
-      m?.compiles.inc({ result: ok ? 'success' : 'failure' });
-      m?.compileDuration.observe(seconds);
+  const policies = new PolicyService(
+    stores.policies,
+    compiler,
+    config.evalBudgetMs,
+    {
+      compiled: (ok, seconds) => {
+        m?.compiles.inc({ result: ok ? 'success' : 'failure' });
+        m?.compileDuration.observe(seconds);
+      },
+      revision: (r) => m?.revision.set(r),
+      changed: (revision) => o.policyChanged?.(revision) ?? Promise.resolve(),
     },
-    revision: (r) => m?.revision.set(r),
-    changed: (revision) => o.policyChanged?.(revision) ?? Promise.resolve(),
-  });
+    // A set about to go live is first run on the latest recorded decision inputs (off the
+    // serving thread): one that would not finish on them is refused.
+    async (n) =>
+      (await stores.audit.query({ kind: 'decision', limit: n })).flatMap(({ event }) => {
+        const input = recordedInput(event);
+        return input ? [input] : [];
+      }),
+  );
   const decisions = new DecisionService(policies, stores.decisions, config.queueTtlSeconds, masker, {
     decided: (kind, outcome, seconds) => {
       m?.decisions.inc({ kind, outcome });

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { onEveryBackend } from './helpers/backends.js';
 import { bigJsonBody, expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditEvents, call, type RequestOptions, type Response } from './helpers/harness.js';
+import { SPIN } from './helpers/policies.js';
 
 const MiB = 1024 * 1024;
 
@@ -647,5 +648,34 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
       () => call('DELETE', data('nope')),
       404,
     );
+  });
+  it('refuses a change after which the set would not finish evaluating recent decisions (it would stall the engine)', async () => {
+    const refused =
+      /^the new policy set did not finish evaluating the \d+ most recent recorded decisions \(evaluation timed out: no answer within \d+ ms\): decisions like them would stall the engine; nothing changed$/;
+    const many = Array.from({ length: 3000 }, (_, i) => i);
+    // A read decision is among the recent ones (SPIN never finishes on a read with 3 000 items).
+    expect((await authorize(AGENT.allow)).status).to.equal(200);
+    expect((await call('PUT', data('spin'), { body: { items: many } })).status).to.equal(201);
+    try {
+      await expectUnchanged(async () => {
+        expectError(await put('spin', { rego: SPIN }), 400, refused);
+        const dry = await call('PUT', policy('spin') + '?dry_run=true', { body: { rego: SPIN } });
+        expectError(dry, 400, refused);
+        const bundle = await call('POST', a.platform + '/api/v1/bundle', {
+          body: { policies: { spin: SPIN } },
+        });
+        expectError(bundle, 400, refused);
+      });
+      // Live with 3 items it finishes; the data change to 3 000 would not.
+      expect((await call('PUT', data('spin'), { body: { items: [1, 2, 3] } })).status).to.equal(200);
+      expect((await put('spin', { rego: SPIN })).status).to.equal(201);
+      expect((await authorize(AGENT.allow)).status).to.equal(200);
+      await expectUnchanged(async () => {
+        expectError(await call('PUT', data('spin'), { body: { items: many } }), 400, refused);
+      });
+    } finally {
+      await call('DELETE', policy('spin'));
+      await call('DELETE', data('spin'));
+    }
   });
 });

@@ -7,7 +7,7 @@ import { conflict, internal, invalid, isKind, notFound, precondition, unavailabl
 import { encodeCursor, fetchPage, readCursor, type Page, type PageQuery } from '../common/pagination.js';
 import { CompileError, type Module, type RegoCompiler } from './compiler.js';
 import { Evaluator } from './evaluator.js';
-import { EvaluationThread } from './eval-thread.js';
+import { EvaluationThread, THREAD_FAILURE } from './eval-thread.js';
 import { thresholdErrorMessage } from './thresholds.js';
 import type {
   DataDocument,
@@ -72,6 +72,10 @@ const NO_CHANGE = {
 const STALE = Symbol('stale');
 /** Attempts of one change before giving up (each one lost a race to another process's change). */
 const MAX_CHANGE_ATTEMPTS = 5;
+/** A set about to go live must finish evaluating this many of the latest recorded decisions. */
+const PREFLIGHT_DECISIONS = 64;
+/** `prepare`'s flag for a set about to go live (checked against recent decisions too). */
+const LIVE = true;
 const notFoundOf = (name: string): never => {
   throw notFound(`${name} not found`);
 };
@@ -102,6 +106,8 @@ export class PolicyService {
     private readonly compiler: RegoCompiler,
     private readonly evalBudgetMs: number,
     private readonly observer: CompileObserver,
+    /** The policy inputs of the most recent recorded decisions, newest first (the audit trail). */
+    private readonly recentInputs?: (n: number) => Promise<Record<string, unknown>[]>,
   ) {}
 
   /** The live evaluator; undefined only before start() has loaded a set. */
@@ -147,7 +153,13 @@ export class PolicyService {
         const initial = await readPolicyDir(policyDir);
         // Refuse to seed a set that does not compile or whose thresholds are malformed.
         const module = await this.compileToModule(initial.modules);
-        const next = await this.prepare(module, dataTree(initial.data), snap.revision + 1, initial.modules);
+        const next = await this.prepare(
+          module,
+          dataTree(initial.data),
+          snap.revision + 1,
+          initial.modules,
+          LIVE,
+        );
         const r = await this.store.commit(
           {
             expectedRevision: snap.revision,
@@ -227,7 +239,7 @@ export class PolicyService {
       const ifVersion = expectedVersion(existing, opts.precondition);
       const modules = [...snap.policies.filter((p) => p.name !== name), { name, rego }];
       const module = await this.compileToModule(modules);
-      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1, modules);
+      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1, modules, LIVE);
       const desc = description ?? existing?.description ?? '';
       if (opts.dryRun) {
         const version = (existing?.version ?? 0) + 1;
@@ -291,7 +303,7 @@ export class PolicyService {
         }
         throw e;
       }
-      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1, remaining);
+      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1, remaining, LIVE);
       const c = await this.store.commit(
         {
           ...NO_CHANGE,
@@ -341,7 +353,7 @@ export class PolicyService {
         ...snap.data.filter((d) => d.path !== dataPath),
         { path: dataPath, value, updated_at: '' },
       ];
-      const prepared = await this.checked(await this.withData(snap, dataTree(docs)), snap.policies);
+      const prepared = await this.checked(await this.withData(snap, dataTree(docs)), snap.policies, LIVE);
       const c = await this.store.commit(
         {
           ...NO_CHANGE,
@@ -365,7 +377,7 @@ export class PolicyService {
     const result = await this.changing(async (snap) => {
       if (!snap.data.some((d) => d.path === dataPath)) throw notFound(`data document ${dataPath} not found`);
       const docs = snap.data.filter((d) => d.path !== dataPath);
-      const prepared = await this.checked(await this.withData(snap, dataTree(docs)), snap.policies);
+      const prepared = await this.checked(await this.withData(snap, dataTree(docs)), snap.policies, LIVE);
       const c = await this.store.commit(
         { ...NO_CHANGE, expectedRevision: snap.revision, deleteData: [dataPath], actor: ctx.actor },
         (revision) => [this.event('data.delete', dataPath, revision, ctx, {})],
@@ -767,7 +779,7 @@ export class PolicyService {
       }
     }
     const module = await this.compileToModule(modules);
-    return this.prepare(module, dataTree(docs), snap.revision + 1, modules);
+    return this.prepare(module, dataTree(docs), snap.revision + 1, modules, LIVE);
   }
 
   /**
@@ -827,24 +839,36 @@ export class PolicyService {
     data: Record<string, unknown>,
     revision: number,
     modules?: Module[],
+    live = false,
   ): Promise<Evaluator> {
     const e = await Evaluator.create(module, data, revision, this.evalBudgetMs);
-    return modules ? this.checked(e, modules) : e;
+    return modules ? this.checked(e, modules, live) : e;
   }
 
   /**
-   * `e`, once its thresholds are checked (on the check thread, under the eval budget plus 1 s);
-   * any error — a malformed threshold, or a check that failed or did not finish — refuses the
-   * change (400) with the live set and the store untouched.
+   * `e`, once checked on the check thread (each evaluation under the eval budget plus 1 s): its
+   * thresholds, and — for a set about to go live (`live`) — that it finishes evaluating the most
+   * recent recorded decisions, so that a set that would stall the serving thread on inputs like
+   * those is never installed. Any error — a malformed threshold, a check that failed or did not
+   * finish — refuses the change (400) with the live set and the store untouched.
    */
-  private async checked(e: Evaluator, modules: Module[]): Promise<Evaluator> {
-    // Posted together, in order: the check is answered by this set whatever else uses the thread.
+  private async checked(e: Evaluator, modules: Module[], live = false): Promise<Evaluator> {
+    const recent = live && this.recentInputs ? await this.recentInputs(PREFLIGHT_DECISIONS) : [];
+    // Posted together, in order: the checks are answered by this set whatever else uses the thread.
     const loading = this.checkThread.load(e.threadSet);
     const checking = this.checkThread.thresholdErrors();
+    const replaying = Promise.all(recent.map((input) => this.checkThread.evaluate(input)));
     const unsendable = await loading;
     const errors =
       unsendable === undefined ? await checking : [`thresholds could not be checked: ${unsendable}`];
     if (errors.length > 0) throw invalid(thresholdErrorMessage(modules, errors));
+    const stuck = (await replaying).find((d) => d.reasons[0] === THREAD_FAILURE);
+    if (stuck) {
+      throw invalid(
+        `the new policy set did not finish evaluating the ${recent.length} most recent recorded decisions ` +
+          `(${stuck.error ?? 'the evaluation thread failed'}): decisions like them would stall the engine; nothing changed`,
+      );
+    }
     return e;
   }
 
