@@ -54,7 +54,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
     async (n) =>
       (await stores.audit.query({ kind: 'decision', limit: n })).flatMap(({ event }) => {
         const input = recordedInput(event);
-        return input ? [input] : [];
+        return input && event.request_id ? [{ requestId: event.request_id, input }] : [];
       }),
   );
   const decisions = new DecisionService(policies, stores.decisions, config.queueTtlSeconds, masker, {

@@ -651,7 +651,7 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
   });
   it('refuses a change after which the set would not finish evaluating recent decisions (it would stall the engine)', async () => {
     const refused =
-      /^the new policy set did not finish evaluating the \d+ most recent recorded decisions \(evaluation timed out: no answer within \d+ ms\): decisions like them would stall the engine; nothing changed$/;
+      /^the new policy set did not finish evaluating recorded decision [0-9a-f-]{36} \(evaluation timed out: no answer within \d+ ms\): decisions like it would stall the engine; nothing changed$/;
     const many = Array.from({ length: 3000 }, (_, i) => i);
     // A read decision is among the recent ones (SPIN never finishes on a read with 3 000 items).
     expect((await authorize(AGENT.allow)).status).to.equal(200);

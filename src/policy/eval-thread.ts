@@ -265,7 +265,14 @@ export class EvaluationThread {
     let loaded: Promise<string | undefined>;
     if (this.thread) loaded = this.thread.load(set);
     else {
-      const started = this.start();
+      let started: ReturnType<EvaluationThread['start']>;
+      try {
+        started = this.start();
+      } catch (e) {
+        // No thread can be started (a thread or memory limit): this set cannot be loaded now.
+        if (this.set === set) this.set = undefined;
+        return `the evaluation thread could not be started: ${(e as Error).message}`;
+      }
       this.thread = started.thread;
       loaded = started.loaded;
     }
@@ -317,10 +324,14 @@ export class EvaluationThread {
     const cannot = (why: string) => [`thresholds could not be checked: ${why}`];
     if (!set) return Promise.resolve(cannot('no policy set is loaded on the evaluation thread'));
     return new Promise((resolve) => {
-      const t = (this.thread ??= this.start().thread);
-      t.thresholds(set.budgetMs + EVAL_TIMEOUT_MARGIN_MS, (a) =>
-        resolve(Array.isArray(a) ? a : cannot(typeof a === 'string' ? a : 'unexpected answer')),
-      );
+      try {
+        const t = (this.thread ??= this.start().thread);
+        t.thresholds(set.budgetMs + EVAL_TIMEOUT_MARGIN_MS, (a) =>
+          resolve(Array.isArray(a) ? a : cannot(typeof a === 'string' ? a : 'unexpected answer')),
+        );
+      } catch (e) {
+        resolve(cannot(`the evaluation thread could not be started: ${(e as Error).message}`));
+      }
     });
   }
 

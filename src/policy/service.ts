@@ -107,7 +107,9 @@ export class PolicyService {
     private readonly evalBudgetMs: number,
     private readonly observer: CompileObserver,
     /** The policy inputs of the most recent recorded decisions, newest first (the audit trail). */
-    private readonly recentInputs?: (n: number) => Promise<Record<string, unknown>[]>,
+    private readonly recentInputs?: (
+      n: number,
+    ) => Promise<{ requestId: string; input: Record<string, unknown> }[]>,
   ) {}
 
   /** The live evaluator; undefined only before start() has loaded a set. */
@@ -133,8 +135,7 @@ export class PolicyService {
 
   /** Stops the shadow thread (if any); evaluations still waiting for it count an error. */
   async close(): Promise<void> {
-    await this.checkThread.close();
-    await this.shadowThread.close();
+    await Promise.allSettled([this.checkThread.close(), this.shadowThread.close()]);
   }
 
   /**
@@ -846,30 +847,39 @@ export class PolicyService {
   }
 
   /**
-   * `e`, once checked on the check thread (each evaluation under the eval budget plus 1 s): its
-   * thresholds, and — for a set about to go live (`live`) — that it finishes evaluating the most
-   * recent recorded decisions, so that a set that would stall the serving thread on inputs like
-   * those is never installed. Any error — a malformed threshold, a check that failed or did not
-   * finish — refuses the change (400) with the live set and the store untouched.
+   * `e`, once checked off the serving thread (each evaluation under the eval budget plus 1 s of
+   * its own): its thresholds, and — for a set about to go live (`live`) — that it finishes
+   * evaluating each of the most recent recorded decisions, so that a set that would stall the
+   * serving thread on inputs like those is never installed. Any error — a malformed threshold, a
+   * check that failed or did not finish — refuses the change (400) with the live set and the
+   * store untouched. Live changes are serialized and share one check thread; a candidate (shadow,
+   * impact) is checked on a thread of its own, closed after, so that one which never finishes
+   * cannot fail anyone else's check.
    */
   private async checked(e: Evaluator, modules: Module[], live = false): Promise<Evaluator> {
-    const recent = live && this.recentInputs ? await this.recentInputs(PREFLIGHT_DECISIONS) : [];
-    // Posted together, in order: the checks are answered by this set whatever else uses the thread.
-    const loading = this.checkThread.load(e.threadSet);
-    const checking = this.checkThread.thresholdErrors();
-    const replaying = Promise.all(recent.map((input) => this.checkThread.evaluate(input)));
-    const unsendable = await loading;
-    const errors =
-      unsendable === undefined ? await checking : [`thresholds could not be checked: ${unsendable}`];
-    if (errors.length > 0) throw invalid(thresholdErrorMessage(modules, errors));
-    const stuck = (await replaying).find((d) => d.reasons[0] === THREAD_FAILURE);
-    if (stuck) {
-      throw invalid(
-        `the new policy set did not finish evaluating the ${recent.length} most recent recorded decisions ` +
-          `(${stuck.error ?? 'the evaluation thread failed'}): decisions like them would stall the engine; nothing changed`,
-      );
+    const thread = live ? this.checkThread : new EvaluationThread();
+    try {
+      const recent = live && this.recentInputs ? await this.recentInputs(PREFLIGHT_DECISIONS) : [];
+      const loading = thread.load(e.threadSet);
+      const checking = thread.thresholdErrors();
+      const unsendable = await loading;
+      const errors =
+        unsendable === undefined ? await checking : [`thresholds could not be checked: ${unsendable}`];
+      if (errors.length > 0) throw invalid(thresholdErrorMessage(modules, errors));
+      // One at a time: each has its own allowance, and none is left running when this returns.
+      for (const { requestId, input } of recent) {
+        const d = await thread.evaluate(input);
+        if (d.reasons[0] === THREAD_FAILURE) {
+          throw invalid(
+            `the new policy set did not finish evaluating recorded decision ${requestId} ` +
+              `(${d.error ?? 'the evaluation thread failed'}): decisions like it would stall the engine; nothing changed`,
+          );
+        }
+      }
+      return e;
+    } finally {
+      if (!live) await thread.close();
     }
-    return e;
   }
 
   /** Swaps in `e`; if the store assigned another revision than expected, relabels it first. */
