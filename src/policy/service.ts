@@ -89,8 +89,9 @@ export class PolicyService {
   /** The shadow set, evaluated on its own thread (started with the first shadow set). */
   private readonly shadowThread = new EvaluationThread();
   /**
-   * Where a set's thresholds are checked before it is used: `thresholds` rules are user code, and
-   * one that never finishes must not stall the serving thread (a change is then refused).
+   * Where a set about to go live is checked (its thresholds, recent decisions) before it is used:
+   * its rules are user code, and one that never finishes must not stall the serving thread (the
+   * change is refused). Live changes are serialized, so one thread serves them all.
    */
   private readonly checkThread = new EvaluationThread();
   /** Why the shadow set is not evaluated although it has modules (it no longer compiles with the live set). */
@@ -133,7 +134,7 @@ export class PolicyService {
     return this.shadowAnswering;
   }
 
-  /** Stops the shadow thread (if any); evaluations still waiting for it count an error. */
+  /** Stops the check and shadow threads; shadow evaluations still waiting count an error. */
   async close(): Promise<void> {
     await Promise.allSettled([this.checkThread.close(), this.shadowThread.close()]);
   }
