@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { onEveryBackend } from './helpers/backends.js';
-import { SPIN, SPIN_THRESHOLDS } from './helpers/policies.js';
+import { SPIN, SPIN_ITEMS, SPIN_THRESHOLDS } from './helpers/policies.js';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditCount, call, HUMAN } from './helpers/harness.js';
 
@@ -146,8 +146,7 @@ onEveryBackend('POST /api/v1/impact: replay recorded decisions against a candida
     // threads of its own, and one that does not answer in time is stopped.
     const reader = a.createKey('impact-spinner', ['policies:read']);
     const before = await observable();
-    const items = Array.from({ length: 3000 }, (_, i) => i);
-    const replay = impact({ policies: { spin: SPIN }, data: { spin: { items } } }, reader);
+    const replay = impact({ policies: { spin: SPIN }, data: { spin: { items: SPIN_ITEMS } } }, reader);
     const during = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
     expect(during.status, during.text).to.equal(202);
     const r = await replay;
@@ -172,8 +171,10 @@ onEveryBackend('POST /api/v1/impact: replay recorded decisions against a candida
   it('refuses a candidate whose thresholds never finish evaluating (400), checked off the serving thread', async () => {
     const reader = a.createKey('impact-threshold-spinner', ['policies:read']);
     const before = await observable();
-    const items = Array.from({ length: 3000 }, (_, i) => i);
-    const replay = impact({ policies: { spin: SPIN_THRESHOLDS }, data: { spin: { items } } }, reader);
+    const replay = impact(
+      { policies: { spin: SPIN_THRESHOLDS }, data: { spin: { items: SPIN_ITEMS } } },
+      reader,
+    );
     // Decisions go on while the check runs (on the serving thread it never ended).
     const during = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
     expect(during.status, during.text).to.equal(202);

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { onEveryBackend } from './helpers/backends.js';
 import { bigJsonBody, expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditEvents, call, type RequestOptions, type Response } from './helpers/harness.js';
-import { SPIN } from './helpers/policies.js';
+import { SPIN, SPIN_ITEMS } from './helpers/policies.js';
 
 const MiB = 1024 * 1024;
 
@@ -652,10 +652,9 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
   it('refuses a change after which the set would not finish evaluating recent decisions (it would stall the engine)', async () => {
     const refused =
       /^the new policy set did not finish evaluating recorded decision [0-9a-f-]{36} \(evaluation timed out: no answer within \d+ ms\): decisions like it would stall the engine; nothing changed$/;
-    const many = Array.from({ length: 3000 }, (_, i) => i);
     // A read decision is among the recent ones (SPIN never finishes on a read with 3 000 items).
     expect((await authorize(AGENT.allow)).status).to.equal(200);
-    expect((await call('PUT', data('spin'), { body: { items: many } })).status).to.equal(201);
+    expect((await call('PUT', data('spin'), { body: { items: SPIN_ITEMS } })).status).to.equal(201);
     try {
       await expectUnchanged(async () => {
         expectError(await put('spin', { rego: SPIN }), 400, refused);
@@ -671,7 +670,7 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
       expect((await put('spin', { rego: SPIN })).status).to.equal(201);
       expect((await authorize(AGENT.allow)).status).to.equal(200);
       await expectUnchanged(async () => {
-        expectError(await call('PUT', data('spin'), { body: { items: many } }), 400, refused);
+        expectError(await call('PUT', data('spin'), { body: { items: SPIN_ITEMS } }), 400, refused);
       });
     } finally {
       await call('DELETE', policy('spin'));

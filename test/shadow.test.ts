@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { onEveryBackend, TEST_BACKEND } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditCount, auditEvents, call } from './helpers/harness.js';
-import { SPIN } from './helpers/policies.js';
+import { SPIN, SPIN_ITEMS } from './helpers/policies.js';
 
 /** A candidate that denies every read (the AGENT.allow example); its deny rule is on row 3. */
 const DENY_READ = 'package authz.agent\n\ndeny contains "reads are switched off" if input.action == "read"\n';
@@ -254,8 +254,7 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
   });
 
   it('counts a shadow evaluation that never finishes as a timeout error, answers live, and restarts its thread', async () => {
-    const items = Array.from({ length: 3000 }, (_, i) => i);
-    const data = await call('PUT', `${a.platform}/api/v1/data/spin`, { body: { items } });
+    const data = await call('PUT', `${a.platform}/api/v1/data/spin`, { body: { items: SPIN_ITEMS } });
     expect(data.status, data.text).to.equal(201);
     try {
       expect((await putShadow('spin', { rego: SPIN })).status).to.equal(201);

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { onEveryBackend } from './helpers/backends.js';
 import { AGENT, Arbiter, auditEvents, call } from './helpers/harness.js';
 import { expectError } from './helpers/expect-error.js';
-import { SPIN_THRESHOLDS } from './helpers/policies.js';
+import { SPIN_ITEMS, SPIN_THRESHOLDS } from './helpers/policies.js';
 
 const rego = (body: string) => `package authz.agent\n\n${body}\n`;
 
@@ -58,8 +58,7 @@ onEveryBackend('confidence thresholds are checked, never silently replaced', () 
   }
 
   it('refuses a policy whose thresholds never finish evaluating, checked off the serving thread (live and shadow)', async () => {
-    const items = Array.from({ length: 3000 }, (_, i) => i);
-    const data = await call('PUT', `${a.platform}/api/v1/data/spin`, { body: { items } });
+    const data = await call('PUT', `${a.platform}/api/v1/data/spin`, { body: { items: SPIN_ITEMS } });
     expect(data.status, data.text).to.equal(201);
     try {
       const before = await revision();

@@ -141,7 +141,7 @@ export class AuthzenService {
       return { single: await this.decide(completeSingle(req), principal, ids, idemKey) };
     }
     const traceId = ids.traceId;
-    const items = req.evaluations.map((item, i) => complete(req, item, i));
+    const items = req.evaluations.map((item, i) => completeItem(req, item, i));
     const semantic: Semantic = req.options?.evaluations_semantic ?? 'execute_all';
     const out: Outcome[] = [];
     for (const [i, item] of items.entries()) {
@@ -204,20 +204,27 @@ export class AuthzenService {
 }
 
 /** The top-level 4-tuple of a request with no evaluations; an incomplete one is a 400. */
-function completeSingle(req: Evaluations): Evaluation {
-  for (const part of ['subject', 'action', 'resource'] as const) {
-    if (req[part] === undefined) {
-      throw invalid(
-        `a request without evaluations is a single evaluation (AuthZEN 1.0 §7.1): ${part} is missing`,
-      );
-    }
-  }
-  const { subject, action, resource, context } = req;
-  return { subject: subject!, action: action!, resource: resource!, ...(context ? { context } : {}) };
-}
+const completeSingle = (req: Evaluations): Evaluation =>
+  complete(
+    req,
+    {},
+    (part) => `a request without evaluations is a single evaluation (AuthZEN 1.0 §7.1): ${part} is missing`,
+  );
 
 /** Item `i` of a batch with the top-level defaults filled in; a 4-tuple still incomplete is a 400. */
-function complete(defaults: Evaluations, item: Partial<Evaluation>, i: number): Evaluation {
+const completeItem = (defaults: Evaluations, item: Partial<Evaluation>, i: number): Evaluation =>
+  complete(
+    defaults,
+    item,
+    (part) => `evaluations[${i}] has no ${part}, and the request gives no default ${part}`,
+  );
+
+/** `item` with `defaults` filled in; a 4-tuple still incomplete is a 400 saying `missing(part)`. */
+function complete(
+  defaults: Evaluations,
+  item: Partial<Evaluation>,
+  missing: (part: 'subject' | 'action' | 'resource') => string,
+): Evaluation {
   const merged = {
     subject: item.subject ?? defaults.subject,
     action: item.action ?? defaults.action,
@@ -226,7 +233,7 @@ function complete(defaults: Evaluations, item: Partial<Evaluation>, i: number): 
   };
   for (const part of ['subject', 'action', 'resource'] as const) {
     if (merged[part] === undefined) {
-      throw invalid(`evaluations[${i}] has no ${part}, and the request gives no default ${part}`);
+      throw invalid(missing(part));
     }
   }
   return merged as Evaluation;

@@ -50,9 +50,24 @@ export const SHADOW_SAMPLES = 20;
  * outcome, shadow status), and the newest disagreements.
  */
 export interface ShadowTally {
-  counts: { result: 'agree' | 'disagree' | 'error'; live: string; shadow: string; n: number }[];
+  counts: ShadowCount[];
   /** Newest first, at most SHADOW_SAMPLES. */
-  samples: { request_id: string; live: string; shadow: string }[];
+  samples: ShadowSample[];
+}
+
+/** Decisions of one shadow result, recorded outcome (`live`) and shadow status. */
+export interface ShadowCount {
+  result: 'agree' | 'disagree' | 'error';
+  live: string;
+  shadow: string;
+  n: number;
+}
+
+/** A disagreement kept as a sample. */
+export interface ShadowSample {
+  request_id: string;
+  live: string;
+  shadow: string;
 }
 
 /**
@@ -60,9 +75,7 @@ export interface ShadowTally {
  * outcome recorded (a budget's deny when one replaced the allow) and the shadow's status, as the
  * event itself says them. Undefined for an event that was not shadowed.
  */
-export function shadowMarkOf(
-  e: NewAuditEvent,
-): { result: 'agree' | 'disagree' | 'error'; live: string; shadow: string; requestId: string } | undefined {
+function shadowMarkOf(e: NewAuditEvent): (Omit<ShadowCount, 'n'> & { requestId: string }) | undefined {
   const result = e.details?.shadow_result;
   if (result !== 'agree' && result !== 'disagree' && result !== 'error') return undefined;
   const shadow = (e.details?.shadow as { status?: unknown } | undefined)?.status;
@@ -76,14 +89,11 @@ export function shadowMarkOf(
 
 /** The marks of one batch: counts summed per (generation, result, live, shadow), and samples. */
 export function shadowMarksOf(recorded: { generation: number | undefined; event: NewAuditEvent }[]): {
-  counts: { generation: number; result: string; live: string; shadow: string; n: number }[];
-  samples: { generation: number; request_id: string; live: string; shadow: string }[];
+  counts: (ShadowCount & { generation: number })[];
+  samples: (ShadowSample & { generation: number })[];
 } {
-  const counts = new Map<
-    string,
-    { generation: number; result: string; live: string; shadow: string; n: number }
-  >();
-  const samples: { generation: number; request_id: string; live: string; shadow: string }[] = [];
+  const counts = new Map<string, ShadowCount & { generation: number }>();
+  const samples: (ShadowSample & { generation: number })[] = [];
   for (const { generation, event } of recorded) {
     if (generation === undefined) continue;
     const m = shadowMarkOf(event);

@@ -46,6 +46,9 @@ export const THREAD_FAILURE = 'evaluation_thread_failed';
 
 const failed = (error: string): PolicyDecision => failClosed(error, THREAD_FAILURE);
 
+/** Why a thread without a set answers nothing (here and in eval-worker.ts). */
+export const NO_SET = 'no policy set is loaded on the evaluation thread';
+
 interface Outstanding {
   /** How long the thread may take once it reaches this request. */
   allowance: number;
@@ -299,7 +302,7 @@ export class EvaluationThread {
    */
   evaluate(input: unknown): Promise<PolicyDecision> {
     const set = this.set;
-    if (!set) return Promise.resolve(failed('no policy set is loaded on the evaluation thread'));
+    if (!set) return Promise.resolve(failed(NO_SET));
     return new Promise((resolve) => {
       try {
         // A thread that died is replaced here, for the next request (it loads the current set first).
@@ -322,7 +325,7 @@ export class EvaluationThread {
   thresholdErrors(): Promise<string[]> {
     const set = this.set;
     const cannot = (why: string) => [`thresholds could not be checked: ${why}`];
-    if (!set) return Promise.resolve(cannot('no policy set is loaded on the evaluation thread'));
+    if (!set) return Promise.resolve(cannot(NO_SET));
     return new Promise((resolve) => {
       try {
         const t = (this.thread ??= this.start().thread);

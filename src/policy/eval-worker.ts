@@ -7,7 +7,7 @@
  */
 import { parentPort } from 'node:worker_threads';
 import { Evaluator, failClosed } from './evaluator.js';
-import type { ThreadAnswer, ThreadRequest } from './eval-thread.js';
+import { NO_SET, type ThreadAnswer, type ThreadRequest } from './eval-thread.js';
 
 let evaluator: Evaluator | undefined;
 /** Why the last set could not be loaded here (every evaluation answers an error until the next). */
@@ -35,9 +35,7 @@ async function handle(m: ThreadRequest): Promise<void> {
       answer({
         first: m.first,
         decisions: m.inputs.map((input) =>
-          evaluator
-            ? evaluator.evaluate(input)
-            : failClosed(loadFailure ?? 'no policy set is loaded on the evaluation thread'),
+          evaluator ? evaluator.evaluate(input) : failClosed(loadFailure ?? NO_SET),
         ),
       });
       return;
@@ -46,9 +44,7 @@ async function handle(m: ThreadRequest): Promise<void> {
         id: m.id,
         thresholdErrors: evaluator
           ? evaluator.thresholdErrors()
-          : [
-              `thresholds could not be checked: ${loadFailure ?? 'no policy set is loaded on the evaluation thread'}`,
-            ],
+          : [`thresholds could not be checked: ${loadFailure ?? NO_SET}`],
       });
       return;
     case 'stop':

@@ -204,7 +204,7 @@ export class LifecycleService {
         report.changes[key] = (report.changes[key] ?? 0) + c.n;
       }
     }
-    report.samples = tally.samples.map((x) => ({ request_id: x.request_id, live: x.live, shadow: x.shadow }));
+    report.samples = tally.samples;
     return report;
   }
 

@@ -74,8 +74,13 @@ const STALE = Symbol('stale');
 const MAX_CHANGE_ATTEMPTS = 5;
 /** A set about to go live must finish evaluating this many of the latest recorded decisions. */
 const PREFLIGHT_DECISIONS = 64;
-/** `prepare`'s flag for a set about to go live (checked against recent decisions too). */
-const LIVE = true;
+/**
+ * How `prepare` checks a set (see `checked`): `live`, a set about to go live (thresholds and the
+ * latest decisions); `candidate`, a shadow set (thresholds), both within `serialized` and so on
+ * the one check thread; `isolated`, an impact candidate, on a thread of its own (not serialized).
+ */
+type Check = 'live' | 'candidate' | 'isolated';
+const LIVE: Check = 'live';
 const notFoundOf = (name: string): never => {
   throw notFound(`${name} not found`);
 };
@@ -89,9 +94,9 @@ export class PolicyService {
   /** The shadow set, evaluated on its own thread (started with the first shadow set). */
   private readonly shadowThread = new EvaluationThread();
   /**
-   * Where a set about to go live is checked (its thresholds, recent decisions) before it is used:
-   * its rules are user code, and one that never finishes must not stall the serving thread (the
-   * change is refused). Live changes are serialized, so one thread serves them all.
+   * Where a changed set (live or shadow) is checked before it is used (its thresholds; a live one
+   * also against recent decisions): its rules are user code, and one that never finishes must not
+   * stall the serving thread (the change is refused). Changes are serialized: one thread serves them.
    */
   private readonly checkThread = new EvaluationThread();
   /** Why the shadow set is not evaluated although it has modules (it no longer compiles with the live set). */
@@ -506,7 +511,7 @@ export class PolicyService {
     }
     const set = [...modules].map(([name, rego]) => ({ name, rego }));
     const tree = dataTree([...docs].map(([path, value]) => ({ path, value })));
-    const candidate = await this.prepare(await this.moduleFor(set), tree, snap.revision, set);
+    const candidate = await this.prepare(await this.moduleFor(set), tree, snap.revision, set, 'isolated');
     const current = this.requireLive();
     const live =
       current.revision === snap.revision
@@ -841,10 +846,10 @@ export class PolicyService {
     data: Record<string, unknown>,
     revision: number,
     modules?: Module[],
-    live = false,
+    check: Check = 'candidate',
   ): Promise<Evaluator> {
     const e = await Evaluator.create(module, data, revision, this.evalBudgetMs);
-    return modules ? this.checked(e, modules, live) : e;
+    return modules ? this.checked(e, modules, check) : e;
   }
 
   /**
@@ -853,14 +858,15 @@ export class PolicyService {
    * evaluating each of the most recent recorded decisions, so that a set that would stall the
    * serving thread on inputs like those is never installed. Any error — a malformed threshold, a
    * check that failed or did not finish — refuses the change (400) with the live set and the
-   * store untouched. Live changes are serialized and share one check thread; a candidate (shadow,
-   * impact) is checked on a thread of its own, closed after, so that one which never finishes
-   * cannot fail anyone else's check.
+   * store untouched. Changes (live and shadow) are serialized and share one check thread; an
+   * impact candidate, which is not, is checked on a thread of its own, closed after, so that one
+   * which never finishes cannot fail anyone else's check.
    */
-  private async checked(e: Evaluator, modules: Module[], live = false): Promise<Evaluator> {
-    const thread = live ? this.checkThread : new EvaluationThread();
+  private async checked(e: Evaluator, modules: Module[], check: Check): Promise<Evaluator> {
+    const thread = check === 'isolated' ? new EvaluationThread() : this.checkThread;
     try {
-      const recent = live && this.recentInputs ? await this.recentInputs(PREFLIGHT_DECISIONS) : [];
+      const recent =
+        check === 'live' && this.recentInputs ? await this.recentInputs(PREFLIGHT_DECISIONS) : [];
       const loading = thread.load(e.threadSet);
       const checking = thread.thresholdErrors();
       const unsendable = await loading;
@@ -879,7 +885,7 @@ export class PolicyService {
       }
       return e;
     } finally {
-      if (!live) await thread.close();
+      if (thread !== this.checkThread) await thread.close();
     }
   }
 

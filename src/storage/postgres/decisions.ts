@@ -6,6 +6,8 @@ import type {
   LimitCounter,
   LimitStore,
   RecordOutcome,
+  ShadowCount,
+  ShadowSample,
   ShadowTally,
 } from '../../decisions/store.js';
 import type { LimitUse, QueueItem } from '../../queue/types.js';
@@ -177,13 +179,12 @@ export class PgDecisionStore implements DecisionStore {
 
   async shadowTally(generation: number): Promise<ShadowTally> {
     const [counts, samples] = await Promise.all([
-      rows<{
-        result: ShadowTally['counts'][number]['result'];
-        live: string;
-        shadow: string;
-        n: string | number;
-      }>(this.pool, 'SELECT result, live, shadow, n FROM shadow_tallies WHERE generation = $1', [generation]),
-      rows<ShadowTally['samples'][number]>(
+      rows<Omit<ShadowCount, 'n'> & { n: string | number }>(
+        this.pool,
+        'SELECT result, live, shadow, n FROM shadow_tallies WHERE generation = $1',
+        [generation],
+      ),
+      rows<ShadowSample>(
         this.pool,
         'SELECT request_id, live, shadow FROM shadow_samples WHERE generation = $1 ORDER BY seq DESC LIMIT $2',
         [generation, SHADOW_SAMPLES],
@@ -262,12 +263,14 @@ export class PgDecisionStore implements DecisionStore {
       head,
       chosen.flatMap((x) => ('replay' in x ? [] : [x.event])),
     );
-    await recordShadow(
-      c,
-      chosen.flatMap((x, i) =>
-        'replay' in x ? [] : [{ generation: batch[i]?.shadowGeneration, event: x.event }],
-      ),
-    );
+    if (batch.some((r) => r.shadowGeneration !== undefined)) {
+      await recordShadow(
+        c,
+        chosen.flatMap((x, i) =>
+          'replay' in x ? [] : [{ generation: batch[i]?.shadowGeneration, event: x.event }],
+        ),
+      );
+    }
     let next = 0;
     return chosen.map((x): RecordOutcome =>
       'replay' in x

@@ -7,6 +7,8 @@ import type {
   LimitCounter,
   LimitStore,
   RecordOutcome,
+  ShadowCount,
+  ShadowSample,
   ShadowTally,
 } from '../../decisions/store.js';
 import { recordedEvent, SHADOW_SAMPLES, shadowMarksOf } from '../../decisions/store.js';
@@ -106,11 +108,13 @@ export class DecisionWriter {
         // event of the batch in one append: one chain-head read and one head update per batch.
         const rows = batch.map((r) => this.recordRow(r));
         const events = this.writer.appendInTx(rows.flatMap((x) => ('replay' in x ? [] : [x.event])));
-        this.recordShadow(
-          rows.flatMap((x, i) =>
-            'replay' in x ? [] : [{ generation: batch[i]?.shadowGeneration, event: x.event }],
-          ),
-        );
+        if (batch.some((r) => r.shadowGeneration !== undefined)) {
+          this.recordShadow(
+            rows.flatMap((x, i) =>
+              'replay' in x ? [] : [{ generation: batch[i]?.shadowGeneration, event: x.event }],
+            ),
+          );
+        }
         let next = 0;
         return rows.map((x): RecordOutcome =>
           'replay' in x
@@ -204,8 +208,8 @@ export class SqliteDecisionStore implements DecisionStore {
 
   async shadowTally(generation: number): Promise<ShadowTally> {
     return {
-      counts: this.tallies.all(generation) as ShadowTally['counts'],
-      samples: this.samples.all(generation, SHADOW_SAMPLES) as ShadowTally['samples'],
+      counts: this.tallies.all(generation) as ShadowCount[],
+      samples: this.samples.all(generation, SHADOW_SAMPLES) as ShadowSample[],
     };
   }
 
