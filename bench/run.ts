@@ -23,6 +23,7 @@ import { benchBackends, type BackendRow } from './lib/storage.js';
 import { benchScenarios, type ScenarioRow } from './lib/scenarios.js';
 import {
   benchAuditAppend,
+  benchCounterSweep,
   benchDecideLimits,
   benchEvaluation,
   benchTokens,
@@ -276,6 +277,7 @@ async function main(): Promise<void> {
     tokenMint: Timing;
     introspect: Timing;
     decide: { withoutLimits: Timing; withLimits: Timing };
+    counterSweep: Awaited<ReturnType<typeof benchCounterSweep>>;
   } | null = null;
   if (!o.skipMicro) {
     log('\n[micro] policy evaluation (in-process, 100k timed after 10k warm-up)…');
@@ -286,7 +288,9 @@ async function main(): Promise<void> {
     const t = await benchTokens();
     log('[micro] decide path without and with budgets (SQLite, synchronous=NORMAL, 2 × 5k)…');
     const decide = await benchDecideLimits();
-    micro = { evaluation, auditAppend, tokenMint: t.mint, introspect: t.introspect, decide };
+    log('[micro] budget counter sweep (SQLite, synchronous=FULL, 100k keys × 5 windows)…');
+    const counterSweep = await benchCounterSweep();
+    micro = { evaluation, auditAppend, tokenMint: t.mint, introspect: t.introspect, decide, counterSweep };
   }
 
   // ---- servers
@@ -485,6 +489,11 @@ async function main(): Promise<void> {
     log(
       `micro: decide          p50 ${w0.p50} µs  p99 ${w0.p99} µs without limits; ` +
         `p50 ${w2.p50} µs  p99 ${w2.p99} µs with its 2 limits (+${round(w2.mean - w0.mean, 1)} µs mean)`,
+    );
+    const cs = m.counterSweep;
+    log(
+      `micro: counter sweep   ${cs.deleted} of ${cs.rows} counters deleted in ${cs.ms} ms; ` +
+        `event loop waited at most ${cs.loopMaxMs} ms`,
     );
   }
   log(

@@ -2,6 +2,8 @@
 // evaluation, one durable audit append, one token mint and one introspection.
 import { cpSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { BudgetService } from '../../src/decisions/budgets.js';
 import { DecisionService } from '../../src/decisions/service.js';
 import { RegoCompiler } from '../../src/policy/compiler.js';
 import { Evaluator } from '../../src/policy/evaluator.js';
@@ -198,6 +200,7 @@ export async function benchDecideLimits(
       compiled: () => undefined,
       revision: () => undefined,
     });
+    opened.push(policies);
     await policies.start(dir, { actor: 'bench', traceId: newTraceId(), requestId: newId() });
     return new DecisionService(policies, stores.decisions, 3600, (d) => d, { decided: () => undefined });
   };
@@ -235,5 +238,46 @@ export async function benchDecideLimits(
   } finally {
     await compiler.close();
     for (const s of opened) await s.close();
+  }
+}
+
+/**
+ * The budget counter sweep (BudgetService.sweep, ADR 0009) over a table of `keys` keys with
+ * `windows` hourly windows each, all but the newest superseded, in a durable SQLite database
+ * (synchronous=FULL, as served): how long it takes, and the longest the event loop waited meanwhile
+ * (decisions on SQLite would wait as long).
+ */
+export async function benchCounterSweep(
+  keys = 100_000,
+  windows = 5,
+): Promise<{ rows: number; deleted: number; ms: number; loopMaxMs: number }> {
+  const db = openDatabase(tempDir('arbiter-bench-sweep-'), 'full');
+  const stores = sqliteStores(db);
+  try {
+    const hour = 3_600_000;
+    const now = Date.now();
+    const insert = db.prepare(
+      `INSERT INTO limit_counters (key, window_ms, window_start, window, max, used) VALUES (?, ?, ?, '1h', 10, 1)`,
+    );
+    db.transaction(() => {
+      for (let k = 0; k < keys; k++) {
+        for (let w = windows; w >= 1; w--) {
+          insert.run(
+            `user-${k}`,
+            hour,
+            new Date(Math.floor(now / hour) * hour - (w - 1) * hour).toISOString(),
+          );
+        }
+      }
+    })();
+    const loop = monitorEventLoopDelay({ resolution: 1 });
+    loop.enable();
+    const t0 = process.hrtime.bigint();
+    const deleted = await new BudgetService(stores.limits, () => now + 2 * hour).sweep();
+    const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+    loop.disable();
+    return { rows: keys * windows, deleted, ms: round(ms, 0), loopMaxMs: round(loop.max / 1e6, 1) };
+  } finally {
+    await stores.close();
   }
 }
