@@ -88,4 +88,35 @@ onceOnly('group commit', () => {
     await Promise.all([first, ...rest]);
     expect(batches).to.deep.equal([['a'], ['b', 'c', 'd']]);
   });
+
+  it('keeps the order of submission for items completed later, and fails only the item that never completes', async () => {
+    const batches: string[][] = [];
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const group = new GroupCommit<string, string>(async (batch) => {
+      batches.push(batch);
+      if (batches.length === 1) await gate;
+      return batch.map((id) => `ok:${id}`);
+    });
+    // 'b' completes while 'a' is being committed; 'c' completes after 'd' was submitted.
+    let completeC: (v: string) => void = () => undefined;
+    const first = group.submit(new Promise<string>((resolve) => setImmediate(() => resolve('a'))));
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const rest = [
+      group.submit(Promise.resolve('b')),
+      group.submit(new Promise<string>((resolve) => (completeC = resolve))),
+      group.submit('d'),
+      group.submit(Promise.reject(new Error('shadow lost'))),
+    ];
+    release();
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    // The second batch waits for 'c': nothing after 'a' is committed before it is complete.
+    expect(batches).to.deep.equal([['a']]);
+    completeC('c');
+    const results = await Promise.allSettled([first, ...rest]);
+    expect(
+      results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).message)),
+    ).to.deep.equal(['ok:a', 'ok:b', 'ok:c', 'ok:d', 'shadow lost']);
+    expect(batches).to.deep.equal([['a'], ['b', 'c', 'd']]);
+  });
 });

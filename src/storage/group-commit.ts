@@ -4,11 +4,17 @@
  * only after its own batch has committed, so "written before the response" holds. A lone request
  * at low load waits for no timer: it is committed on the next turn of the event loop.
  *
+ * An item may be submitted before its contents are complete (a promise of them): it takes its
+ * place in the order of submission at once, and its batch is committed once every item of the
+ * batch is complete. So work that an item's contents wait for (a decision's shadow evaluation)
+ * runs while the batch before it commits, instead of before the item joins the queue. An item
+ * whose promise rejects fails alone.
+ *
  * If a batch fails, its items are committed one by one, so that an item that cannot be recorded
  * fails alone and the others are still answered.
  */
 export class GroupCommit<A, R> {
-  private pending: { arg: A; resolve: (r: R) => void; reject: (e: unknown) => void }[] = [];
+  private pending: Submitted<A | Promise<A>, R>[] = [];
   private inFlight = false;
 
   constructor(
@@ -17,7 +23,9 @@ export class GroupCommit<A, R> {
     private readonly onBatch?: (size: number, seconds: number) => void,
   ) {}
 
-  submit(arg: A): Promise<R> {
+  submit(arg: A | Promise<A>): Promise<R> {
+    // Its failure is this item's (see completed()), not an unhandled rejection while it waits.
+    if (arg instanceof Promise) arg.catch(() => undefined);
     return new Promise((resolve, reject) => {
       this.pending.push({ arg, resolve, reject });
       // Let every request parsed in this event-loop turn join the batch.
@@ -31,14 +39,17 @@ export class GroupCommit<A, R> {
     this.pending = [];
     this.inFlight = true;
     try {
-      await this.commitIsolated(batch);
+      await this.commitIsolated(
+        batch.some((b) => b.arg instanceof Promise) ? await completed(batch) : (batch as Submitted<A, R>[]),
+      );
     } finally {
       this.inFlight = false;
       if (this.pending.length > 0) void this.flush();
     }
   }
 
-  private async commitIsolated(batch: typeof this.pending): Promise<void> {
+  private async commitIsolated(batch: Submitted<A, R>[]): Promise<void> {
+    if (batch.length === 0) return;
     try {
       const started = process.hrtime.bigint();
       const results = await this.commit(batch.map((b) => b.arg));
@@ -52,4 +63,22 @@ export class GroupCommit<A, R> {
       for (const b of batch) await this.commitIsolated([b]);
     }
   }
+}
+
+interface Submitted<A, R> {
+  arg: A;
+  resolve: (r: R) => void;
+  reject: (e: unknown) => void;
+}
+
+/** The batch's items with their contents complete; an item whose contents failed is rejected. */
+async function completed<A, R>(batch: Submitted<A | Promise<A>, R>[]): Promise<Submitted<A, R>[]> {
+  const args = await Promise.allSettled(batch.map((b) => b.arg));
+  const ready: Submitted<A, R>[] = [];
+  args.forEach((a, i) => {
+    const b = batch[i] as Submitted<A | Promise<A>, R>;
+    if (a.status === 'fulfilled') ready.push({ ...b, arg: a.value });
+    else b.reject(a.reason);
+  });
+  return ready;
 }
