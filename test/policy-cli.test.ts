@@ -16,6 +16,7 @@ import path from 'node:path';
 import { onceOnly, onEveryBackend } from './helpers/backends.js';
 import { ADMIN_KEY, AGENT, Arbiter, call, REPO } from './helpers/harness.js';
 import { baseEnv, MAIN, runSync } from './helpers/process.js';
+import { SPIN_ITEMS, SPIN_THRESHOLDS } from './helpers/policies.js';
 
 const POLICIES = path.join(REPO, 'policies');
 const DENY_READ = 'package authz.agent\n\ndeny contains "reads are off" if input.action == "read"\n';
@@ -108,6 +109,21 @@ onceOnly('arbiter policy check and test (no server)', () => {
     const r3 = policy(['check', thresholds]);
     expect(r3.code).to.equal(1);
     expect(r3.stdout).to.contain(`${path.join(thresholds, 't.rego')}:3:1`);
+  });
+
+  it('check: a thresholds rule that never finishes is reported with exit 1, not a hung CI job', () => {
+    const dir = tempDir({
+      'slow.rego': SPIN_THRESHOLDS,
+      'spin/data.json': JSON.stringify({ items: SPIN_ITEMS }),
+    });
+    const r = policy(['check', dir], { ARBITER_EVAL_BUDGET_MS: '100' });
+    expect(r.code).to.equal(1);
+    expect(r.stdout).to.match(
+      /invalid confidence thresholds: .*thresholds could not be checked: evaluation timed out: no answer within 1100 ms/,
+    );
+    // The same directory without the data: the rule finishes (no items), and the check passes.
+    const fast = tempDir({ 'slow.rego': SPIN_THRESHOLDS });
+    expect(policy(['check', fast]).code).to.equal(0);
   });
 
   it('check: a missing directory is exit 2; bad usage is exit 2', () => {

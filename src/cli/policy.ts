@@ -7,7 +7,7 @@ import { parseArgs } from 'node:util';
 import { canonicalJson } from '../common/canonical-json.js';
 import { loadConfig } from '../config.js';
 import { BUILTIN_MODULE_PATH, CompileError, RegoCompiler } from '../policy/compiler.js';
-import { Evaluator } from '../policy/evaluator.js';
+import { EvaluationThread, thresholdErrorsOn } from '../policy/eval-thread.js';
 import { BUNDLED_BUILTIN, dataTree, readPolicyDir } from '../policy/service.js';
 import { thresholdErrorMessage } from '../policy/thresholds.js';
 
@@ -160,8 +160,21 @@ async function check(dir: string, print: Print): Promise<number> {
       );
       return 1;
     }
-    const evaluator = await Evaluator.create(wasm, dataTree(local.data), 0, 1000);
-    const errors = evaluator.thresholdErrors();
+    // On a thread, as the service checks a change: a `thresholds` rule that never finishes is
+    // reported after the eval budget plus 1 s instead of hanging the CI job.
+    const thread = new EvaluationThread();
+    let errors: string[];
+    try {
+      const set = {
+        module: await WebAssembly.compile(wasm),
+        data: dataTree(local.data),
+        revision: 0,
+        budgetMs: loadConfig().evalBudgetMs,
+      };
+      errors = await thresholdErrorsOn(thread, set);
+    } finally {
+      await thread.close();
+    }
     if (errors.length > 0) {
       const message = thresholdErrorMessage(local.modules, errors).replace(
         /policy ([a-z0-9][a-z0-9._-]*):(\d+)/g,

@@ -357,3 +357,16 @@ export class EvaluationThread {
     return { thread, loaded: this.set ? thread.load(this.set) : Promise.resolve(undefined) };
   }
 }
+
+/**
+ * The threshold errors of `set`, checked on `thread` (the set is loaded there first): every
+ * problem with the thresholds it defines, or one error saying why they could not be checked (a
+ * `thresholds` rule that did not finish within the eval budget plus 1 s, a set that could not be
+ * loaded). The service's changes and `arbiter policy check` ask the same. Never rejects.
+ */
+export async function thresholdErrorsOn(thread: EvaluationThread, set: ThreadSet): Promise<string[]> {
+  const loading = thread.load(set);
+  const checking = thread.thresholdErrors();
+  const unsendable = await loading;
+  return unsendable === undefined ? await checking : [`thresholds could not be checked: ${unsendable}`];
+}

@@ -7,7 +7,7 @@ import { conflict, internal, invalid, isKind, notFound, precondition, unavailabl
 import { encodeCursor, fetchPage, readCursor, type Page, type PageQuery } from '../common/pagination.js';
 import { CompileError, type Module, type RegoCompiler } from './compiler.js';
 import { Evaluator } from './evaluator.js';
-import { EvaluationThread, THREAD_FAILURE } from './eval-thread.js';
+import { EvaluationThread, THREAD_FAILURE, thresholdErrorsOn } from './eval-thread.js';
 import { thresholdErrorMessage } from './thresholds.js';
 import type {
   DataDocument,
@@ -867,11 +867,7 @@ export class PolicyService {
     try {
       const recent =
         check === 'live' && this.recentInputs ? await this.recentInputs(PREFLIGHT_DECISIONS) : [];
-      const loading = thread.load(e.threadSet);
-      const checking = thread.thresholdErrors();
-      const unsendable = await loading;
-      const errors =
-        unsendable === undefined ? await checking : [`thresholds could not be checked: ${unsendable}`];
+      const errors = await thresholdErrorsOn(thread, e.threadSet);
       if (errors.length > 0) throw invalid(thresholdErrorMessage(modules, errors));
       // One at a time: each has its own allowance, and none is left running when this returns.
       for (const { requestId, input } of recent) {
