@@ -271,6 +271,12 @@ export class PgPolicyStore implements PolicyStore {
   private async shadowChanged(c: Client, time: string): Promise<void> {
     await c.query("UPDATE meta SET value = (value::bigint + 1)::text WHERE key = 'shadow_generation'");
     await c.query("UPDATE meta SET value = $1 WHERE key = 'shadow_changed_at'", [time]);
+    // The report reads only the current generation's tally: earlier ones go with the change.
+    for (const table of ['shadow_tallies', 'shadow_samples']) {
+      await c.query(
+        `DELETE FROM ${table} WHERE generation < (SELECT value::bigint FROM meta WHERE key = 'shadow_generation')`,
+      );
+    }
     await notify(c, { topic: 'revision' });
   }
 

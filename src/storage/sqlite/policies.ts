@@ -259,6 +259,14 @@ export class SqlitePolicyStore implements PolicyStore {
       )
       .run();
     this.db.prepare("UPDATE meta SET value = ? WHERE key = 'shadow_changed_at'").run(time);
+    // The report reads only the current generation's tally: earlier ones go with the change.
+    for (const table of ['shadow_tallies', 'shadow_samples']) {
+      this.db
+        .prepare(
+          `DELETE FROM ${table} WHERE generation < (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'shadow_generation')`,
+        )
+        .run();
+    }
   }
 
   async blobs(
