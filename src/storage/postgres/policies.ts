@@ -12,15 +12,11 @@ import type {
   ShadowPolicy,
   ShadowState,
 } from '../../policy/types.js';
+import { refusable, refuse } from '../refusal.js';
 import { KEEP_COMPILED_SETS } from '../stores.js';
 import { dataFromRow, revisionFromRow, type Row } from '../rows.js';
 import { notify, type PgChain } from './chain.js';
 import { one, rows, tx, type Client, type Pool } from './pool.js';
-
-/** Thrown inside a commit transaction to roll it back with an outcome that is not a failure. */
-class Refused {
-  constructor(readonly outcome: CommitOutcome) {}
-}
 
 const revisionOf = async (c: Client | Pool) =>
   Number((await one<{ value: string }>(c, "SELECT value FROM meta WHERE key = 'revision'"))?.value);
@@ -63,12 +59,7 @@ export class PgPolicyStore implements PolicyStore {
   }
 
   async commit(change: PolicyChange, events: (revision: number) => NewAuditEvent[]): Promise<CommitOutcome> {
-    try {
-      return await tx(this.pool, (c) => this.commitInTx(c, change, events));
-    } catch (e) {
-      if (e instanceof Refused) return e.outcome;
-      throw e;
-    }
+    return refusable(() => tx(this.pool, (c) => this.commitInTx(c, change, events)));
   }
 
   private async commitInTx(
@@ -76,9 +67,6 @@ export class PgPolicyStore implements PolicyStore {
     ch: PolicyChange,
     events: (revision: number) => NewAuditEvent[],
   ): Promise<CommitOutcome> {
-    const refuse = (outcome: CommitOutcome): never => {
-      throw new Refused(outcome);
-    };
     // The chain head first (every writer's first lock), then the revision row: changes from
     // every process are serialized, and one compiled against another revision is refused.
     const head = await this.chain.lockHead(c);

@@ -13,15 +13,11 @@ import type {
   ShadowPolicy,
   ShadowState,
 } from '../../policy/types.js';
+import { refusable, refuse } from '../refusal.js';
 import { KEEP_COMPILED_SETS } from '../stores.js';
 import { dataFromRow, revisionFromRow, type Row } from '../rows.js';
 import type { AuditWriter } from './audit.js';
 import type { Db } from './db.js';
-
-/** Thrown inside a commit transaction to roll it back with an outcome that is not a failure. */
-class Refused {
-  constructor(readonly outcome: CommitOutcome) {}
-}
 
 export class SqlitePolicyStore implements PolicyStore {
   private readonly revisionStmt: Statement;
@@ -82,19 +78,11 @@ export class SqlitePolicyStore implements PolicyStore {
   }
 
   async commit(change: PolicyChange, events: (revision: number) => NewAuditEvent[]): Promise<CommitOutcome> {
-    try {
-      return this.db.transaction(() => this.commitInTx(change, events)).immediate();
-    } catch (e) {
-      if (e instanceof Refused) return e.outcome;
-      throw e;
-    }
+    return refusable(() => this.db.transaction(() => this.commitInTx(change, events)).immediate());
   }
 
   private commitInTx(c: PolicyChange, events: (revision: number) => NewAuditEvent[]): CommitOutcome {
     const st = this.st;
-    const refuse = (outcome: CommitOutcome): never => {
-      throw new Refused(outcome);
-    };
     const current = this.revisionStmt.get() as number;
     if (current !== c.expectedRevision) refuse({ ok: false, stale: true });
     if (c.seed && st.seeded.get() === '1') refuse({ ok: false, stale: true });
