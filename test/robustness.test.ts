@@ -89,7 +89,7 @@ onceOnly('group commit', () => {
     expect(batches).to.deep.equal([['a'], ['b', 'c', 'd']]);
   });
 
-  it('keeps the order of submission for items completed later, and fails only the item that never completes', async () => {
+  it('keeps the order of submission for items completed later, and fails only the item whose contents fail', async () => {
     const batches: string[][] = [];
     let release: () => void = () => undefined;
     const gate = new Promise<void>((resolve) => (release = resolve));
@@ -118,5 +118,28 @@ onceOnly('group commit', () => {
       results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).message)),
     ).to.deep.equal(['ok:a', 'ok:b', 'ok:c', 'ok:d', 'shadow lost']);
     expect(batches).to.deep.equal([['a'], ['b', 'c', 'd']]);
+  });
+
+  it('fails an item whose contents never complete after the limit, and commits the rest of its batch', async () => {
+    const batches: string[][] = [];
+    const group = new GroupCommit<string, string>(
+      async (batch) => {
+        batches.push(batch);
+        return batch;
+      },
+      undefined,
+      50,
+    );
+    const results = await Promise.allSettled([
+      group.submit('a'),
+      group.submit(new Promise<string>(() => undefined)),
+      group.submit(Promise.resolve('c')),
+    ]);
+    expect(
+      results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).message)),
+    ).to.deep.equal(['a', 'not complete within 50 ms', 'c']);
+    expect(batches).to.deep.equal([['a', 'c']]);
+    // The queue goes on.
+    expect(await group.submit(Promise.resolve('d'))).to.equal('d');
   });
 });

@@ -235,13 +235,13 @@ export class DecisionService {
         shadowGeneration: shadow?.generation,
       };
     };
+    // A shadowed decision joins the recording queue now and is written once its shadow has
+    // answered: the shadow evaluation runs while the decisions before it are committed. (A fault
+    // building an unshadowed record is thrown here, as itself; a shadowed one's reaches the store.)
+    const recording = shadowing instanceof Promise ? shadowing.then(toRecord) : toRecord(shadowing);
     let outcome: RecordOutcome;
     try {
-      // A shadowed decision joins the recording queue now and is written once its shadow has
-      // answered: the shadow evaluation runs while the decisions before it are committed.
-      outcome = await this.store.record(
-        shadowing instanceof Promise ? shadowing.then(toRecord) : toRecord(shadowing),
-      );
+      outcome = await this.store.record(recording);
     } catch {
       // Fail closed: an unrecorded decision is never answered, least of all with allow.
       throw unavailable('decision could not be recorded in the audit trail; try again');

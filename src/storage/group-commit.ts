@@ -8,7 +8,11 @@
  * place in the order of submission at once, and its batch is committed once every item of the
  * batch is complete. So work that an item's contents wait for (a decision's shadow evaluation)
  * runs while the batch before it commits, instead of before the item joins the queue. An item
- * whose promise rejects fails alone.
+ * whose promise rejects fails alone, and so does one still incomplete after `completionLimitMs`
+ * (whatever it waits for has its own timeout; this one only guarantees that no item can hold
+ * the queue for good). A batch waits for its slowest item: committing only its complete front
+ * would make the rest wait for a whole commit more, and items that wait on one evaluation
+ * thread complete in order anyway.
  *
  * If a batch fails, its items are committed one by one, so that an item that cannot be recorded
  * fails alone and the others are still answered.
@@ -21,6 +25,7 @@ export class GroupCommit<A, R> {
     private readonly commit: (batch: A[]) => Promise<R[]>,
     /** Told each committed batch's size and how long its commit took (for the metrics). */
     private readonly onBatch?: (size: number, seconds: number) => void,
+    private readonly completionLimitMs = COMPLETION_LIMIT_MS,
   ) {}
 
   submit(arg: A | Promise<A>): Promise<R> {
@@ -40,7 +45,9 @@ export class GroupCommit<A, R> {
     this.inFlight = true;
     try {
       await this.commitIsolated(
-        batch.some((b) => b.arg instanceof Promise) ? await completed(batch) : (batch as Submitted<A, R>[]),
+        batch.some((b) => b.arg instanceof Promise)
+          ? await completed(batch, this.completionLimitMs)
+          : (batch as Submitted<A, R>[]),
       );
     } finally {
       this.inFlight = false;
@@ -71,14 +78,35 @@ interface Submitted<A, R> {
   reject: (e: unknown) => void;
 }
 
-/** The batch's items with their contents complete; an item whose contents failed is rejected. */
-async function completed<A, R>(batch: Submitted<A | Promise<A>, R>[]): Promise<Submitted<A, R>[]> {
-  const args = await Promise.allSettled(batch.map((b) => b.arg));
+/** How long a batch waits for an item's contents before that item fails (see GroupCommit). */
+export const COMPLETION_LIMIT_MS = 60_000;
+
+/**
+ * The batch's items with their contents complete; an item whose contents failed, or were not
+ * complete within `limitMs`, is rejected.
+ */
+async function completed<A, R>(
+  batch: Submitted<A | Promise<A>, R>[],
+  limitMs: number,
+): Promise<Submitted<A, R>[]> {
+  const outcomes: (PromiseSettledResult<A> | undefined)[] = batch.map(() => undefined);
+  const all = Promise.all(
+    batch.map((b, i) =>
+      Promise.resolve(b.arg).then(
+        (value) => void (outcomes[i] = { status: 'fulfilled', value }),
+        (reason: unknown) => void (outcomes[i] = { status: 'rejected', reason }),
+      ),
+    ),
+  );
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([all, new Promise<void>((resolve) => (timer = setTimeout(resolve, limitMs)))]);
+  clearTimeout(timer);
   const ready: Submitted<A, R>[] = [];
-  args.forEach((a, i) => {
-    const b = batch[i] as Submitted<A | Promise<A>, R>;
-    if (a.status === 'fulfilled') ready.push({ ...b, arg: a.value });
-    else b.reject(a.reason);
+  batch.forEach((b, i) => {
+    const o = outcomes[i];
+    if (o === undefined) b.reject(new Error(`not complete within ${limitMs} ms`));
+    else if (o.status === 'fulfilled') ready.push({ ...b, arg: o.value });
+    else b.reject(o.reason);
   });
   return ready;
 }
