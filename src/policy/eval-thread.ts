@@ -81,8 +81,6 @@ class WorkerThread {
 
   constructor(private readonly onDead: (t: WorkerThread) => void) {
     this.worker = new Worker(new URL('./eval-worker.js', import.meta.url));
-    // Never what keeps a process alive; close() terminates it anyway.
-    this.worker.unref();
     this.worker.on('message', (a: ThreadAnswer) => {
       if ('loaded' in a) {
         this.answered(a.id, '');
@@ -97,6 +95,9 @@ class WorkerThread {
     });
     this.worker.on('error', (e) => this.fail(`the evaluation thread failed: ${e.message}`));
     this.worker.on('exit', (code) => this.fail(`the evaluation thread exited with code ${code}`));
+    // Never what keeps a process alive (a caller that must stay alive for an answer holds itself):
+    // after the listeners, since adding a 'message' listener refs the worker again.
+    this.worker.unref();
     this.watch = setInterval(() => this.check(), WATCH_MS);
     this.watch.unref();
   }
