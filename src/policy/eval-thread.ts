@@ -95,8 +95,8 @@ class WorkerThread {
     });
     this.worker.on('error', (e) => this.fail(`the evaluation thread failed: ${e.message}`));
     this.worker.on('exit', (code) => this.fail(`the evaluation thread exited with code ${code}`));
-    // Never what keeps a process alive (a caller that must stay alive for an answer holds itself):
-    // after the listeners, since adding a 'message' listener refs the worker again.
+    // An idle thread never keeps its process alive; one with requests outstanding does (someone
+    // awaits their answers: see track/answered). After the listeners, which ref the worker again.
     this.worker.unref();
     this.watch = setInterval(() => this.check(), WATCH_MS);
     this.watch.unref();
@@ -195,7 +195,10 @@ class WorkerThread {
   }
 
   private track(id: number, allowance: number, settle: Outstanding['settle']): void {
-    if (this.outstanding.size === 0) this.headSince = performance.now();
+    if (this.outstanding.size === 0) {
+      this.headSince = performance.now();
+      this.worker.ref();
+    }
     this.outstanding.set(id, { allowance, settle });
   }
 
@@ -204,6 +207,7 @@ class WorkerThread {
     if (!o) return;
     this.outstanding.delete(id);
     this.headSince = performance.now();
+    if (this.outstanding.size === 0) this.worker.unref();
     o.settle(answer);
   }
 
