@@ -89,7 +89,7 @@ onceOnly('group commit', () => {
     expect(batches).to.deep.equal([['a'], ['b', 'c', 'd']]);
   });
 
-  it('keeps the order of submission for items completed later, and fails only the item whose contents fail', async () => {
+  it('commits the complete front of the queue in order, and fails only the item whose contents fail', async () => {
     const batches: string[][] = [];
     let release: () => void = () => undefined;
     const gate = new Promise<void>((resolve) => (release = resolve));
@@ -110,14 +110,14 @@ onceOnly('group commit', () => {
     ];
     release();
     await new Promise((resolve) => setTimeout(resolve, 5));
-    // The second batch waits for 'c': nothing after 'a' is committed before it is complete.
-    expect(batches).to.deep.equal([['a']]);
+    // The complete front ('b') is committed; 'c' and everything behind it wait for 'c'.
+    expect(batches).to.deep.equal([['a'], ['b']]);
     completeC('c');
     const results = await Promise.allSettled([first, ...rest]);
     expect(
       results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).message)),
     ).to.deep.equal(['ok:a', 'ok:b', 'ok:c', 'ok:d', 'shadow lost']);
-    expect(batches).to.deep.equal([['a'], ['b', 'c', 'd']]);
+    expect(batches).to.deep.equal([['a'], ['b'], ['c', 'd']]);
   });
 
   it('fails an item whose contents never complete after the limit, and commits the rest of its batch', async () => {
@@ -138,7 +138,7 @@ onceOnly('group commit', () => {
     expect(
       results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).message)),
     ).to.deep.equal(['a', 'not complete within 50 ms', 'c']);
-    expect(batches).to.deep.equal([['a', 'c']]);
+    expect(batches).to.deep.equal([['a'], ['c']]);
     // The queue goes on.
     expect(await group.submit(Promise.resolve('d'))).to.equal('d');
   });

@@ -5,20 +5,20 @@
  * at low load waits for no timer: it is committed on the next turn of the event loop.
  *
  * An item may be submitted before its contents are complete (a promise of them): it takes its
- * place in the order of submission at once, and its batch is committed once every item of the
- * batch is complete. So work that an item's contents wait for (a decision's shadow evaluation)
- * runs while the batch before it commits, instead of before the item joins the queue. An item
- * whose promise rejects fails alone, and so does one still incomplete after `completionLimitMs`
- * (whatever it waits for has its own timeout; this one only guarantees that no item can hold
- * the queue for good). A batch waits for its slowest item: committing only its complete front
- * would make the rest wait for a whole commit more, and items that wait on one evaluation
- * thread complete in order anyway.
+ * place in the order of submission at once. A batch is the complete front of the queue, in
+ * order: when the first item is not complete yet, the batch waits for it (and takes whatever has
+ * completed behind it meanwhile), and items still incomplete behind a complete front wait for
+ * the next batch. So work that an item's contents wait for (a decision's shadow evaluation) runs
+ * while the batch ahead of it commits, and the writer never waits for the newest items while
+ * older ones are ready. An item whose promise rejects fails alone, and so does one still
+ * incomplete `completionLimitMs` after it was submitted (whatever it waits for has a timeout of
+ * its own; this one only guarantees that no item can hold the queue for good).
  *
  * If a batch fails, its items are committed one by one, so that an item that cannot be recorded
  * fails alone and the others are still answered.
  */
 export class GroupCommit<A, R> {
-  private pending: Submitted<A | Promise<A>, R>[] = [];
+  private pending: Queued<A, R>[] = [];
   private inFlight = false;
 
   constructor(
@@ -29,10 +29,22 @@ export class GroupCommit<A, R> {
   ) {}
 
   submit(arg: A | Promise<A>): Promise<R> {
-    // Its failure is this item's (see completed()), not an unhandled rejection while it waits.
-    if (arg instanceof Promise) arg.catch(() => undefined);
     return new Promise((resolve, reject) => {
-      this.pending.push({ arg, resolve, reject });
+      const q: Queued<A, R> = { state: 'ready', value: arg as A, since: 0, resolve, reject };
+      if (arg instanceof Promise) {
+        q.state = 'waiting';
+        q.since = performance.now();
+        // Settles the item's state; its failure is the item's, never an unhandled rejection.
+        q.settled = arg.then(
+          (value: A) => {
+            if (q.state === 'waiting') Object.assign(q, { state: 'ready', value });
+          },
+          (e: unknown) => {
+            if (q.state === 'waiting') Object.assign(q, { state: 'failed', failure: e });
+          },
+        );
+      }
+      this.pending.push(q);
       // Let every request parsed in this event-loop turn join the batch.
       if (this.pending.length === 1 && !this.inFlight) setImmediate(() => void this.flush());
     });
@@ -40,26 +52,43 @@ export class GroupCommit<A, R> {
 
   private async flush(): Promise<void> {
     if (this.inFlight || this.pending.length === 0) return;
-    const batch = this.pending;
-    this.pending = [];
     this.inFlight = true;
     try {
-      await this.commitIsolated(
-        batch.some((b) => b.arg instanceof Promise)
-          ? await completed(batch, this.completionLimitMs)
-          : (batch as Submitted<A, R>[]),
-      );
+      const head = this.pending[0] as Queued<A, R>;
+      if (head.state === 'waiting') await this.completion(head);
+      let n = 0;
+      while (n < this.pending.length && this.pending[n]?.state !== 'waiting') n++;
+      const batch: Queued<A, R>[] = [];
+      for (const q of this.pending.splice(0, n)) {
+        if (q.state === 'failed') q.reject(q.failure);
+        else batch.push(q);
+      }
+      await this.commitIsolated(batch);
     } finally {
       this.inFlight = false;
       if (this.pending.length > 0) void this.flush();
     }
   }
 
-  private async commitIsolated(batch: Submitted<A, R>[]): Promise<void> {
+  /** Waits for `q` to complete; past the limit (from its submission) it fails. */
+  private async completion(q: Queued<A, R>): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const left = Math.max(0, q.since + this.completionLimitMs - performance.now());
+    await Promise.race([q.settled, new Promise<void>((resolve) => (timer = setTimeout(resolve, left)))]);
+    clearTimeout(timer);
+    if (q.state === 'waiting') {
+      Object.assign(q, {
+        state: 'failed',
+        failure: new Error(`not complete within ${this.completionLimitMs} ms`),
+      });
+    }
+  }
+
+  private async commitIsolated(batch: Queued<A, R>[]): Promise<void> {
     if (batch.length === 0) return;
     try {
       const started = process.hrtime.bigint();
-      const results = await this.commit(batch.map((b) => b.arg));
+      const results = await this.commit(batch.map((b) => b.value));
       this.onBatch?.(batch.length, Number(process.hrtime.bigint() - started) / 1e9);
       batch.forEach((b, i) => b.resolve(results[i] as R));
     } catch (e) {
@@ -72,41 +101,18 @@ export class GroupCommit<A, R> {
   }
 }
 
-interface Submitted<A, R> {
-  arg: A;
-  resolve: (r: R) => void;
-  reject: (e: unknown) => void;
-}
-
-/** How long a batch waits for an item's contents before that item fails (see GroupCommit). */
+/** How long an item may wait for its contents, from its submission (see GroupCommit). */
 export const COMPLETION_LIMIT_MS = 60_000;
 
-/**
- * The batch's items with their contents complete; an item whose contents failed, or were not
- * complete within `limitMs`, is rejected.
- */
-async function completed<A, R>(
-  batch: Submitted<A | Promise<A>, R>[],
-  limitMs: number,
-): Promise<Submitted<A, R>[]> {
-  const outcomes: (PromiseSettledResult<A> | undefined)[] = batch.map(() => undefined);
-  const all = Promise.all(
-    batch.map((b, i) =>
-      Promise.resolve(b.arg).then(
-        (value) => void (outcomes[i] = { status: 'fulfilled', value }),
-        (reason: unknown) => void (outcomes[i] = { status: 'rejected', reason }),
-      ),
-    ),
-  );
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([all, new Promise<void>((resolve) => (timer = setTimeout(resolve, limitMs)))]);
-  clearTimeout(timer);
-  const ready: Submitted<A, R>[] = [];
-  batch.forEach((b, i) => {
-    const o = outcomes[i];
-    if (o === undefined) b.reject(new Error(`not complete within ${limitMs} ms`));
-    else if (o.status === 'fulfilled') ready.push({ ...b, arg: o.value });
-    else b.reject(o.reason);
-  });
-  return ready;
+/** An item in the queue: complete (`value`), still waiting for its contents, or failed. */
+interface Queued<A, R> {
+  state: 'ready' | 'waiting' | 'failed';
+  value: A;
+  failure?: unknown;
+  /** When it was submitted (performance.now()), for an item submitted incomplete. */
+  since: number;
+  /** Settles once its contents are complete or failed (an item submitted incomplete). */
+  settled?: Promise<void>;
+  resolve: (r: R) => void;
+  reject: (e: unknown) => void;
 }
