@@ -11,7 +11,7 @@ import type { LimitDeclaration, LimitUse, QueueItem } from '../queue/types.js';
 import { requestDigest } from './digest.js';
 import { chargeAt, fromMicro, parseLimits } from './limits.js';
 import { agentRequestSchema, humanRequestSchema, type AgentRequest, type HumanRequest } from './schemas.js';
-import type { DecisionRecord, DecisionStore, DecisionToRecord, RecordOutcome } from './store.js';
+import type { DecisionRecord, DecisionStore, RecordOutcome } from './store.js';
 
 export interface FlowIds {
   requestId: string;
@@ -192,11 +192,10 @@ export class DecisionService {
     // The live answer is fixed; the shadow (if any) is evaluated on its thread. Without a shadow
     // set nothing is awaited: no extra turn on the authorize path.
     const shadowing = this.shadow(input, evaluation.decision);
+    const shadow = shadowing instanceof Promise ? await shadowing : shadowing;
     const now = new Date();
     const masked: Subject = { ...subject, context: this.maskContext(subject.context) };
-    // Mask paths name fields of the policy input as well (e.g. authzen.subject.properties.ssn).
-    const maskedInput = this.mask(input);
-    const made = (decision: PolicyDecision, shadow: ShadowOutcome | undefined) => {
+    const made = (decision: PolicyDecision) => {
       const item =
         decision.status === 'requires_approval'
           ? this.queueItem(kind, masked, decision, evaluation, principal, ids, now, call)
@@ -206,7 +205,8 @@ export class DecisionService {
         event: decisionEvent(
           kind,
           masked,
-          maskedInput,
+          // Mask paths name fields of the policy input as well (e.g. authzen.subject.properties.ssn).
+          this.mask(input),
           decision,
           evaluation,
           principal,
@@ -219,37 +219,31 @@ export class DecisionService {
         item,
       };
     };
+    const chosen = made(evaluation.decision);
     // An allow consumes its budgets with its audit event; an exhausted one turns it into a deny.
-    const limits =
+    const charge =
       evaluation.decision.status === 'allow' && evaluation.limits.length > 0
-        ? chargeAt(evaluation.limits, now.getTime())
+        ? (() => {
+            const limits = chargeAt(evaluation.limits, now.getTime());
+            return { limits, denials: limits.map((l) => made(exhaustedDenial(l))) };
+          })()
         : undefined;
-    const toRecord = (shadow: ShadowOutcome | undefined): DecisionToRecord => {
-      const chosen = made(evaluation.decision, shadow);
-      return {
+    let outcome: RecordOutcome;
+    try {
+      outcome = await this.store.record({
         decision: chosen.decision,
         event: chosen.event,
         item: chosen.item,
         idemSince: idem?.since ?? idempotencySince(),
-        charge: limits && { limits, denials: limits.map((l) => made(exhaustedDenial(l), shadow)) },
+        charge,
         shadowGeneration: shadow?.generation,
-      };
-    };
-    // A shadowed decision joins the recording queue now and is written once its shadow has
-    // answered: the shadow evaluation runs while the decisions before it are committed. (A fault
-    // building an unshadowed record is thrown here, as itself; a shadowed one's reaches the store.)
-    const recording = shadowing instanceof Promise ? shadowing.then(toRecord) : toRecord(shadowing);
-    let outcome: RecordOutcome;
-    try {
-      outcome = await this.store.record(recording);
+      });
     } catch {
       // Fail closed: an unrecorded decision is never answered, least of all with allow.
       throw unavailable('decision could not be recorded in the audit trail; try again');
     }
     if ('replay' in outcome) return replay(outcome.replay, idem?.hash ?? '');
     this.observer.decided(kind, outcome.decision.status, evaluation.latencyNs / 1e9);
-    // Settled by now: the decision was recorded with it.
-    const shadow = shadowing instanceof Promise ? await shadowing : shadowing;
     if (shadow) this.observer.shadowed?.(shadow.result);
     return { decision: answer(outcome.decision), replayed: false };
   }

@@ -147,11 +147,8 @@ export interface DecisionStore {
    * consuming its budgets in the same transaction. When the decision carries an idempotency key
    * already used by the same API key since `idemSince`, nothing is written and the earlier
    * decision is returned to be replayed.
-   *
-   * `r` may be a promise of what to record (a decision whose shadow evaluation is still running):
-   * the decision takes its place in the order of recording at once, and is written once complete.
    */
-  record(r: DecisionToRecord | Promise<DecisionToRecord>): Promise<RecordOutcome>;
+  record(r: DecisionToRecord): Promise<RecordOutcome>;
   findByIdempotencyKey(keyId: string, idemKey: string, since: string): Promise<DecisionRecord | undefined>;
   get(requestId: string): Promise<DecisionRecord | undefined>;
   /** The tally of one shadow generation (empty when nothing was shadowed by it). */

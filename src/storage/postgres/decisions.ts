@@ -173,7 +173,7 @@ export class PgDecisionStore implements DecisionStore {
     this.group = new GroupCommit((batch) => tx(this.pool, (c) => this.recordBatch(c, batch)), onBatch);
   }
 
-  record(r: DecisionToRecord | Promise<DecisionToRecord>): Promise<RecordOutcome> {
+  record(r: DecisionToRecord): Promise<RecordOutcome> {
     return this.group.submit(r);
   }
 

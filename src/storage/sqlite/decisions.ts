@@ -213,7 +213,7 @@ export class SqliteDecisionStore implements DecisionStore {
     };
   }
 
-  record(r: DecisionToRecord | Promise<DecisionToRecord>): Promise<RecordOutcome> {
+  record(r: DecisionToRecord): Promise<RecordOutcome> {
     return this.group.submit(r);
   }
 
