@@ -146,40 +146,6 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
     expect(await a.count('shadow_samples')).to.equal(0);
   });
 
-  it('compares the shadow with the recorded outcome when a budget replaced the allow', async () => {
-    // The example set charges finance-bot's daily invoice spend (20 000); this candidate denies payments.
-    const denyPay =
-      'package authz.agent\n\ndeny contains "payments are off" if input.action == "invoices.pay"\n';
-    expect((await putShadow('deny-pay', { rego: denyPay })).status).to.equal(201);
-    const pay = (amount: number, status: number) =>
-      authorize(
-        {
-          agent_id: 'finance-bot',
-          action: 'invoices.pay',
-          resource: 'invoices/i-1',
-          confidence: 0.95,
-          context: { amount },
-        },
-        status,
-      );
-    const allowed = await decisionEvent(await pay(15_000, 200));
-    expect(allowed.outcome).to.equal('allow');
-    expect(allowed.details.shadow_result).to.equal('disagree');
-    expect(allowed.details.shadow).to.deep.include({ status: 'deny' });
-    // Over the budget: the policy allowed, the recorded outcome is the budget's deny, as the shadow's.
-    const exhausted = await decisionEvent(await pay(6_000, 403));
-    expect(exhausted.outcome).to.equal('deny');
-    expect(exhausted.details.shadow_result).to.equal('agree');
-    expect(exhausted.details.shadow).to.equal(undefined);
-    expect(await report()).to.deep.include({
-      decisions: 2,
-      agree: 1,
-      disagree: 1,
-      changes: { 'allow→deny': 1 },
-    });
-    expect((await dropShadow('deny-pay')).status).to.equal(204);
-  });
-
   it('refuses bad shadow input with the right status and changes nothing', async () => {
     const reader = a.createKey('shadow-reader', ['policies:read']);
     const auditor = a.createKey('shadow-auditor', ['audit:read']);

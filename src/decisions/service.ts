@@ -195,7 +195,7 @@ export class DecisionService {
     const shadow = shadowing instanceof Promise ? await shadowing : shadowing;
     const now = new Date();
     const masked: Subject = { ...subject, context: this.maskContext(subject.context) };
-    const made = (decision: PolicyDecision, verdict: ShadowOutcome | undefined) => {
+    const made = (decision: PolicyDecision) => {
       const item =
         decision.status === 'requires_approval'
           ? this.queueItem(kind, masked, decision, evaluation, principal, ids, now, call)
@@ -214,20 +214,18 @@ export class DecisionService {
           now,
           item,
           call,
-          verdict,
+          shadow,
         ),
         item,
       };
     };
-    const chosen = made(evaluation.decision, shadow);
+    const chosen = made(evaluation.decision);
     // An allow consumes its budgets with its audit event; an exhausted one turns it into a deny.
     const charge =
       evaluation.decision.status === 'allow' && evaluation.limits.length > 0
         ? (() => {
             const limits = chargeAt(evaluation.limits, now.getTime());
-            // The shadow is compared with what is recorded: the budget's deny.
-            const denied = shadow && comparedWith(shadow, 'deny');
-            return { limits, denials: limits.map((l) => made(exhaustedDenial(l), denied)) };
+            return { limits, denials: limits.map((l) => made(exhaustedDenial(l))) };
           })()
         : undefined;
     let outcome: RecordOutcome;
@@ -246,7 +244,7 @@ export class DecisionService {
     }
     if ('replay' in outcome) return replay(outcome.replay, idem?.hash ?? '');
     this.observer.decided(kind, outcome.decision.status, evaluation.latencyNs / 1e9);
-    if (shadow) this.observer.shadowed?.((outcome.exhausted ? comparedWith(shadow, 'deny') : shadow).result);
+    if (shadow) this.observer.shadowed?.(shadow.result);
     return { decision: answer(outcome.decision), replayed: false };
   }
 
@@ -294,7 +292,12 @@ export class DecisionService {
     }
     return evaluator.evaluate(input).then((d): ShadowOutcome => {
       if (d.error) return { result: 'error', status: d.status, message: d.message, generation };
-      return comparedWith({ result: 'agree', status: d.status, message: d.message, generation }, live.status);
+      return {
+        result: d.status === live.status ? 'agree' : 'disagree',
+        status: d.status,
+        message: d.message,
+        generation,
+      };
     });
   }
 
@@ -342,11 +345,6 @@ interface ShadowOutcome {
   message: string;
   /** The shadow generation that answered (its tally counts this decision). */
   generation: number;
-}
-
-/** `s` as compared with the recorded outcome `status` (an error stays an error). */
-function comparedWith(s: ShadowOutcome, status: DecisionStatus): ShadowOutcome {
-  return s.result === 'error' ? s : { ...s, result: s.status === status ? 'agree' : 'disagree' };
 }
 
 /** The deny recorded instead of an allow when budget `l` cannot take its cost. */
