@@ -113,4 +113,14 @@ onceOnly('Shadow thread: ordering of set changes and evaluations', () => {
     await pending;
     expect((await other.evaluate(READ)).error).to.equal('no policy set is loaded on the evaluation thread');
   });
+
+  it('replaces a thread that died while it was being started: the next set loads and answers', async () => {
+    // A set that cannot be sent (structured clone refuses a function) kills the new thread at once.
+    const unsendable = { ...(sets[0] as ThreadSet), data: { f: () => 1 } };
+    expect(await runner.load(unsendable as unknown as ThreadSet)).to.match(/could not be sent/);
+    expect(runner.active).to.equal(false);
+    await runner.load(sets[1] as ThreadSet);
+    expect(await message(runner.evaluate(READ))).to.equal('set two');
+    expect(await runner.thresholdErrors()).to.deep.equal([]);
+  });
 });

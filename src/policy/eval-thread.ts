@@ -79,6 +79,11 @@ class WorkerThread {
   private readonly watch: NodeJS.Timeout;
   private dead = false;
 
+  /** Failed, exited, timed out or terminated: it answers nothing more. */
+  get stopped(): boolean {
+    return this.dead;
+  }
+
   constructor(private readonly onDead: (t: WorkerThread) => void) {
     this.worker = new Worker(new URL('./eval-worker.js', import.meta.url));
     this.worker.on('message', (a: ThreadAnswer) => {
@@ -271,7 +276,8 @@ export class EvaluationThread {
     if (this.closed) return undefined;
     this.set = set;
     let loaded: Promise<string | undefined>;
-    if (this.thread) loaded = this.thread.load(set);
+    // A thread that died (even while it was being started) is replaced, never reused.
+    if (this.thread && !this.thread.stopped) loaded = this.thread.load(set);
     else {
       let started: ReturnType<EvaluationThread['start']>;
       try {
@@ -311,7 +317,7 @@ export class EvaluationThread {
     return new Promise((resolve) => {
       try {
         // A thread that died is replaced here, for the next request (it loads the current set first).
-        const t = (this.thread ??= this.start().thread);
+        const t = this.live();
         t.evaluate(input, set.budgetMs + EVAL_TIMEOUT_MARGIN_MS, (a) =>
           resolve(typeof a === 'string' ? failed(a) : Array.isArray(a) ? failed('unexpected answer') : a),
         );
@@ -333,7 +339,7 @@ export class EvaluationThread {
     if (!set) return Promise.resolve(cannot(NO_SET));
     return new Promise((resolve) => {
       try {
-        const t = (this.thread ??= this.start().thread);
+        const t = this.live();
         t.thresholds(set.budgetMs + EVAL_TIMEOUT_MARGIN_MS, (a) =>
           resolve(Array.isArray(a) ? a : cannot(typeof a === 'string' ? a : 'unexpected answer')),
         );
@@ -351,6 +357,12 @@ export class EvaluationThread {
     this.thread = undefined;
     this.retiring.clear();
     await Promise.all(threads.map((t) => t.terminate()));
+  }
+
+  /** The thread, or a new one (loading the current set first) when there is none or it died. */
+  private live(): WorkerThread {
+    if (!this.thread || this.thread.stopped) this.thread = this.start().thread;
+    return this.thread;
   }
 
   /** A new thread, loading the current set first. */
