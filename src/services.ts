@@ -9,7 +9,7 @@ import type { Logger } from './observability/logger.js';
 import type { Metrics } from './observability/metrics.js';
 import type { RegoCompiler } from './policy/compiler.js';
 import { Explainer } from './policy/explain.js';
-import { LifecycleService, recordedInput } from './policy/lifecycle.js';
+import { LifecycleService, recentRecordedInputs } from './policy/lifecycle.js';
 import { PolicyService } from './policy/service.js';
 import { QueueService } from './queue/service.js';
 import type { Stores } from './storage/stores.js';
@@ -51,11 +51,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
     },
     // A set about to go live is first run on the latest recorded decision inputs (off the
     // serving thread): one that would not finish on them is refused.
-    async (n) =>
-      (await stores.audit.query({ kind: 'decision', limit: n })).flatMap(({ event }) => {
-        const input = recordedInput(event);
-        return input && event.request_id ? [{ requestId: event.request_id, input }] : [];
-      }),
+    (n) => recentRecordedInputs(stores.audit, n),
   );
   const decisions = new DecisionService(policies, stores.decisions, config.queueTtlSeconds, masker, {
     decided: (kind, outcome, seconds) => {

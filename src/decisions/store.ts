@@ -87,6 +87,21 @@ function shadowMarkOf(e: NewAuditEvent): (Omit<ShadowCount, 'n'> & { requestId: 
   };
 }
 
+/**
+ * The decisions of a batch that a shadow set shadowed, as recorded (replays left out), with their
+ * generation: what shadowMarksOf tallies. Empty, and nothing built, when none was.
+ */
+export function shadowedOf(
+  batch: DecisionToRecord[],
+  recorded: ({ replay: unknown } | { event: NewAuditEvent })[],
+): { generation: number; event: NewAuditEvent }[] {
+  if (!batch.some((r) => r.shadowGeneration !== undefined)) return [];
+  return recorded.flatMap((x, i) => {
+    const generation = batch[i]?.shadowGeneration;
+    return 'replay' in x || generation === undefined ? [] : [{ generation, event: x.event }];
+  });
+}
+
 /** The marks of one batch: counts summed per (generation, result, live, shadow), and samples. */
 export function shadowMarksOf(recorded: { generation: number | undefined; event: NewAuditEvent }[]): {
   counts: (ShadowCount & { generation: number })[];

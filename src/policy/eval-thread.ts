@@ -1,5 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import { failClosed, type PolicyDecision } from './evaluator.js';
+import { uncheckedThresholds } from './thresholds.js';
 
 /** What an evaluation thread needs to build the set's Evaluator (all structured-cloneable). */
 export interface ThreadSet {
@@ -335,16 +336,17 @@ export class EvaluationThread {
    */
   thresholdErrors(): Promise<string[]> {
     const set = this.set;
-    const cannot = (why: string) => [`thresholds could not be checked: ${why}`];
-    if (!set) return Promise.resolve(cannot(NO_SET));
+    if (!set) return Promise.resolve(uncheckedThresholds(NO_SET));
     return new Promise((resolve) => {
       try {
         const t = this.live();
         t.thresholds(set.budgetMs + EVAL_TIMEOUT_MARGIN_MS, (a) =>
-          resolve(Array.isArray(a) ? a : cannot(typeof a === 'string' ? a : 'unexpected answer')),
+          resolve(
+            Array.isArray(a) ? a : uncheckedThresholds(typeof a === 'string' ? a : 'unexpected answer'),
+          ),
         );
       } catch (e) {
-        resolve(cannot(`the evaluation thread could not be started: ${(e as Error).message}`));
+        resolve(uncheckedThresholds(`the evaluation thread could not be started: ${(e as Error).message}`));
       }
     });
   }
@@ -385,5 +387,5 @@ export async function thresholdErrorsOn(thread: EvaluationThread, set: ThreadSet
   const loading = thread.load(set);
   const checking = thread.thresholdErrors();
   const unsendable = await loading;
-  return unsendable === undefined ? await checking : [`thresholds could not be checked: ${unsendable}`];
+  return unsendable === undefined ? await checking : uncheckedThresholds(unsendable);
 }

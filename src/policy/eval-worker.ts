@@ -8,6 +8,7 @@
 import { parentPort } from 'node:worker_threads';
 import { Evaluator, failClosed } from './evaluator.js';
 import { NO_SET, type ThreadAnswer, type ThreadRequest } from './eval-thread.js';
+import { uncheckedThresholds } from './thresholds.js';
 
 let evaluator: Evaluator | undefined;
 /** Why the last set could not be loaded here (every evaluation answers an error until the next). */
@@ -42,9 +43,7 @@ async function handle(m: ThreadRequest): Promise<void> {
     case 'thresholds':
       answer({
         id: m.id,
-        thresholdErrors: evaluator
-          ? evaluator.thresholdErrors()
-          : [`thresholds could not be checked: ${loadFailure ?? NO_SET}`],
+        thresholdErrors: evaluator ? evaluator.thresholdErrors() : uncheckedThresholds(loadFailure ?? NO_SET),
       });
       return;
     case 'stop':

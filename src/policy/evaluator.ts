@@ -2,6 +2,7 @@ import { loadPolicy, type LoadedPolicy } from '@open-policy-agent/opa-wasm';
 import { ENTRYPOINT, THRESHOLD_ERRORS } from './compiler.js';
 import type { ThreadSet } from './eval-thread.js';
 import { hostBuiltins, type EvalClock } from './host-builtins.js';
+import { uncheckedThresholds } from './thresholds.js';
 
 export type DecisionStatus = 'allow' | 'requires_approval' | 'deny';
 
@@ -90,11 +91,11 @@ export class Evaluator {
       const r = this.policy.evaluate({}, THRESHOLD_ERRORS) as { result?: unknown }[];
       const errors = r[0]?.result;
       if (!Array.isArray(errors) || !errors.every((e) => typeof e === 'string')) {
-        return ['thresholds could not be checked: threshold_errors is malformed'];
+        return uncheckedThresholds('threshold_errors is malformed');
       }
       return (errors as string[]).sort();
     } catch (e) {
-      return [`thresholds could not be checked: ${errorText(e)}`];
+      return uncheckedThresholds(errorText(e));
     }
   }
 }

@@ -255,6 +255,17 @@ function replayed(d: PolicyDecision | undefined, event: AuditEvent, set: 'live' 
   return d.status;
 }
 
+/** The policy inputs of the `n` most recent decision events, newest first (those that recorded one). */
+export async function recentRecordedInputs(
+  audit: AuditStore,
+  n: number,
+): Promise<{ requestId: string; input: Record<string, unknown> }[]> {
+  return (await audit.query({ kind: 'decision', limit: n })).flatMap(({ event }) => {
+    const input = recordedInput(event);
+    return input && event.request_id ? [{ requestId: event.request_id, input }] : [];
+  });
+}
+
 /** The policy input a decision event recorded (details.input plus details.context), if any. */
 export function recordedInput(event: AuditEvent): Record<string, unknown> | undefined {
   const input = event.details.input;

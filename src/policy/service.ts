@@ -80,7 +80,6 @@ const PREFLIGHT_DECISIONS = 64;
  * the one check thread; `isolated`, an impact candidate, on a thread of its own (not serialized).
  */
 type Check = 'live' | 'candidate' | 'isolated';
-const LIVE: Check = 'live';
 const notFoundOf = (name: string): never => {
   throw notFound(`${name} not found`);
 };
@@ -165,7 +164,7 @@ export class PolicyService {
           dataTree(initial.data),
           snap.revision + 1,
           initial.modules,
-          LIVE,
+          'live',
         );
         const r = await this.store.commit(
           {
@@ -246,7 +245,7 @@ export class PolicyService {
       const ifVersion = expectedVersion(existing, opts.precondition);
       const modules = [...snap.policies.filter((p) => p.name !== name), { name, rego }];
       const module = await this.compileToModule(modules);
-      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1, modules, LIVE);
+      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1, modules, 'live');
       const desc = description ?? existing?.description ?? '';
       if (opts.dryRun) {
         const version = (existing?.version ?? 0) + 1;
@@ -310,7 +309,7 @@ export class PolicyService {
         }
         throw e;
       }
-      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1, remaining, LIVE);
+      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1, remaining, 'live');
       const c = await this.store.commit(
         {
           ...NO_CHANGE,
@@ -360,7 +359,7 @@ export class PolicyService {
         ...snap.data.filter((d) => d.path !== dataPath),
         { path: dataPath, value, updated_at: '' },
       ];
-      const prepared = await this.checked(await this.withData(snap, dataTree(docs)), snap.policies, LIVE);
+      const prepared = await this.checked(await this.withData(snap, dataTree(docs)), snap.policies, 'live');
       const c = await this.store.commit(
         {
           ...NO_CHANGE,
@@ -384,7 +383,7 @@ export class PolicyService {
     const result = await this.changing(async (snap) => {
       if (!snap.data.some((d) => d.path === dataPath)) throw notFound(`data document ${dataPath} not found`);
       const docs = snap.data.filter((d) => d.path !== dataPath);
-      const prepared = await this.checked(await this.withData(snap, dataTree(docs)), snap.policies, LIVE);
+      const prepared = await this.checked(await this.withData(snap, dataTree(docs)), snap.policies, 'live');
       const c = await this.store.commit(
         { ...NO_CHANGE, expectedRevision: snap.revision, deleteData: [dataPath], actor: ctx.actor },
         (revision) => [this.event('data.delete', dataPath, revision, ctx, {})],
@@ -786,7 +785,7 @@ export class PolicyService {
       }
     }
     const module = await this.compileToModule(modules);
-    return this.prepare(module, dataTree(docs), snap.revision + 1, modules, LIVE);
+    return this.prepare(module, dataTree(docs), snap.revision + 1, modules, 'live');
   }
 
   /**
@@ -1052,8 +1051,6 @@ function blobOf<T>(blobs: Map<string, T>, sha: string, what: string): T {
   if (!blobs.has(sha)) throw internal(`history has lost the content of ${what} (${sha})`);
   return blobs.get(sha) as T;
 }
-
-/** `e` if its thresholds are well-formed; else the 400 that names each error and its source. */
 
 function checkName(name: string): void {
   if (!POLICY_NAME.test(name)) {

@@ -22,6 +22,9 @@ export function locateThresholdError(modules: Module[], error: string): string {
   return chosen.length > 0 ? chosen.map((h) => h.at).join(', ') : 'data';
 }
 
+/** The threshold errors of a set whose thresholds could not be checked, saying why: refused. */
+export const uncheckedThresholds = (why: string): string[] => [`thresholds could not be checked: ${why}`];
+
 /** The message of a change refused for its thresholds: each error with its location. */
 export function thresholdErrorMessage(modules: Module[], errors: string[]): string {
   return `invalid confidence thresholds: ${errors

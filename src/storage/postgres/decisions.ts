@@ -11,7 +11,7 @@ import type {
   ShadowTally,
 } from '../../decisions/store.js';
 import type { LimitUse, QueueItem } from '../../queue/types.js';
-import { recordedEvent, SHADOW_SAMPLES, shadowMarksOf } from '../../decisions/store.js';
+import { recordedEvent, SHADOW_SAMPLES, shadowedOf, shadowMarksOf } from '../../decisions/store.js';
 import { decisionFromRow, decisionToRow, queueToRow, type Row } from '../rows.js';
 import { GroupCommit } from '../group-commit.js';
 import type { PgChain } from './chain.js';
@@ -263,14 +263,8 @@ export class PgDecisionStore implements DecisionStore {
       head,
       chosen.flatMap((x) => ('replay' in x ? [] : [x.event])),
     );
-    if (batch.some((r) => r.shadowGeneration !== undefined)) {
-      await recordShadow(
-        c,
-        chosen.flatMap((x, i) =>
-          'replay' in x ? [] : [{ generation: batch[i]?.shadowGeneration, event: x.event }],
-        ),
-      );
-    }
+    const shadowed = shadowedOf(batch, chosen);
+    if (shadowed.length > 0) await recordShadow(c, shadowed);
     let next = 0;
     return chosen.map((x): RecordOutcome =>
       'replay' in x

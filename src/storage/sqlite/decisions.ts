@@ -11,7 +11,7 @@ import type {
   ShadowSample,
   ShadowTally,
 } from '../../decisions/store.js';
-import { recordedEvent, SHADOW_SAMPLES, shadowMarksOf } from '../../decisions/store.js';
+import { recordedEvent, SHADOW_SAMPLES, shadowedOf, shadowMarksOf } from '../../decisions/store.js';
 import type { LimitUse } from '../../queue/types.js';
 import { GroupCommit } from '../group-commit.js';
 import { decisionFromRow, decisionToRow, queueToRow, type Row } from '../rows.js';
@@ -108,13 +108,8 @@ export class DecisionWriter {
         // event of the batch in one append: one chain-head read and one head update per batch.
         const rows = batch.map((r) => this.recordRow(r));
         const events = this.writer.appendInTx(rows.flatMap((x) => ('replay' in x ? [] : [x.event])));
-        if (batch.some((r) => r.shadowGeneration !== undefined)) {
-          this.recordShadow(
-            rows.flatMap((x, i) =>
-              'replay' in x ? [] : [{ generation: batch[i]?.shadowGeneration, event: x.event }],
-            ),
-          );
-        }
+        const shadowed = shadowedOf(batch, rows);
+        if (shadowed.length > 0) this.recordShadow(shadowed);
         let next = 0;
         return rows.map((x): RecordOutcome =>
           'replay' in x
