@@ -47,6 +47,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
         m?.compileDuration.observe(seconds);
       },
       revision: (r) => m?.revision.set(r),
+      shadowInline: (inline) => m?.shadowInline.set(inline ? 1 : 0),
       changed: (revision) => o.policyChanged?.(revision) ?? Promise.resolve(),
     },
     // A set about to go live is first run on the latest recorded decision inputs (off the

@@ -4,6 +4,8 @@ import { onceOnly } from './helpers/backends.js';
 import { REPO } from './helpers/harness.js';
 import { RegoCompiler } from '../src/policy/compiler.js';
 import { EvaluationThread, type ThreadSet } from '../src/policy/eval-thread.js';
+import { Evaluator } from '../src/policy/evaluator.js';
+import { PROVING_DECISIONS, ShadowRunner } from '../src/policy/shadow-runner.js';
 
 const opaBin = process.env.ARBITER_OPA_BIN || path.join(REPO, '.opa-bin', 'opa');
 const denying = (reason: string) =>
@@ -122,5 +124,78 @@ onceOnly('Shadow thread: ordering of set changes and evaluations', () => {
     await runner.load(sets[1] as ThreadSet);
     expect(await message(runner.evaluate(READ))).to.equal('set two');
     expect(await runner.thresholdErrors()).to.deep.equal([]);
+  });
+});
+
+onceOnly('Shadow runner: on its thread until proven, then beside the live set', () => {
+  const compiler = new RegoCompiler(opaBin);
+  let set: ThreadSet;
+  before(async () => {
+    await compiler.init();
+    // Denies reads at once; ~0.1 s on a read of "slow" (1 500² comparisons).
+    const rego = [
+      'package authz.agent',
+      '',
+      'deny contains "reads are off" if input.action == "read"',
+      '',
+      'deny contains "never" if {',
+      '\tinput.resource == "slow"',
+      '\tsome a in data.slow.items',
+      '\tsome b in data.slow.items',
+      '\ta > b',
+      '\tb > a',
+      '}',
+      '',
+    ].join('\n');
+    set = {
+      module: await WebAssembly.compile(await compiler.compile([{ name: 'candidate', rego }])),
+      data: { slow: { items: Array.from({ length: 1500 }, (_, i) => i) } },
+      revision: 1,
+      budgetMs: 10_000,
+    };
+  });
+  after(async () => {
+    await compiler.close();
+  });
+
+  it('moves after enough quick answers in a row, back after a slow one, and then needs twice as many', async () => {
+    const moves: boolean[] = [];
+    const runner = new ShadowRunner((inline) => moves.push(inline));
+    try {
+      const local = () => Evaluator.create(set.module, set.data, set.revision, set.budgetMs);
+      expect(await runner.load(set, await local())).to.equal(undefined);
+      /** Evaluations on the thread until the set moved (a pause of this machine restarts the count). */
+      const proving = async () => {
+        let n = 0;
+        while (!runner.evaluatedInline && n < 20 * PROVING_DECISIONS) {
+          const d = runner.evaluate(READ);
+          expect(d).to.be.instanceOf(Promise);
+          expect((await d).message).to.equal('reads are off');
+          n++;
+        }
+        return n;
+      };
+      expect(await proving()).to.be.at.least(PROVING_DECISIONS);
+      expect(moves).to.deep.equal([true]);
+      // Inline: answered at once, the same answer.
+      const inline = runner.evaluate(READ);
+      expect(inline).to.not.be.instanceOf(Promise);
+      expect((inline as { message: string }).message).to.equal('reads are off');
+      // A slow evaluation is still answered, and sends the set back to its thread.
+      const slow = runner.evaluate({ ...READ, resource: 'slow' });
+      expect((slow as { message: string }).message).to.equal('reads are off');
+      expect(runner.evaluatedInline).to.equal(false);
+      expect(moves).to.deep.equal([true, false]);
+      expect(await proving()).to.be.at.least(2 * PROVING_DECISIONS);
+      expect(moves).to.deep.equal([true, false, true]);
+      // A new set starts on its thread again, proving over the first count.
+      await runner.load(set, await local());
+      expect(runner.evaluatedInline).to.equal(false);
+      expect(moves).to.deep.equal([true, false, true, false]);
+      expect(await proving()).to.be.at.least(PROVING_DECISIONS);
+      expect(moves).to.deep.equal([true, false, true, false, true]);
+    } finally {
+      await runner.close();
+    }
   });
 });

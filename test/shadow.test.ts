@@ -257,6 +257,76 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
     }
   });
 
+  it('evaluates a set proven on its thread beside the live set, and sends it back when an evaluation is slow', async () => {
+    const inlineMetric = async (): Promise<number> => {
+      const r = await call('GET', `${a.engine}/metrics`);
+      const m = /^arbiter_shadow_inline (\d+)$/m.exec(r.text);
+      expect(m, 'arbiter_shadow_inline is exposed').to.not.equal(null);
+      return Number(m?.[1]);
+    };
+    // Denies reads at once; takes ~0.1 s (1 500² comparisons, under the eval budget) on a read of
+    // repo/slow, far over what the serving thread may spend on a shadow evaluation.
+    const candidate = [
+      'package authz.agent',
+      '',
+      'deny contains "reads are switched off" if input.action == "read"',
+      '',
+      'deny contains "never" if {',
+      '\tinput.resource == "repo/slow"',
+      '\tsome a in data.slow.items',
+      '\tsome b in data.slow.items',
+      '\ta > b',
+      '\tb > a',
+      '}',
+      '',
+    ].join('\n');
+    const items = Array.from({ length: 1500 }, (_, i) => i);
+    expect((await call('PUT', `${a.platform}/api/v1/data/slow`, { body: { items } })).status).to.equal(201);
+    try {
+      expect((await putShadow('proving', { rego: candidate })).status).to.equal(201);
+      expect(await inlineMetric()).to.equal(0);
+      // 1 000 decisions in a row answered quickly by its thread prove it (shadow-runner.ts); a
+      // slow answer there (a pause of this machine) starts the count again: send until it moved.
+      let sent = 0;
+      while (sent < 10_000 && (sent < 1000 || (await inlineMetric()) === 0)) {
+        await Promise.all(
+          Array.from({ length: 20 }, (_, i) =>
+            (sent + i) % 2 ? authorize(AGENT.allow, 200) : authorize(AGENT.approval, 202),
+          ),
+        );
+        sent += 20;
+        if (sent < 1000) expect(await inlineMetric(), `after ${sent}`).to.equal(0);
+      }
+      expect(await inlineMetric()).to.equal(1);
+      // Evaluated inline now, and recorded exactly as before.
+      const read = await decisionEvent(await authorize(AGENT.allow, 200));
+      expect(read.details.shadow_result).to.equal('disagree');
+      expect(read.details.shadow).to.deep.equal({ status: 'deny', message: 'reads are switched off' });
+      expect((await decisionEvent(await authorize(AGENT.approval, 202))).details.shadow_result).to.equal(
+        'agree',
+      );
+      // One slow evaluation on the serving thread: back to its own thread, its answer recorded.
+      const slow = { ...AGENT.allow, resource: 'repo/slow' };
+      const first = await decisionEvent(await authorize(slow, 200));
+      expect(first.details.shadow).to.deep.equal({ status: 'deny', message: 'reads are switched off' });
+      expect(await inlineMetric()).to.equal(0);
+      expect((await decisionEvent(await authorize(slow, 200))).details.shadow_result).to.equal('disagree');
+      expect(await inlineMetric()).to.equal(0);
+      expect(await report()).to.deep.include({
+        decisions: sent + 4,
+        agree: sent / 2 + 1,
+        disagree: sent / 2 + 3,
+        errors: 0,
+      });
+      // Dropping the set: nothing is shadowed, on any thread.
+      expect((await dropShadow('proving')).status).to.equal(204);
+      expect(await inlineMetric()).to.equal(0);
+    } finally {
+      await dropShadow('proving');
+      expect((await call('DELETE', `${a.platform}/api/v1/data/slow`)).status).to.be.oneOf([200, 204]);
+    }
+  });
+
   it('counts a shadow evaluation that never finishes as a timeout error, answers live, and restarts its thread', async () => {
     const data = await call('PUT', `${a.platform}/api/v1/data/spin`, { body: { items: SPIN_ITEMS } });
     expect(data.status, data.text).to.equal(201);

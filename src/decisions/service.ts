@@ -189,8 +189,8 @@ export class DecisionService {
       if (prior) return replay(prior, idem.hash);
     }
     const evaluation = this.evaluate(input);
-    // The live answer is fixed; the shadow (if any) is evaluated on its thread. Without a shadow
-    // set nothing is awaited: no extra turn on the authorize path.
+    // The live answer is fixed; the shadow (if any) is evaluated on its thread, or here once
+    // proven. Without a shadow set, or with a proven one, nothing is awaited: no extra turn.
     const shadowing = this.shadow(input, evaluation.decision);
     const shadow = shadowing instanceof Promise ? await shadowing : shadowing;
     const now = new Date();
@@ -274,9 +274,10 @@ export class DecisionService {
 
   /**
    * The shadow set's answer beside the live one (SPEC §11), computed after the live answer is
-   * fixed and never changing it; undefined when no shadow set is active. Evaluated on the shadow
-   * thread: the request is posted before this returns (so a decision made after a shadow change
-   * is answered by the new set); a thread failure or timeout answers an error decision.
+   * fixed and never changing it; undefined when no shadow set is active. A set still proving
+   * itself is evaluated on the shadow thread: the request is posted before this returns (so a
+   * decision made after a shadow change is answered by the new set), and a thread failure or
+   * timeout answers an error decision. A proven set answers at once (shadow-runner.ts).
    */
   private shadow(
     input: Record<string, unknown>,
@@ -290,15 +291,17 @@ export class DecisionService {
         ? undefined
         : { result: 'error', status: 'deny', message: failure, generation };
     }
-    return evaluator.evaluate(input).then((d): ShadowOutcome => {
-      if (d.error) return { result: 'error', status: d.status, message: d.message, generation };
-      return {
-        result: d.status === live.status ? 'agree' : 'disagree',
-        status: d.status,
-        message: d.message,
-        generation,
-      };
-    });
+    const outcome = (d: PolicyDecision): ShadowOutcome =>
+      d.error
+        ? { result: 'error', status: d.status, message: d.message, generation }
+        : {
+            result: d.status === live.status ? 'agree' : 'disagree',
+            status: d.status,
+            message: d.message,
+            generation,
+          };
+    const answered = evaluator.evaluate(input);
+    return answered instanceof Promise ? answered.then(outcome) : outcome(answered);
   }
 
   private maskContext(context: Record<string, unknown>): Record<string, unknown> {

@@ -42,6 +42,12 @@ export function createMetrics() {
       labelNames: ['result'] as const,
       registers: [registry],
     }),
+    shadowInline: new Gauge({
+      name: 'arbiter_shadow_inline',
+      help: 'Processes evaluating the shadow set beside the live set, on the serving thread (it proved itself on its own thread first); 0 while it is evaluated on its own thread, or there is none.',
+      aggregator: 'sum',
+      registers: [registry],
+    }),
     evaluation: new Histogram({
       name: 'arbiter_policy_evaluation_duration_seconds',
       help: 'In-process policy evaluation latency.',

@@ -22,11 +22,11 @@ export type ThreadRequest =
 
 /**
  * Evaluation thread → serving thread: a load done, a batch's answers (`decisions[i]` for
- * `first + i`), or the set's threshold errors.
+ * `first + i`, which took `ms[i]` milliseconds to evaluate), or the set's threshold errors.
  */
 export type ThreadAnswer =
   | { id: number; loaded: true }
-  | { first: number; decisions: PolicyDecision[] }
+  | { first: number; decisions: PolicyDecision[]; ms: number[] }
   | { id: number; thresholdErrors: string[] };
 
 /**
@@ -53,8 +53,11 @@ export const NO_SET = 'no policy set is loaded on the evaluation thread';
 interface Outstanding {
   /** How long the thread may take once it reaches this request. */
   allowance: number;
-  /** The answer (a decision, or threshold errors), or the reason there is none. */
-  settle: (answer: PolicyDecision | string[] | string) => void;
+  /**
+   * The answer (a decision, or threshold errors), or the reason there is none; for a decision,
+   * how long the thread took to evaluate it (ms).
+   */
+  settle: (answer: PolicyDecision | string[] | string, ms?: number) => void;
 }
 
 /**
@@ -97,7 +100,7 @@ class WorkerThread {
         return;
       }
       for (let i = 0; i < a.decisions.length; i++)
-        this.answered(a.first + i, a.decisions[i] as PolicyDecision);
+        this.answered(a.first + i, a.decisions[i] as PolicyDecision, a.ms[i]);
     });
     this.worker.on('error', (e) => this.fail(`the evaluation thread failed: ${e.message}`));
     this.worker.on('exit', (code) => this.fail(`the evaluation thread exited with code ${code}`));
@@ -208,13 +211,13 @@ class WorkerThread {
     this.outstanding.set(id, { allowance, settle });
   }
 
-  private answered(id: number, answer: PolicyDecision | string[] | string): void {
+  private answered(id: number, answer: PolicyDecision | string[] | string, ms?: number): void {
     const o = this.outstanding.get(id);
     if (!o) return;
     this.outstanding.delete(id);
     this.headSince = performance.now();
     if (this.outstanding.size === 0) this.worker.unref();
-    o.settle(answer);
+    o.settle(answer, ms);
   }
 
   private check(): void {
@@ -313,17 +316,31 @@ export class EvaluationThread {
    * is sent before any later set change.
    */
   evaluate(input: unknown): Promise<PolicyDecision> {
+    return this.evaluateTimed(input).then((t) => t.decision);
+  }
+
+  /**
+   * As evaluate(), with how long the thread took to evaluate the input (ms); undefined when it
+   * gave no decision (no set, a thread failure or timeout, an input that could not be sent).
+   */
+  evaluateTimed(input: unknown): Promise<{ decision: PolicyDecision; ms?: number }> {
     const set = this.set;
-    if (!set) return Promise.resolve(failed(NO_SET));
+    if (!set) return Promise.resolve({ decision: failed(NO_SET) });
     return new Promise((resolve) => {
       try {
         // A thread that died is replaced here, for the next request (it loads the current set first).
         const t = this.live();
-        t.evaluate(input, set.budgetMs + EVAL_TIMEOUT_MARGIN_MS, (a) =>
-          resolve(typeof a === 'string' ? failed(a) : Array.isArray(a) ? failed('unexpected answer') : a),
+        t.evaluate(input, set.budgetMs + EVAL_TIMEOUT_MARGIN_MS, (a, ms) =>
+          resolve(
+            typeof a === 'string'
+              ? { decision: failed(a) }
+              : Array.isArray(a)
+                ? { decision: failed('unexpected answer') }
+                : { decision: a, ms },
+          ),
         );
       } catch (e) {
-        resolve(failed(`evaluation could not be sent: ${(e as Error).message}`));
+        resolve({ decision: failed(`evaluation could not be sent: ${(e as Error).message}`) });
       }
     });
   }

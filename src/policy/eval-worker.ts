@@ -32,14 +32,17 @@ async function handle(m: ThreadRequest): Promise<void> {
       }
       answer({ id: m.id, loaded: true });
       return;
-    case 'evaluate':
-      answer({
-        first: m.first,
-        decisions: m.inputs.map((input) =>
-          evaluator ? evaluator.evaluate(input) : failClosed(loadFailure ?? NO_SET),
-        ),
+    case 'evaluate': {
+      const ms: number[] = [];
+      const decisions = m.inputs.map((input) => {
+        const started = performance.now();
+        const d = evaluator ? evaluator.evaluate(input) : failClosed(loadFailure ?? NO_SET);
+        ms.push(performance.now() - started);
+        return d;
       });
+      answer({ first: m.first, decisions, ms });
       return;
+    }
     case 'thresholds':
       answer({
         id: m.id,

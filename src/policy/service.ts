@@ -8,6 +8,7 @@ import { encodeCursor, fetchPage, readCursor, type Page, type PageQuery } from '
 import { CompileError, type Module, type RegoCompiler } from './compiler.js';
 import { Evaluator } from './evaluator.js';
 import { EvaluationThread, THREAD_FAILURE, thresholdErrorsOn } from './eval-thread.js';
+import { ShadowRunner } from './shadow-runner.js';
 import { thresholdErrorMessage } from './thresholds.js';
 import type {
   DataDocument,
@@ -43,6 +44,8 @@ export interface CompileObserver {
    * another process's refresh must be able to run meanwhile.
    */
   changed?(revision: number): Promise<void>;
+  /** The shadow set moved to the serving thread (proven) or back to its own thread, or was dropped. */
+  shadowInline?(inline: boolean): void;
 }
 
 export type PolicyMeta = Omit<PolicyRecord, 'rego'>;
@@ -90,8 +93,8 @@ const notFoundOf = (name: string): never => {
  */
 export class PolicyService {
   private live: Evaluator | undefined;
-  /** The shadow set, evaluated on its own thread (started with the first shadow set). */
-  private readonly shadowThread = new EvaluationThread();
+  /** The shadow set: on its own thread (started with the first shadow set) until proven (shadow-runner.ts). */
+  private readonly shadowRunner: ShadowRunner;
   /**
    * Where a changed set (live or shadow) is checked before it is used (its thresholds; a live one
    * also against recent decisions): its rules are user code, and one that never finishes must not
@@ -115,7 +118,9 @@ export class PolicyService {
     private readonly recentInputs?: (
       n: number,
     ) => Promise<{ requestId: string; input: Record<string, unknown> }[]>,
-  ) {}
+  ) {
+    this.shadowRunner = new ShadowRunner((inline) => observer.shadowInline?.(inline));
+  }
 
   /** The live evaluator; undefined only before start() has loaded a set. */
   get evaluator(): Evaluator | undefined {
@@ -124,10 +129,10 @@ export class PolicyService {
 
   /**
    * The shadow set (SPEC §11), when candidate modules are being shadowed: evaluated on a worker
-   * thread, never on the serving thread.
+   * thread until it has proven itself there, then beside the live set (shadow-runner.ts).
    */
-  get shadowEvaluator(): EvaluationThread | undefined {
-    return this.shadowThread.active ? this.shadowThread : undefined;
+  get shadowEvaluator(): ShadowRunner | undefined {
+    return this.shadowRunner.active ? this.shadowRunner : undefined;
   }
 
   /**
@@ -140,7 +145,7 @@ export class PolicyService {
 
   /** Stops the check and shadow threads; shadow evaluations still waiting count an error. */
   async close(): Promise<void> {
-    await Promise.allSettled([this.checkThread.close(), this.shadowThread.close()]);
+    await Promise.allSettled([this.checkThread.close(), this.shadowRunner.close()]);
   }
 
   /**
@@ -903,7 +908,7 @@ export class PolicyService {
       const shadow = await this.store.shadow();
       this.shadowLoaded = shadow.generation;
       if (shadow.policies.length === 0) {
-        this.shadowThread.clear();
+        this.shadowRunner.clear();
         this.shadowBroken = undefined;
         this.shadowAnswering = shadow.generation;
         return;
@@ -917,12 +922,12 @@ export class PolicyService {
       // The change answers once the thread has loaded it (for a first set, once the thread has
       // started), so that decisions made after it never wait for the load.
       this.shadowBroken = undefined;
-      const loading = this.shadowThread.load(prepared.threadSet);
+      const loading = this.shadowRunner.load(prepared.threadSet, prepared);
       this.shadowAnswering = shadow.generation;
       const unsendable = await loading;
       if (unsendable !== undefined) throw new Error(unsendable);
     } catch (e) {
-      this.shadowThread.clear();
+      this.shadowRunner.clear();
       this.shadowBroken = `the shadow set cannot be evaluated: ${(e as Error).message}`;
       this.shadowAnswering = this.shadowLoaded;
     }

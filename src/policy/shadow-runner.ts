@@ -1,0 +1,113 @@
+import { EvaluationThread, THREAD_FAILURE, type ThreadSet } from './eval-thread.js';
+import type { Evaluator, PolicyDecision } from './evaluator.js';
+
+/**
+ * A new shadow set is evaluated inline once this many decisions in a row were answered by its
+ * thread, each evaluated within INLINE_MAX_MS there (doubled each time it is sent back).
+ */
+export const PROVING_DECISIONS = 1_000;
+/**
+ * The longest a shadow evaluation may take on the serving thread (ms): a slower one, there or
+ * on the thread while proving, sends the set back to its thread or restarts the count. Wall time,
+ * so a pause of the machine can do either; neither changes an answer.
+ */
+export const INLINE_MAX_MS = 5;
+
+/**
+ * Where the shadow set (SPEC §11) is evaluated. A new set starts on its own thread
+ * (eval-thread.ts), where an evaluation that never finishes is stopped and counted as an error
+ * and the serving thread never waits for it. Once the set has answered PROVING_DECISIONS
+ * decisions in a row there, each within INLINE_MAX_MS, it is evaluated on the serving thread, right
+ * after the live set, like the live set: a thread hop costs the decision path more than the
+ * evaluation itself (docs/performance.md). An inline evaluation slower than INLINE_MAX_MS sends it
+ * back to the thread, to prove itself again over twice as many decisions.
+ *
+ * What this leaves (docs/decisions.md): a proven set that never finishes on an input unlike every
+ * one before it stalls the serving thread, as the live set would.
+ */
+export class ShadowRunner {
+  private readonly thread = new EvaluationThread();
+  /** The set's evaluator on the serving thread: evaluating with it once `inline` is set. */
+  private local: Evaluator | undefined;
+  private inline = false;
+  /** Decisions in a row the thread answered within PROVEN_MS (for the current set). */
+  private proven = 0;
+  private required = PROVING_DECISIONS;
+  /** Changes with every set: answers for an earlier set prove nothing about this one. */
+  private epoch = 0;
+
+  /** `moved` is told each time the set moves to the serving thread or away from it. */
+  constructor(private readonly moved?: (inline: boolean) => void) {}
+
+  /** Whether a set is loaded (decisions are shadowed). */
+  get active(): boolean {
+    return this.thread.active;
+  }
+
+  /** Whether the set is evaluated on the serving thread now (proven). */
+  get evaluatedInline(): boolean {
+    return this.inline;
+  }
+
+  /**
+   * Makes the set (`set` for the thread, `local` its evaluator on this thread) the shadow set;
+   * it starts on the thread. Resolves as EvaluationThread.load.
+   */
+  load(set: ThreadSet, local: Evaluator): Promise<string | undefined> {
+    this.reset(local);
+    return this.thread.load(set);
+  }
+
+  /** No shadow set. */
+  clear(): void {
+    this.reset(undefined);
+    this.thread.clear();
+  }
+
+  close(): Promise<void> {
+    this.reset(undefined);
+    return this.thread.close();
+  }
+
+  /**
+   * The shadow set's decision on `input`: at once when evaluated inline, else once its thread
+   * answers (a decision with `error` when there is none). Never throws, never rejects.
+   */
+  evaluate(input: unknown): PolicyDecision | Promise<PolicyDecision> {
+    if (this.inline && this.local) {
+      const started = performance.now();
+      const d = this.local.evaluate(input);
+      if (performance.now() - started > INLINE_MAX_MS) {
+        this.setInline(false);
+        this.proven = 0;
+        this.required *= 2;
+      }
+      return d;
+    }
+    const epoch = this.epoch;
+    return this.thread.evaluateTimed(input).then(({ decision, ms }) => {
+      if (epoch === this.epoch && !this.inline) this.prove(decision, ms);
+      return decision;
+    });
+  }
+
+  private prove(decision: PolicyDecision, ms: number | undefined): void {
+    const within = ms !== undefined && ms <= INLINE_MAX_MS && !decision.reasons.includes(THREAD_FAILURE);
+    this.proven = within ? this.proven + 1 : 0;
+    if (this.proven >= this.required && this.local) this.setInline(true);
+  }
+
+  private setInline(inline: boolean): void {
+    if (this.inline === inline) return;
+    this.inline = inline;
+    this.moved?.(inline);
+  }
+
+  private reset(local: Evaluator | undefined): void {
+    this.epoch++;
+    this.local = local;
+    this.setInline(false);
+    this.proven = 0;
+    this.required = PROVING_DECISIONS;
+  }
+}
