@@ -28,6 +28,8 @@ export interface Config {
   readonly metricsPublic: boolean;
   readonly maxBodyBytes: number;
   readonly evalBudgetMs: number;
+  /** Whether a shadow set that proved itself on its thread is evaluated on the serving thread (ADR 0010). */
+  readonly shadowInline: boolean;
   readonly dbSync: 'full' | 'normal';
   readonly auditMaskFields: readonly string[];
   readonly workers: number;
@@ -67,6 +69,7 @@ const settings = {
   metricsPublic: { env: 'ARBITER_METRICS_PUBLIC', def: 'false', parse: bool },
   maxBodyBytes: { env: 'ARBITER_MAX_BODY_BYTES', def: String(1024 * 1024), parse: positiveInt },
   evalBudgetMs: { env: 'ARBITER_EVAL_BUDGET_MS', def: '250', parse: positiveInt },
+  shadowInline: { env: 'ARBITER_SHADOW_INLINE', def: 'true', parse: bool },
   dbSync: { env: 'ARBITER_DB_SYNC', def: 'full', parse: dbSync },
   auditMaskFields: { env: 'ARBITER_AUDIT_MASK_FIELDS', def: '', parse: list },
   workers: { env: 'ARBITER_WORKERS', def: '1', parse: workers },

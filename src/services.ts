@@ -50,6 +50,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
       shadowInline: (inline) => m?.shadowInline.set(inline ? 1 : 0),
       changed: (revision) => o.policyChanged?.(revision) ?? Promise.resolve(),
     },
+    config.shadowInline,
     // A set about to go live is first run on the latest recorded decision inputs (off the
     // serving thread): one that would not finish on them is refused.
     (n) => recentRecordedInputs(stores.audit, n),

@@ -60,6 +60,7 @@ onEveryBackend('process lifecycle', () => {
       ['ARBITER_LOG_LEVEL', 'loud', /ARBITER_LOG_LEVEL/],
       ['ARBITER_QUEUE_TTL_SECONDS', '0', /ARBITER_QUEUE_TTL_SECONDS/],
       ['ARBITER_METRICS_PUBLIC', 'maybe', /ARBITER_METRICS_PUBLIC/],
+      ['ARBITER_SHADOW_INLINE', 'sometimes', /ARBITER_SHADOW_INLINE/],
       ['ARBITER_ADMIN_KEY', 'short', /ARBITER_ADMIN_KEY/],
     ];
     for (const [name, value, pattern] of cases) {

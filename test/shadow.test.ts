@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { onEveryBackend, TEST_BACKEND } from './helpers/backends.js';
+import { onceOnly, onEveryBackend, TEST_BACKEND } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditCount, auditEvents, call } from './helpers/harness.js';
 import { SPIN, SPIN_ITEMS } from './helpers/policies.js';
@@ -264,8 +264,8 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
       expect(m, 'arbiter_shadow_inline is exposed').to.not.equal(null);
       return Number(m?.[1]);
     };
-    // Denies reads at once; takes ~0.1 s (1 500² comparisons, under the eval budget) on a read of
-    // repo/slow, far over what the serving thread may spend on a shadow evaluation.
+    // Denies reads at once; takes ~25 ms (700² comparisons, well under the eval budget) on a read
+    // of repo/slow, over what the serving thread may spend on a shadow evaluation (5 ms).
     const candidate = [
       'package authz.agent',
       '',
@@ -280,7 +280,7 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
       '}',
       '',
     ].join('\n');
-    const items = Array.from({ length: 1500 }, (_, i) => i);
+    const items = Array.from({ length: 700 }, (_, i) => i);
     expect((await call('PUT', `${a.platform}/api/v1/data/slow`, { body: { items } })).status).to.equal(201);
     try {
       expect((await putShadow('proving', { rego: candidate })).status).to.equal(201);
@@ -306,6 +306,7 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
         'agree',
       );
       // One slow evaluation on the serving thread: back to its own thread, its answer recorded.
+      expect(await inlineMetric()).to.equal(1);
       const slow = { ...AGENT.allow, resource: 'repo/slow' };
       const first = await decisionEvent(await authorize(slow, 200));
       expect(first.details.shadow).to.deep.equal({ status: 'deny', message: 'reads are switched off' });
@@ -440,5 +441,35 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
       await c?.close();
       await b.close();
     }
+  });
+});
+
+// A process setting, no storage of its own: once (SQLite run).
+onceOnly('ARBITER_SHADOW_INLINE=false: the shadow set stays on its own thread', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start({ ARBITER_SHADOW_INLINE: 'false' });
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  it('never moves a proven set to the serving thread', async () => {
+    const put = await call('PUT', `${a.platform}/api/v1/policies/deny-read?mode=shadow`, {
+      body: { rego: DENY_READ },
+    });
+    expect(put.status, put.text).to.equal(201);
+    for (let sent = 0; sent < 1200; sent += 20) {
+      await Promise.all(
+        Array.from({ length: 20 }, async () => {
+          const r = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });
+          expect(r.status, r.text).to.equal(200);
+        }),
+      );
+    }
+    const r = await call('GET', `${a.platform}/api/v1/shadow`);
+    expect(r.json).to.deep.include({ decisions: 1200, disagree: 1200, errors: 0 });
+    const metrics = await call('GET', `${a.engine}/metrics`);
+    expect(metrics.text).to.match(/^arbiter_shadow_inline 0$/m);
   });
 });

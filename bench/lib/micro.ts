@@ -196,10 +196,13 @@ export async function benchDecideLimits(
     }
     const stores = sqliteStores(openDatabase(tempDir('arbiter-bench-limits-'), 'normal'));
     opened.push(stores);
-    const policies = new PolicyService(stores.policies, compiler, 250, {
-      compiled: () => undefined,
-      revision: () => undefined,
-    });
+    const policies = new PolicyService(
+      stores.policies,
+      compiler,
+      250,
+      { compiled: () => undefined, revision: () => undefined },
+      true,
+    );
     opened.push(policies);
     await policies.start(dir, { actor: 'bench', traceId: newTraceId(), requestId: newId() });
     return new DecisionService(policies, stores.decisions, 3600, (d) => d, { decided: () => undefined });

@@ -22,11 +22,12 @@ export type ThreadRequest =
 
 /**
  * Evaluation thread → serving thread: a load done, a batch's answers (`decisions[i]` for
- * `first + i`, which took `ms[i]` milliseconds to evaluate), or the set's threshold errors.
+ * `first + i`, which the set took `ms[i]` milliseconds to give; null when the thread holds no
+ * set that could answer), or the set's threshold errors.
  */
 export type ThreadAnswer =
   | { id: number; loaded: true }
-  | { first: number; decisions: PolicyDecision[]; ms: number[] }
+  | { first: number; decisions: PolicyDecision[]; ms: (number | null)[] }
   | { id: number; thresholdErrors: string[] };
 
 /**
@@ -100,7 +101,7 @@ class WorkerThread {
         return;
       }
       for (let i = 0; i < a.decisions.length; i++)
-        this.answered(a.first + i, a.decisions[i] as PolicyDecision, a.ms[i]);
+        this.answered(a.first + i, a.decisions[i] as PolicyDecision, a.ms[i] ?? undefined);
     });
     this.worker.on('error', (e) => this.fail(`the evaluation thread failed: ${e.message}`));
     this.worker.on('exit', (code) => this.fail(`the evaluation thread exited with code ${code}`));
@@ -248,9 +249,9 @@ class WorkerThread {
 }
 
 /**
- * Evaluates one policy set on a worker thread, off the serving thread: the shadow set (SPEC §11),
- * the two sets of an impact replay, and the threshold check of every new set — untested code
- * that must never stall decisions. The thread is started with the first set and stopped when the set is cleared (it
+ * Evaluates one policy set on a worker thread, off the serving thread: the shadow set (SPEC §11)
+ * until it has proven itself (shadow-runner.ts), the two sets of an impact replay, and the
+ * threshold check of every new set — untested code that must never stall decisions. The thread is started with the first set and stopped when the set is cleared (it
  * answers what it holds first), so that nothing runs while there is no set. Requests and set changes go through
  * one port, in order: an evaluation requested after `load` is answered by that set, waiting in the
  * thread for the load to finish if need be. A failed, exited or stuck thread makes every request
@@ -320,8 +321,9 @@ export class EvaluationThread {
   }
 
   /**
-   * As evaluate(), with how long the thread took to evaluate the input (ms); undefined when it
-   * gave no decision (no set, a thread failure or timeout, an input that could not be sent).
+   * As evaluate(), with how long the set took to evaluate the input (ms); undefined when the set
+   * gave no decision (none loaded or one that could not be loaded, a thread failure or timeout,
+   * an input that could not be sent).
    */
   evaluateTimed(input: unknown): Promise<{ decision: PolicyDecision; ms?: number }> {
     const set = this.set;

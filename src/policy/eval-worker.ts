@@ -33,10 +33,15 @@ async function handle(m: ThreadRequest): Promise<void> {
       answer({ id: m.id, loaded: true });
       return;
     case 'evaluate': {
-      const ms: number[] = [];
+      // No time for an answer the set did not give (it could not be loaded): that proves nothing.
+      const ms: (number | null)[] = [];
       const decisions = m.inputs.map((input) => {
+        if (!evaluator) {
+          ms.push(null);
+          return failClosed(loadFailure ?? NO_SET);
+        }
         const started = performance.now();
-        const d = evaluator ? evaluator.evaluate(input) : failClosed(loadFailure ?? NO_SET);
+        const d = evaluator.evaluate(input);
         ms.push(performance.now() - started);
         return d;
       });

@@ -114,12 +114,17 @@ export class PolicyService {
     private readonly compiler: RegoCompiler,
     private readonly evalBudgetMs: number,
     private readonly observer: CompileObserver,
+    /** Whether a proven shadow set moves to the serving thread (ADR 0010). */
+    shadowInline: boolean,
     /** The policy inputs of the most recent recorded decisions, newest first (the audit trail). */
     private readonly recentInputs?: (
       n: number,
     ) => Promise<{ requestId: string; input: Record<string, unknown> }[]>,
   ) {
-    this.shadowRunner = new ShadowRunner((inline) => observer.shadowInline?.(inline));
+    this.shadowRunner = new ShadowRunner({
+      inline: shadowInline,
+      moved: (inline) => observer.shadowInline?.(inline),
+    });
   }
 
   /** The live evaluator; undefined only before start() has loaded a set. */
@@ -137,7 +142,8 @@ export class PolicyService {
 
   /**
    * The generation of the shadow set that answers a shadow evaluation requested now: the one
-   * last posted to the shadow thread, or the broken one whose decisions count errors.
+   * last loaded (posted to its thread, and evaluated inline once proven), or the broken one
+   * whose decisions count errors.
    */
   get shadowGeneration(): number {
     return this.shadowAnswering;
@@ -916,7 +922,8 @@ export class PolicyService {
       const snap = await this.store.snapshot();
       const modules = shadowModules(snap.policies, shadow.policies);
       const module = await this.compileToModule(modules);
-      // Instantiated here too, to refuse a set whose thresholds are malformed, as before.
+      // Instantiated here too, to refuse a set whose thresholds are malformed, as before; this
+      // instance evaluates the set on the serving thread once it has proven itself on its thread.
       const prepared = await this.prepare(module, dataTree(snap.data), snap.revision, modules);
       // Posted to the shadow thread now: any decision shadowed from here on is answered by this set.
       // The change answers once the thread has loaded it (for a first set, once the thread has

@@ -1,11 +1,13 @@
-import { EvaluationThread, THREAD_FAILURE, type ThreadSet } from './eval-thread.js';
-import type { Evaluator, PolicyDecision } from './evaluator.js';
+import { EvaluationThread, type ThreadSet } from './eval-thread.js';
+import { failClosed, type Evaluator, type PolicyDecision } from './evaluator.js';
 
 /**
  * A new shadow set is evaluated inline once this many decisions in a row were answered by its
- * thread, each evaluated within INLINE_MAX_MS there (doubled each time it is sent back).
+ * thread, each evaluated within INLINE_MAX_MS there (doubled each time it is sent back, up to
+ * MAX_PROVING_DECISIONS).
  */
 export const PROVING_DECISIONS = 1_000;
+const MAX_PROVING_DECISIONS = 64_000;
 /**
  * The longest a shadow evaluation may take on the serving thread (ms): a slower one, there or
  * on the thread while proving, sends the set back to its thread or restarts the count. Wall time,
@@ -17,27 +19,35 @@ export const INLINE_MAX_MS = 5;
  * Where the shadow set (SPEC §11) is evaluated. A new set starts on its own thread
  * (eval-thread.ts), where an evaluation that never finishes is stopped and counted as an error
  * and the serving thread never waits for it. Once the set has answered PROVING_DECISIONS
- * decisions in a row there, each within INLINE_MAX_MS, it is evaluated on the serving thread, right
- * after the live set, like the live set: a thread hop costs the decision path more than the
+ * decisions in a row there, each within INLINE_MAX_MS, it is evaluated on the serving thread,
+ * right after the live set, like the live set: a thread hop costs the decision path more than the
  * evaluation itself (docs/performance.md). An inline evaluation slower than INLINE_MAX_MS sends it
- * back to the thread, to prove itself again over twice as many decisions.
+ * back to the thread, to prove itself again over twice as many decisions. A new set (any shadow
+ * or live change rebuilds it) starts over on the thread, with the first count.
  *
- * What this leaves (docs/decisions.md): a proven set that never finishes on an input unlike every
- * one before it stalls the serving thread, as the live set would.
+ * What this leaves (docs/adr/0010): a proven set that never finishes on an input unlike every one
+ * before it stalls the serving thread, as the live set would. `inline: false` keeps every
+ * evaluation on the thread.
  */
 export class ShadowRunner {
   private readonly thread = new EvaluationThread();
   /** The set's evaluator on the serving thread: evaluating with it once `inline` is set. */
   private local: Evaluator | undefined;
   private inline = false;
-  /** Decisions in a row the thread answered within PROVEN_MS (for the current set). */
+  /** Decisions in a row the thread answered within INLINE_MAX_MS (for the current set). */
   private proven = 0;
   private required = PROVING_DECISIONS;
   /** Changes with every set: answers for an earlier set prove nothing about this one. */
   private epoch = 0;
 
-  /** `moved` is told each time the set moves to the serving thread or away from it. */
-  constructor(private readonly moved?: (inline: boolean) => void) {}
+  constructor(
+    private readonly options: {
+      /** Whether a proven set moves to the serving thread (ARBITER_SHADOW_INLINE). */
+      inline: boolean;
+      /** Told each time the set moves to the serving thread or away from it. */
+      moved?: (inline: boolean) => void;
+    },
+  ) {}
 
   /** Whether a set is loaded (decisions are shadowed). */
   get active(): boolean {
@@ -76,31 +86,41 @@ export class ShadowRunner {
   evaluate(input: unknown): PolicyDecision | Promise<PolicyDecision> {
     if (this.inline && this.local) {
       const started = performance.now();
-      const d = this.local.evaluate(input);
+      let d: PolicyDecision;
+      try {
+        d = this.local.evaluate(input);
+      } catch (e) {
+        // Evaluator.evaluate never throws; should it, the shadow counts an error, never the decision.
+        d = failClosed(`shadow evaluation failed: ${(e as Error).message}`);
+      }
       if (performance.now() - started > INLINE_MAX_MS) {
         this.setInline(false);
         this.proven = 0;
-        this.required *= 2;
+        this.required = Math.min(this.required * 2, MAX_PROVING_DECISIONS);
       }
       return d;
     }
     const epoch = this.epoch;
     return this.thread.evaluateTimed(input).then(({ decision, ms }) => {
-      if (epoch === this.epoch && !this.inline) this.prove(decision, ms);
+      if (epoch === this.epoch && !this.inline) this.prove(ms);
       return decision;
     });
   }
 
-  private prove(decision: PolicyDecision, ms: number | undefined): void {
-    const within = ms !== undefined && ms <= INLINE_MAX_MS && !decision.reasons.includes(THREAD_FAILURE);
-    this.proven = within ? this.proven + 1 : 0;
-    if (this.proven >= this.required && this.local) this.setInline(true);
+  /** Counts one answer of the thread: `ms` is undefined when the set itself gave none. */
+  private prove(ms: number | undefined): void {
+    this.proven = ms !== undefined && ms <= INLINE_MAX_MS ? this.proven + 1 : 0;
+    if (this.proven >= this.required && this.local && this.options.inline) this.setInline(true);
   }
 
   private setInline(inline: boolean): void {
     if (this.inline === inline) return;
     this.inline = inline;
-    this.moved?.(inline);
+    try {
+      this.options.moved?.(inline);
+    } catch {
+      // An observer's fault changes nothing here.
+    }
   }
 
   private reset(local: Evaluator | undefined): void {
