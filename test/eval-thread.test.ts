@@ -6,6 +6,7 @@ import { RegoCompiler } from '../src/policy/compiler.js';
 import { EvaluationThread, type ThreadSet } from '../src/policy/eval-thread.js';
 import { Evaluator } from '../src/policy/evaluator.js';
 import { PROVING_DECISIONS, ShadowRunner } from '../src/policy/shadow-runner.js';
+import { denyReadsSlowOn, SLOW_ITEMS } from './helpers/policies.js';
 
 const opaBin = process.env.ARBITER_OPA_BIN || path.join(REPO, '.opa-bin', 'opa');
 const denying = (reason: string) =>
@@ -132,24 +133,10 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
   let set: ThreadSet;
   before(async () => {
     await compiler.init();
-    // Denies reads at once; ~5–20 ms on a read of "slow" (700² comparisons).
-    const rego = [
-      'package authz.agent',
-      '',
-      'deny contains "reads are off" if input.action == "read"',
-      '',
-      'deny contains "never" if {',
-      '\tinput.resource == "slow"',
-      '\tsome a in data.slow.items',
-      '\tsome b in data.slow.items',
-      '\ta > b',
-      '\tb > a',
-      '}',
-      '',
-    ].join('\n');
+    const rego = denyReadsSlowOn('reads are off', 'slow');
     set = {
       module: await WebAssembly.compile(await compiler.compile([{ name: 'candidate', rego }])),
-      data: { slow: { items: Array.from({ length: 700 }, (_, i) => i) } },
+      data: { slow: { items: SLOW_ITEMS } },
       revision: 1,
       budgetMs: 10_000,
     };

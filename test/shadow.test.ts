@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { onceOnly, onEveryBackend, TEST_BACKEND } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditCount, auditEvents, call } from './helpers/harness.js';
-import { SPIN, SPIN_ITEMS } from './helpers/policies.js';
+import { denyReadsSlowOn, SLOW_ITEMS, SPIN, SPIN_ITEMS } from './helpers/policies.js';
 
 /** A candidate that denies every read (the AGENT.allow example); its deny rule is on row 3. */
 const DENY_READ = 'package authz.agent\n\ndeny contains "reads are switched off" if input.action == "read"\n';
@@ -266,22 +266,9 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
     };
     // Denies reads at once; takes ~25 ms (700² comparisons, well under the eval budget) on a read
     // of repo/slow, over what the serving thread may spend on a shadow evaluation (5 ms).
-    const candidate = [
-      'package authz.agent',
-      '',
-      'deny contains "reads are switched off" if input.action == "read"',
-      '',
-      'deny contains "never" if {',
-      '\tinput.resource == "repo/slow"',
-      '\tsome a in data.slow.items',
-      '\tsome b in data.slow.items',
-      '\ta > b',
-      '\tb > a',
-      '}',
-      '',
-    ].join('\n');
-    const items = Array.from({ length: 700 }, (_, i) => i);
-    expect((await call('PUT', `${a.platform}/api/v1/data/slow`, { body: { items } })).status).to.equal(201);
+    const candidate = denyReadsSlowOn('reads are switched off', 'repo/slow');
+    const data = await call('PUT', `${a.platform}/api/v1/data/slow`, { body: { items: SLOW_ITEMS } });
+    expect(data.status, data.text).to.equal(201);
     try {
       expect((await putShadow('proving', { rego: candidate })).status).to.equal(201);
       expect(await inlineMetric()).to.equal(0);

@@ -36,3 +36,27 @@ export const SPIN_THRESHOLDS = [
   '}',
   '',
 ].join('\n');
+
+/** `data.slow.items` for SLOW_ON: 0..699. */
+export const SLOW_ITEMS = Array.from({ length: 700 }, (_, i) => i);
+
+/**
+ * A package that denies reads at once (with `reason`), and takes ~25 ms more (700² comparisons
+ * over SLOW_ITEMS, a deny that never holds) on a request for `resource`: slower than the shadow
+ * set may be on the serving thread (5 ms), well within the eval budget.
+ */
+export const denyReadsSlowOn = (reason: string, resource: string): string =>
+  [
+    'package authz.agent',
+    '',
+    `deny contains "${reason}" if input.action == "read"`,
+    '',
+    'deny contains "never" if {',
+    `\tinput.resource == "${resource}"`,
+    '\tsome a in data.slow.items',
+    '\tsome b in data.slow.items',
+    '\ta > b',
+    '\tb > a',
+    '}',
+    '',
+  ].join('\n');
