@@ -197,21 +197,53 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
 
   it('never moves a set whose thread could not load it, nor when moving is switched off', async () => {
     // The thread's copy cannot be loaded (a BigInt has no JSON), while this thread's evaluator
-    // works: the thread's error answers prove nothing.
+    // works: the thread's error answers prove nothing. `control` is the same set, free to move.
     const broken = new ShadowRunner({ inline: true });
     const off = new ShadowRunner({ inline: false });
+    const control = new ShadowRunner({ inline: true });
     try {
       await broken.load({ ...set, data: { n: 1n } }, await local());
       await off.load(set, await local());
-      for (let i = 0; i < PROVING_DECISIONS + 100; i++) {
-        const [b, o] = await Promise.all([broken.evaluate(READ), off.evaluate(READ)]);
+      await control.load(set, await local());
+      let n = 0;
+      while (!control.evaluatedInline && n < 20 * PROVING_DECISIONS) {
+        const [b, o] = await Promise.all([broken.evaluate(READ), off.evaluate(READ), control.evaluate(READ)]);
         expect(b.error).to.match(/could not be loaded on the evaluation thread/);
         expect(o.message).to.equal('reads are off');
+        n++;
       }
+      expect(control.evaluatedInline).to.equal(true);
       expect(broken.evaluatedInline).to.equal(false);
       expect(off.evaluatedInline).to.equal(false);
     } finally {
-      await Promise.all([broken.close(), off.close()]);
+      await Promise.all([broken.close(), off.close(), control.close()]);
+    }
+  });
+
+  it('answers an error, never throws, when the inline evaluator throws or the observer does', async () => {
+    const runner = new ShadowRunner({
+      inline: true,
+      moved: () => {
+        throw new Error('observer fault');
+      },
+    });
+    try {
+      let calls = 0;
+      const throwing = {
+        evaluate: () => {
+          calls++;
+          throw new Error('boom');
+        },
+      } as unknown as Evaluator;
+      await runner.load(set, throwing);
+      // Proven on the thread (the real set) despite the observer's faults.
+      expect(await proving(runner)).to.be.at.least(PROVING_DECISIONS);
+      const d = runner.evaluate(READ);
+      expect(d).to.not.be.instanceOf(Promise);
+      expect((d as { error?: string }).error).to.equal('shadow evaluation failed: boom');
+      expect(calls).to.equal(1);
+    } finally {
+      await runner.close();
     }
   });
 });

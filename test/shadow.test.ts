@@ -447,12 +447,12 @@ onceOnly('ARBITER_SHADOW_INLINE=false: the shadow set stays on its own thread', 
     await a.close();
   });
 
-  it('never moves a proven set to the serving thread', async () => {
+  it('never moves a proven set to the serving thread (twice the decisions that prove one)', async () => {
     const put = await call('PUT', `${a.platform}/api/v1/policies/deny-read?mode=shadow`, {
       body: { rego: DENY_READ },
     });
     expect(put.status, put.text).to.equal(201);
-    for (let sent = 0; sent < 1200; sent += 20) {
+    for (let sent = 0; sent < 2000; sent += 20) {
       await Promise.all(
         Array.from({ length: 20 }, async () => {
           const r = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });
@@ -461,7 +461,7 @@ onceOnly('ARBITER_SHADOW_INLINE=false: the shadow set stays on its own thread', 
       );
     }
     const r = await call('GET', `${a.platform}/api/v1/shadow`);
-    expect(r.json).to.deep.include({ decisions: 1200, disagree: 1200, errors: 0 });
+    expect(r.json).to.deep.include({ decisions: 2000, disagree: 2000, errors: 0 });
     const metrics = await call('GET', `${a.engine}/metrics`);
     expect(metrics.text).to.match(/^arbiter_shadow_inline 0$/m);
   });

@@ -91,7 +91,7 @@ export class ShadowRunner {
         d = this.local.evaluate(input);
       } catch (e) {
         // Evaluator.evaluate never throws; should it, the shadow counts an error, never the decision.
-        d = failClosed(`shadow evaluation failed: ${(e as Error).message}`);
+        d = failClosed(`shadow evaluation failed: ${e instanceof Error ? e.message : String(e)}`);
       }
       if (performance.now() - started > INLINE_MAX_MS) {
         this.setInline(false);
@@ -125,7 +125,8 @@ export class ShadowRunner {
 
   private reset(local: Evaluator | undefined): void {
     this.epoch++;
-    this.local = local;
+    // Switched off, the set never moves: no copy of it is kept here.
+    this.local = this.options.inline ? local : undefined;
     this.setInline(false);
     this.proven = 0;
     this.required = PROVING_DECISIONS;
