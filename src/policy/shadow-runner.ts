@@ -85,15 +85,16 @@ export class ShadowRunner {
    */
   evaluate(input: unknown): PolicyDecision | Promise<PolicyDecision> {
     if (this.inline && this.local) {
-      const started = performance.now();
       let d: PolicyDecision;
+      let ms = 0;
       try {
         d = this.local.evaluate(input);
+        ms = this.local.lastMs;
       } catch (e) {
         // Evaluator.evaluate never throws; should it, the shadow counts an error, never the decision.
         d = failClosed(`shadow evaluation failed: ${e instanceof Error ? e.message : String(e)}`);
       }
-      if (performance.now() - started > INLINE_MAX_MS) {
+      if (ms > INLINE_MAX_MS) {
         this.setInline(false);
         this.proven = 0;
         this.required = Math.min(this.required * 2, MAX_PROVING_DECISIONS);
@@ -110,7 +111,8 @@ export class ShadowRunner {
   /** Counts one answer of the thread: `ms` is undefined when the set itself gave none. */
   private prove(ms: number | undefined): void {
     this.proven = ms !== undefined && ms <= INLINE_MAX_MS ? this.proven + 1 : 0;
-    if (this.proven >= this.required && this.local && this.options.inline) this.setInline(true);
+    // No `local` when moving is switched off (reset): the set stays on its thread.
+    if (this.proven >= this.required && this.local) this.setInline(true);
   }
 
   private setInline(inline: boolean): void {
