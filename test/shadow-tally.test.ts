@@ -11,17 +11,23 @@ const event = (id: string, outcome: string, result?: string, shadow?: string) =>
     ...(shadow ? { shadow: { status: shadow, message: 'm' } } : {}),
   },
 });
+type Live = 'allow' | 'requires_approval' | 'deny';
+/** A shadowed event whose live policy answer is its outcome (no budget replaced it). */
+const shadowed = (generation: number, id: string, outcome: Live, result?: string, shadow?: string) => ({
+  generation,
+  live: outcome,
+  event: event(id, outcome, result, shadow),
+});
 
 // What one batch adds to the shadow report's tallies (the stores write exactly this).
 onceOnly('Shadow tallies of a batch', () => {
-  it('sums counts per generation, result, outcome and shadow status, and skips unshadowed decisions', () => {
+  it('sums counts per generation, result, live answer and shadow status, and skips events without a result', () => {
     const { counts, samples } = shadowMarksOf([
-      { generation: 3, event: event('a', 'allow', 'disagree', 'deny') },
-      { generation: 3, event: event('b', 'allow', 'agree') },
-      { generation: 3, event: event('c', 'allow', 'disagree', 'deny') },
-      { generation: 4, event: event('d', 'deny', 'error', 'deny') },
-      { generation: undefined, event: event('e', 'allow', 'agree') },
-      { generation: 3, event: event('f', 'allow') },
+      shadowed(3, 'a', 'allow', 'disagree', 'deny'),
+      shadowed(3, 'b', 'allow', 'agree'),
+      shadowed(3, 'c', 'allow', 'disagree', 'deny'),
+      shadowed(4, 'd', 'deny', 'error', 'deny'),
+      shadowed(3, 'f', 'allow'),
     ]);
     expect(counts).to.deep.equal([
       { generation: 3, result: 'disagree', live: 'allow', shadow: 'deny', n: 2 },
@@ -34,15 +40,21 @@ onceOnly('Shadow tallies of a batch', () => {
     ]);
   });
 
-  it('writes only the newest disagreements of each generation that the store keeps', () => {
-    const many = Array.from({ length: SHADOW_SAMPLES + 5 }, (_, i) => ({
-      generation: 7,
-      event: event(`r${i}`, 'allow', 'disagree', 'deny'),
-    }));
+  it("counts a budget's deny as the live policy's allow it replaced, as the result was computed", () => {
     const { counts, samples } = shadowMarksOf([
-      ...many,
-      { generation: 8, event: event('x', 'deny', 'disagree', 'allow') },
+      { generation: 5, live: 'allow', event: event('g', 'deny', 'disagree', 'deny') },
     ]);
+    expect(counts).to.deep.equal([
+      { generation: 5, result: 'disagree', live: 'allow', shadow: 'deny', n: 1 },
+    ]);
+    expect(samples).to.deep.equal([{ generation: 5, request_id: 'g', live: 'allow', shadow: 'deny' }]);
+  });
+
+  it('writes only the newest disagreements of each generation that the store keeps', () => {
+    const many = Array.from({ length: SHADOW_SAMPLES + 5 }, (_, i) =>
+      shadowed(7, `r${i}`, 'allow', 'disagree', 'deny'),
+    );
+    const { counts, samples } = shadowMarksOf([...many, shadowed(8, 'x', 'deny', 'disagree', 'allow')]);
     expect(counts[0]).to.include({ generation: 7, n: SHADOW_SAMPLES + 5 });
     expect(samples.filter((x) => x.generation === 7).map((x) => x.request_id)).to.deep.equal(
       many.slice(5).map((m) => m.event.request_id),

@@ -233,6 +233,36 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
     expectError(await dropShadow('deny-read'), 404);
   });
 
+  it("compares a budget's deny as the live policy's allow it replaced, as impact replay compares policies", async () => {
+    // A live module giving reads that say so a budget of one a day: the second is denied by it.
+    const LIMIT =
+      'package authz.agent\n\nlimits contains {"key": "shadow-test-reads", "window": "24h", "max": 1} if input.context.budgeted == true\n';
+    const put = await call('PUT', `${a.platform}/api/v1/policies/shadow-budget`, { body: { rego: LIMIT } });
+    expect(put.status, put.text).to.equal(201);
+    expect((await putShadow('deny-read', { rego: DENY_READ })).status).to.equal(201);
+    try {
+      const body = { ...AGENT.allow, context: { budgeted: true } };
+      const first = await authorize(body, 200);
+      const second = await authorize(body, 403);
+      const e2 = await decisionEvent(second);
+      expect(e2.outcome).to.equal('deny');
+      expect(e2.details.reasons).to.deep.equal(['limit_exhausted']);
+      expect(e2.details.shadow_result).to.equal('disagree');
+      expect(e2.details.shadow).to.deep.equal({ status: 'deny', message: 'reads are switched off' });
+      const r = await report();
+      expect(r).to.deep.include({ decisions: 2, agree: 0, disagree: 2, errors: 0 });
+      // Not "deny→deny": the policies disagreed, and the budget's deny replaced the live allow.
+      expect(r.changes).to.deep.equal({ 'allow→deny': 2 });
+      expect(r.samples).to.deep.equal([
+        { request_id: second, live: 'allow', shadow: 'deny' },
+        { request_id: first, live: 'allow', shadow: 'deny' },
+      ]);
+    } finally {
+      expect((await dropShadow('deny-read')).status).to.equal(204);
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/shadow-budget`)).status).to.equal(204);
+    }
+  });
+
   it('answers a decision made right after a shadow change with the new set, also while its thread starts', async () => {
     const shadowOf = async (body: unknown, status: number) =>
       (await decisionEvent(await authorize(body, status))).details.shadow_result as string | undefined;

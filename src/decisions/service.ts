@@ -236,7 +236,7 @@ export class DecisionService {
         item: chosen.item,
         idemSince: idem?.since ?? idempotencySince(),
         charge,
-        shadowGeneration: shadow?.generation,
+        shadow: shadow ? { generation: shadow.generation, live: evaluation.decision.status } : undefined,
       });
     } catch {
       // Fail closed: an unrecorded decision is never answered, least of all with allow.

@@ -37,8 +37,20 @@ export interface DecisionToRecord {
    * first exhausted limit i) is recorded instead of `decision`.
    */
   charge?: LimitCharge | undefined;
-  /** The generation of the shadow set that shadowed this decision, if one did (SPEC §11). */
-  shadowGeneration?: number | undefined;
+  /** Set when a shadow set shadowed this decision (SPEC §11). */
+  shadow?: ShadowedBy | undefined;
+}
+
+/** Which shadow set shadowed a decision, and against what. */
+export interface ShadowedBy {
+  /** The shadow generation that answered (its tally counts this decision). */
+  generation: number;
+  /**
+   * The live policy set's answer the shadow's was compared with. It differs from the recorded
+   * outcome only when a budget turned an allow into a deny: shadow mode compares policies, as
+   * impact replay does, so that case counts as the policy's allow.
+   */
+  live: 'allow' | 'requires_approval' | 'deny';
 }
 
 /** How many disagreements of a shadow generation a store keeps as samples (the newest). */
@@ -71,47 +83,55 @@ export interface ShadowSample {
 }
 
 /**
- * What a recorded decision event adds to its shadow generation's tally: its shadow result, the
- * outcome recorded (a budget's deny when one replaced the allow) and the shadow's status, as the
- * event itself says them. Undefined for an event that was not shadowed.
+ * What a recorded decision event adds to its shadow generation's tally: its shadow result and the
+ * shadow's status as the event says them, and `live`, the live policy set's answer they were
+ * compared with (ShadowedBy.live). Undefined for an event that was not shadowed.
  */
-function shadowMarkOf(e: NewAuditEvent): (Omit<ShadowCount, 'n'> & { requestId: string }) | undefined {
+function shadowMarkOf(
+  e: NewAuditEvent,
+  live: string,
+): (Omit<ShadowCount, 'n'> & { requestId: string }) | undefined {
   const result = e.details?.shadow_result;
   if (result !== 'agree' && result !== 'disagree' && result !== 'error') return undefined;
   const shadow = (e.details?.shadow as { status?: unknown } | undefined)?.status;
   return {
     result,
-    live: e.outcome ?? 'unknown',
+    live,
     shadow: typeof shadow === 'string' ? shadow : 'unknown',
     requestId: e.request_id ?? '',
   };
 }
 
 /**
- * The decisions of a batch that a shadow set shadowed, as recorded (replays left out), with their
- * generation: what shadowMarksOf tallies. Empty, and nothing built, when none was.
+ * The decisions of a batch that a shadow set shadowed, as recorded (replays left out), with
+ * their generation and live answer: what shadowMarksOf tallies. Empty, and nothing built, when
+ * none was.
  */
 export function shadowedOf(
   batch: DecisionToRecord[],
   recorded: ({ replay: unknown } | { event: NewAuditEvent })[],
-): { generation: number; event: NewAuditEvent }[] {
-  if (!batch.some((r) => r.shadowGeneration !== undefined)) return [];
+): ShadowedEvent[] {
+  if (!batch.some((r) => r.shadow !== undefined)) return [];
   return recorded.flatMap((x, i) => {
-    const generation = batch[i]?.shadowGeneration;
-    return 'replay' in x || generation === undefined ? [] : [{ generation, event: x.event }];
+    const shadow = batch[i]?.shadow;
+    return 'replay' in x || shadow === undefined ? [] : [{ ...shadow, event: x.event }];
   });
 }
 
+/** A recorded event that a shadow set shadowed. */
+export interface ShadowedEvent extends ShadowedBy {
+  event: NewAuditEvent;
+}
+
 /** The marks of one batch: counts summed per (generation, result, live, shadow), and samples. */
-export function shadowMarksOf(recorded: { generation: number | undefined; event: NewAuditEvent }[]): {
+export function shadowMarksOf(recorded: ShadowedEvent[]): {
   counts: (ShadowCount & { generation: number })[];
   samples: (ShadowSample & { generation: number })[];
 } {
   const counts = new Map<string, ShadowCount & { generation: number }>();
   const samples: (ShadowSample & { generation: number })[] = [];
-  for (const { generation, event } of recorded) {
-    if (generation === undefined) continue;
-    const m = shadowMarkOf(event);
+  for (const { generation, live, event } of recorded) {
+    const m = shadowMarkOf(event, live);
     if (!m) continue;
     const k = `${generation}\n${m.result}\n${m.live}\n${m.shadow}`;
     const c = counts.get(k);

@@ -310,7 +310,12 @@ const shadowReportSchema = {
     agree: { type: 'integer' },
     disagree: { type: 'integer' },
     errors: { type: 'integer' },
-    changes: { type: 'object', additionalProperties: { type: 'integer' } },
+    changes: {
+      type: 'object',
+      additionalProperties: { type: 'integer' },
+      description:
+        'disagreements per "live→shadow" pair of answers; live is the live policy set\'s answer, so a budget\'s deny counts as the allow it replaced',
+    },
     samples: {
       type: 'array',
       maxItems: 20,
