@@ -48,6 +48,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
       },
       revision: (r) => m?.revision.set(r),
       shadowInline: (inline) => m?.shadowInline.set(inline ? 1 : 0),
+      shadowSentBack: () => m?.shadowSentBack.inc(),
       changed: (revision) => o.policyChanged?.(revision) ?? Promise.resolve(),
     },
     config.shadowInline,

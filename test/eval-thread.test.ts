@@ -161,7 +161,14 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
 
   it('moves after enough quick answers in a row, back after a slow one, and then needs twice as many', async () => {
     const moves: boolean[] = [];
-    const runner = new ShadowRunner({ inline: true, moved: (inline) => moves.push(inline) });
+    let sentBack = 0;
+    const runner = new ShadowRunner({
+      inline: true,
+      moved: (inline) => moves.push(inline),
+      sentBack: () => sentBack++,
+    });
+    /** Each move back so far, but those of a new set, was a send-back (a slow evaluation inline). */
+    const backs = () => moves.filter((inline) => !inline).length;
     try {
       expect(await runner.load(set, await local())).to.equal(undefined);
       // Slow inputs on the thread: answered, but they restart the count.
@@ -180,12 +187,16 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
       expect((slow as { message: string }).message).to.equal('reads are off');
       expect(runner.evaluatedInline).to.equal(false);
       expect(moves.slice(-2)).to.deep.equal([true, false]);
+      expect(sentBack).to.be.at.least(1);
+      expect(sentBack).to.equal(backs());
       expect(await proving(runner)).to.be.at.least(2 * PROVING_DECISIONS);
       expect(moves.at(-1)).to.equal(true);
-      // A new set starts on its thread again; clearing it leaves nothing inline.
+      // A new set starts on its thread again (a move, not a send-back); clearing it leaves nothing inline.
+      const sentBefore = sentBack;
       await runner.load(set, await local());
       expect(runner.evaluatedInline).to.equal(false);
       expect(moves.at(-1)).to.equal(false);
+      expect(sentBack).to.equal(sentBefore);
       expect(await proving(runner)).to.be.at.least(PROVING_DECISIONS);
       runner.clear();
       expect(runner.evaluatedInline).to.equal(false);

@@ -288,12 +288,14 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
   });
 
   it('evaluates a set proven on its thread beside the live set, and sends it back when an evaluation is slow', async () => {
-    const inlineMetric = async (): Promise<number> => {
+    const metric = async (name: string): Promise<number> => {
       const r = await call('GET', `${a.engine}/metrics`);
-      const m = /^arbiter_shadow_inline (\d+)$/m.exec(r.text);
-      expect(m, 'arbiter_shadow_inline is exposed').to.not.equal(null);
+      const m = new RegExp(`^${name} (\\d+)$`, 'm').exec(r.text);
+      expect(m, `${name} is exposed`).to.not.equal(null);
       return Number(m?.[1]);
     };
+    const inlineMetric = () => metric('arbiter_shadow_inline');
+    const sentBackMetric = () => metric('arbiter_shadow_sent_back_total');
     // Denies reads at once; takes ~25 ms (700² comparisons, well under the eval budget) on a read
     // of repo/slow, over what the serving thread may spend on a shadow evaluation (5 ms).
     const candidate = denyReadsSlowOn('reads are switched off', 'repo/slow');
@@ -330,10 +332,12 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
       // One slow evaluation on the serving thread: back to its own thread, its answer recorded.
       // (Should a pause of this machine have sent it back meanwhile, it proves itself again first.)
       await untilInline(0);
+      const sentBackBefore = await sentBackMetric();
       const slow = { ...AGENT.allow, resource: 'repo/slow' };
       const first = await decisionEvent(await authorize(slow, 200));
       expect(first.details.shadow).to.deep.equal({ status: 'deny', message: 'reads are switched off' });
       expect(await inlineMetric()).to.equal(0);
+      expect(await sentBackMetric()).to.be.above(sentBackBefore);
       expect((await decisionEvent(await authorize(slow, 200))).details.shadow_result).to.equal('disagree');
       expect(await inlineMetric()).to.equal(0);
       expect(await report()).to.deep.include({

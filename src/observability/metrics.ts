@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { INLINE_MAX_MS } from '../policy/shadow-runner.js';
 
 /**
  * One registry per process. Label values are bounded: route templates (never raw paths or ids),
@@ -46,6 +47,11 @@ export function createMetrics() {
       name: 'arbiter_shadow_inline',
       help: 'Processes evaluating the shadow set beside the live set, on the serving thread (it proved itself on its own thread first); 0 while it is evaluated on its own thread, or there is none.',
       aggregator: 'sum',
+      registers: [registry],
+    }),
+    shadowSentBack: new Counter({
+      name: 'arbiter_shadow_sent_back_total',
+      help: `Times a proven shadow set was sent back to its own thread because one evaluation beside the live set took longer than ${INLINE_MAX_MS} ms.`,
       registers: [registry],
     }),
     evaluation: new Histogram({

@@ -46,6 +46,8 @@ export interface CompileObserver {
   changed?(revision: number): Promise<void>;
   /** The shadow set moved to the serving thread (proven) or back to its own thread, or was dropped. */
   shadowInline?(inline: boolean): void;
+  /** A slow evaluation on the serving thread sent the shadow set back to its own thread. */
+  shadowSentBack?(): void;
 }
 
 export type PolicyMeta = Omit<PolicyRecord, 'rego'>;
@@ -124,6 +126,7 @@ export class PolicyService {
     this.shadowRunner = new ShadowRunner({
       inline: shadowInline,
       moved: (inline) => observer.shadowInline?.(inline),
+      sentBack: () => observer.shadowSentBack?.(),
     });
   }
 

@@ -46,6 +46,8 @@ export class ShadowRunner {
       inline: boolean;
       /** Told each time the set moves to the serving thread or away from it. */
       moved?: (inline: boolean) => void;
+      /** Told when a slow evaluation on the serving thread sent the set back (after `moved`). */
+      sentBack?: () => void;
     },
   ) {}
 
@@ -98,6 +100,7 @@ export class ShadowRunner {
         this.setInline(false);
         this.proven = 0;
         this.required = Math.min(this.required * 2, MAX_PROVING_DECISIONS);
+        this.tell(() => this.options.sentBack?.());
       }
       return d;
     }
@@ -118,8 +121,12 @@ export class ShadowRunner {
   private setInline(inline: boolean): void {
     if (this.inline === inline) return;
     this.inline = inline;
+    this.tell(() => this.options.moved?.(inline));
+  }
+
+  private tell(observe: () => void): void {
     try {
-      this.options.moved?.(inline);
+      observe();
     } catch {
       // An observer's fault changes nothing here.
     }
