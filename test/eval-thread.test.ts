@@ -167,7 +167,7 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
       moved: (inline) => moves.push(inline),
       sentBack: () => sentBack++,
     });
-    /** Each move back so far, but those of a new set, was a send-back (a slow evaluation inline). */
+    /** Each move back so far, except those of a new set, was a send-back (a slow evaluation inline). */
     const backs = () => moves.filter((inline) => !inline).length;
     try {
       expect(await runner.load(set, await local())).to.equal(undefined);
@@ -201,6 +201,7 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
       runner.clear();
       expect(runner.evaluatedInline).to.equal(false);
       expect(moves.at(-1)).to.equal(false);
+      expect(sentBack).to.equal(sentBefore);
     } finally {
       await runner.close();
     }

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { onceOnly } from './helpers/backends.js';
-import { SHADOW_SAMPLES, shadowMarksOf } from '../src/decisions/store.js';
+import { SHADOW_SAMPLES, shadowedOf, shadowMarksOf, type DecisionToRecord } from '../src/decisions/store.js';
 
 const event = (id: string, outcome: string, result?: string, shadow?: string) => ({
   kind: 'decision',
@@ -48,6 +48,20 @@ onceOnly('Shadow tallies of a batch', () => {
       { generation: 5, result: 'disagree', live: 'allow', shadow: 'deny', n: 1 },
     ]);
     expect(samples).to.deep.equal([{ generation: 5, request_id: 'g', live: 'allow', shadow: 'deny' }]);
+  });
+
+  it('takes the shadowed decisions of a batch as recorded, with the live answer they were compared with', () => {
+    // What a store passes in: the batch to record, and per item its recorded event or a replay.
+    const item = (shadow?: DecisionToRecord['shadow']) => ({ shadow }) as DecisionToRecord;
+    const budgetDeny = event('h', 'deny', 'disagree', 'deny');
+    const plain = event('i', 'allow');
+    const batch = [item({ generation: 6, live: 'allow' }), item(), item({ generation: 6, live: 'allow' })];
+    const marked = shadowedOf(batch, [{ event: budgetDeny }, { event: plain }, { replay: {} }]);
+    expect(marked).to.deep.equal([{ generation: 6, live: 'allow', event: budgetDeny }]);
+    expect(shadowMarksOf(marked).counts).to.deep.equal([
+      { generation: 6, result: 'disagree', live: 'allow', shadow: 'deny', n: 1 },
+    ]);
+    expect(shadowedOf([item(), item()], [{ event: plain }, { event: plain }])).to.deep.equal([]);
   });
 
   it('writes only the newest disagreements of each generation that the store keeps', () => {

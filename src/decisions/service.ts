@@ -236,7 +236,7 @@ export class DecisionService {
         item: chosen.item,
         idemSince: idem?.since ?? idempotencySince(),
         charge,
-        shadow: shadow ? { generation: shadow.generation, live: evaluation.decision.status } : undefined,
+        shadow: shadow ? { generation: shadow.generation, live: shadow.live } : undefined,
       });
     } catch {
       // Fail closed: an unrecorded decision is never answered, least of all with allow.
@@ -289,16 +289,17 @@ export class DecisionService {
       const failure = this.policies.shadowFailure;
       return failure === undefined
         ? undefined
-        : { result: 'error', status: 'deny', message: failure, generation };
+        : { result: 'error', status: 'deny', message: failure, generation, live: live.status };
     }
     const outcome = (d: PolicyDecision): ShadowOutcome =>
       d.error
-        ? { result: 'error', status: d.status, message: d.message, generation }
+        ? { result: 'error', status: d.status, message: d.message, generation, live: live.status }
         : {
             result: d.status === live.status ? 'agree' : 'disagree',
             status: d.status,
             message: d.message,
             generation,
+            live: live.status,
           };
     const answered = evaluator.evaluate(input);
     return answered instanceof Promise ? answered.then(outcome) : outcome(answered);
@@ -348,6 +349,8 @@ interface ShadowOutcome {
   message: string;
   /** The shadow generation that answered (its tally counts this decision). */
   generation: number;
+  /** The live answer `result` compared the shadow's with (the tally's `live`). */
+  live: DecisionStatus;
 }
 
 /** The deny recorded instead of an allow when budget `l` cannot take its cost. */

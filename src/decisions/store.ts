@@ -47,8 +47,8 @@ export interface ShadowedBy {
   generation: number;
   /**
    * The live policy set's answer the shadow's was compared with. It differs from the recorded
-   * outcome only when a budget turned an allow into a deny: shadow mode compares policies, as
-   * impact replay does, so that case counts as the policy's allow.
+   * outcome only when a budget turned an allow into a deny: shadow mode compares the policies'
+   * answers, so that case counts as the policy's allow.
    */
   live: 'allow' | 'requires_approval' | 'deny';
 }
@@ -59,7 +59,7 @@ export const SHADOW_SAMPLES = 20;
 /**
  * What the shadow report (GET /api/v1/shadow) keeps of a shadow generation, updated in each
  * decision's transaction so that the report never reads the trail: a count per (result, live
- * outcome, shadow status), and the newest disagreements.
+ * answer, shadow status), and the newest disagreements.
  */
 export interface ShadowTally {
   counts: ShadowCount[];
@@ -67,7 +67,7 @@ export interface ShadowTally {
   samples: ShadowSample[];
 }
 
-/** Decisions of one shadow result, recorded outcome (`live`) and shadow status. */
+/** Decisions of one shadow result, live policy answer (`live`, ShadowedBy.live) and shadow status. */
 export interface ShadowCount {
   result: 'agree' | 'disagree' | 'error';
   live: string;
@@ -89,7 +89,7 @@ export interface ShadowSample {
  */
 function shadowMarkOf(
   e: NewAuditEvent,
-  live: string,
+  live: ShadowedBy['live'],
 ): (Omit<ShadowCount, 'n'> & { requestId: string }) | undefined {
   const result = e.details?.shadow_result;
   if (result !== 'agree' && result !== 'disagree' && result !== 'error') return undefined;

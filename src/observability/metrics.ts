@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { INLINE_MAX_MS } from '../policy/shadow-runner.js';
+import { INLINE_MAX_MS } from '../policy/shadow-limits.js';
 
 /**
  * One registry per process. Label values are bounded: route templates (never raw paths or ids),

@@ -1,19 +1,8 @@
 import { EvaluationThread, type ThreadSet } from './eval-thread.js';
 import { failClosed, type Evaluator, type PolicyDecision } from './evaluator.js';
+import { INLINE_MAX_MS, MAX_PROVING_DECISIONS, PROVING_DECISIONS } from './shadow-limits.js';
 
-/**
- * A new shadow set is evaluated inline once this many decisions in a row were answered by its
- * thread, each evaluated within INLINE_MAX_MS there (doubled each time it is sent back, up to
- * MAX_PROVING_DECISIONS).
- */
-export const PROVING_DECISIONS = 1_000;
-const MAX_PROVING_DECISIONS = 64_000;
-/**
- * The longest a shadow evaluation may take on the serving thread (ms): a slower one, there or
- * on the thread while proving, sends the set back to its thread or restarts the count. Wall time,
- * so a pause of the machine can do either; neither changes an answer.
- */
-export const INLINE_MAX_MS = 5;
+export { INLINE_MAX_MS, PROVING_DECISIONS };
 
 /**
  * Where the shadow set (SPEC §11) is evaluated. A new set starts on its own thread

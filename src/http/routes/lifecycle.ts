@@ -322,7 +322,14 @@ const shadowReportSchema = {
       items: {
         type: 'object',
         required: ['request_id', 'live', 'shadow'],
-        properties: { request_id: { type: ['string', 'null'] }, live: STATUS_TEXT, shadow: STATUS_TEXT },
+        properties: {
+          request_id: { type: ['string', 'null'] },
+          live: {
+            ...STATUS_TEXT,
+            description: "the live policy set's answer (a budget's deny counts as the allow it replaced)",
+          },
+          shadow: STATUS_TEXT,
+        },
       },
     },
   },
