@@ -5,7 +5,13 @@ import { REPO } from './helpers/harness.js';
 import { RegoCompiler } from '../src/policy/compiler.js';
 import { EvaluationThread, type ThreadSet } from '../src/policy/eval-thread.js';
 import { Evaluator } from '../src/policy/evaluator.js';
-import { PROVING_DECISIONS, ShadowRunner } from '../src/policy/shadow-runner.js';
+import {
+  INLINE_MAX_MS,
+  MAX_PROVING_DECISIONS,
+  PROVING_DECISIONS,
+  ShadowRunner,
+  type ShadowThread,
+} from '../src/policy/shadow-runner.js';
 import { denyReadsSlowOn, SLOW_ITEMS } from './helpers/policies.js';
 
 const opaBin = process.env.ARBITER_OPA_BIN || path.join(REPO, '.opa-bin', 'opa');
@@ -230,6 +236,80 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
     } finally {
       await Promise.all([broken.close(), off.close(), control.close()]);
     }
+  });
+
+  it('needs exactly 1 000 quick answers in a row, twice as many after each send-back (at most 64 000), and 1 000 for a new set', async () => {
+    // A thread and an evaluator whose timings the test chooses: the counts, without this
+    // machine's pauses. `ms` is what the thread says an evaluation took (undefined: no timing).
+    const ALLOW = { status: 'allow' as const, message: 'ok', reasons: [] };
+    let ms: number | undefined = 0;
+    const thread: ShadowThread = {
+      active: false,
+      load() {
+        (this as { active: boolean }).active = true;
+        return Promise.resolve(undefined);
+      },
+      clear() {
+        (this as { active: boolean }).active = false;
+      },
+      close() {
+        (this as { active: boolean }).active = false;
+        return Promise.resolve();
+      },
+      evaluateTimed: () => Promise.resolve({ decision: ALLOW, ...(ms === undefined ? {} : { ms }) }),
+    };
+    const local = { lastMs: 0, evaluate: () => ALLOW } as unknown as Evaluator & { lastMs: number };
+    const runner = new ShadowRunner({ inline: true, thread });
+    /** Quick answers on the thread until the set moves; how many it took. */
+    const untilMoved = async (taking = 0) => {
+      ms = taking;
+      let n = 0;
+      while (!runner.evaluatedInline && n <= MAX_PROVING_DECISIONS) {
+        await runner.evaluate(READ);
+        n++;
+      }
+      return n;
+    };
+    /** One inline evaluation slower than the limit. */
+    const sendBack = () => {
+      local.lastMs = INLINE_MAX_MS + 1;
+      expect(runner.evaluate(READ)).to.not.be.instanceOf(Promise);
+      local.lastMs = 0;
+      expect(runner.evaluatedInline).to.equal(false);
+    };
+    await runner.load(set, local);
+    // One slow answer (or one without a timing) restarts the count: 1 000 more are needed after it.
+    for (const slow of [INLINE_MAX_MS + 0.5, undefined]) {
+      ms = 0;
+      for (let i = 0; i < PROVING_DECISIONS - 1; i++) await runner.evaluate(READ);
+      ms = slow;
+      await runner.evaluate(READ);
+      expect(runner.evaluatedInline).to.equal(false);
+    }
+    // Answers that took exactly the limit count.
+    expect(await untilMoved(INLINE_MAX_MS)).to.equal(PROVING_DECISIONS);
+    // Inline, a quick evaluation keeps it there; a slow one sends it back, each time for twice as many.
+    expect(runner.evaluate(READ)).to.not.be.instanceOf(Promise);
+    expect(runner.evaluatedInline).to.equal(true);
+    const needed: number[] = [];
+    for (let i = 0; i < 7; i++) {
+      sendBack();
+      needed.push(await untilMoved());
+    }
+    expect(needed).to.deep.equal([2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 64_000]);
+    // A new set starts over: 1 000, not the doubled count; so does one after a live change.
+    await runner.load(set, local);
+    expect(runner.evaluatedInline).to.equal(false);
+    expect(await untilMoved()).to.equal(PROVING_DECISIONS);
+    // Answers of the earlier set that arrive after a new one was loaded prove nothing.
+    sendBack();
+    ms = 0;
+    const stale = Array.from({ length: PROVING_DECISIONS }, () => runner.evaluate(READ));
+    await runner.load(set, local);
+    await Promise.all(stale);
+    expect(runner.evaluatedInline).to.equal(false);
+    expect(await untilMoved()).to.equal(PROVING_DECISIONS);
+    await runner.close();
   });
 
   it('answers an error, never throws, when the inline evaluator throws or the observer does', async () => {

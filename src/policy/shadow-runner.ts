@@ -2,7 +2,10 @@ import { EvaluationThread, type ThreadSet } from './eval-thread.js';
 import { failClosed, type Evaluator, type PolicyDecision } from './evaluator.js';
 import { INLINE_MAX_MS, MAX_PROVING_DECISIONS, PROVING_DECISIONS } from './shadow-limits.js';
 
-export { INLINE_MAX_MS, PROVING_DECISIONS };
+export { INLINE_MAX_MS, MAX_PROVING_DECISIONS, PROVING_DECISIONS };
+
+/** What ShadowRunner uses of its set's thread. */
+export type ShadowThread = Pick<EvaluationThread, 'active' | 'load' | 'clear' | 'close' | 'evaluateTimed'>;
 
 /**
  * Where the shadow set (SPEC §11) is evaluated. A new set starts on its own thread
@@ -19,7 +22,7 @@ export { INLINE_MAX_MS, PROVING_DECISIONS };
  * evaluation on the thread.
  */
 export class ShadowRunner {
-  private readonly thread = new EvaluationThread();
+  private readonly thread: ShadowThread;
   /** The set's evaluator on the serving thread: evaluating with it once `inline` is set. */
   private local: Evaluator | undefined;
   private inline = false;
@@ -37,8 +40,12 @@ export class ShadowRunner {
       moved?: (inline: boolean) => void;
       /** Told when a slow evaluation on the serving thread sent the set back (after `moved`). */
       sentBack?: () => void;
+      /** The set's own thread: an EvaluationThread unless a test gives one with chosen timings. */
+      thread?: ShadowThread;
     },
-  ) {}
+  ) {
+    this.thread = options.thread ?? new EvaluationThread();
+  }
 
   /** Whether a set is loaded (decisions are shadowed). */
   get active(): boolean {
