@@ -3,38 +3,12 @@
  * as a Bearer token. Errors carry the server's own `{"error"}` text.
  */
 
-export type QueueStatus = 'pending' | 'approved' | 'denied' | 'expired';
+// The shapes the server serves, from the server's own type modules (types only: nothing of the
+// server is bundled into the console).
+import type { AuditEvent } from '../../src/audit/types.js';
+import type { QueueItemView as QueueItem, QueueStatus } from '../../src/queue/types.js';
 
-export interface QueueItem {
-  id: string;
-  status: QueueStatus;
-  kind: 'agent' | 'human';
-  agent_id: string | null;
-  user_id: string | null;
-  tenant_id: string | null;
-  action: string;
-  resource: unknown;
-  confidence: number | null;
-  context: Record<string, unknown>;
-  message: string;
-  trace_id: string;
-  created_at: string;
-  expires_at: string;
-  decided_at: string | null;
-  decided_by: string | null;
-  note: string | null;
-}
-
-export interface AuditEvent {
-  id: string;
-  time: string;
-  kind: string;
-  actor: string | null;
-  outcome: string | null;
-  message: string | null;
-  policy_revision: number | null;
-  details: Record<string, unknown>;
-}
+export type { AuditEvent, QueueItem, QueueStatus };
 
 export interface Whoami {
   name: string;

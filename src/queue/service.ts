@@ -12,13 +12,12 @@ import {
 } from '../common/pagination.js';
 import { compileSchema } from '../common/validation.js';
 import type { DecidedStatus, QueueStore } from './store.js';
-import type { QueueItem } from './types.js';
+import type { QueueItem, QueueItemView } from './types.js';
 import { chargeAt, fromMicro } from '../decisions/limits.js';
 
 export const MAX_WAIT_SECONDS = 60;
 
-/** A queue item as the API shows it (SPEC §6): which key asked is Arbiter's business only. */
-export type QueueItemView = Omit<QueueItem, 'requested_by' | 'limits'>;
+/** A queue item as the API shows it (QueueItemView). */
 export const present = ({ requested_by: _key, limits: _limits, ...view }: QueueItem): QueueItemView => ({
   ...view,
   request_digest: view.request_digest ?? null,

@@ -31,6 +31,12 @@ export interface QueueItem {
   limits?: LimitDeclaration[] | null;
 }
 
+/**
+ * A queue item as the API shows it (SPEC §6; `present` in service.ts): which key asked, and the
+ * budgets it will consume, are Arbiter's business only. The console reads this type too.
+ */
+export type QueueItemView = Omit<QueueItem, 'requested_by' | 'limits'>;
+
 /** A budget as a policy declared it, in micro-units (SPEC §13 `limits`). */
 export interface LimitDeclaration {
   key: string;
