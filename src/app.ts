@@ -14,6 +14,8 @@ import { isWorker, WorkerLink, type Listener } from './cluster.js';
 import { createMetrics, gaugeFrom, threadCpuGauge } from './observability/metrics.js';
 import { threadCpuSeconds } from './observability/thread-cpu.js';
 import { RegoCompiler } from './policy/compiler.js';
+import { guardEvaluations } from './policy/evaluator.js';
+import { StallWatchdog } from './policy/stall-watchdog.js';
 import { openStores } from './storage/index.js';
 import { buildServices, type Services } from './services.js';
 
@@ -114,6 +116,10 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     writer: await stores.writerCpuSeconds?.(),
   }));
   const compiler = new RegoCompiler(config.opaBin);
+  // A live (or proven shadow) set that never finishes on some input ends this process rather
+  // than leaving it listening and answering nothing (ADR 0011).
+  const watchdog = config.evalStallSeconds > 0 ? StallWatchdog.start(config.evalStallSeconds) : undefined;
+  guardEvaluations(watchdog);
   let built: Services | undefined;
   try {
     await compiler.init();
@@ -218,6 +224,8 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
           await policies.close();
           await compiler.close();
           await stores.close();
+          guardEvaluations(undefined);
+          await watchdog?.close();
         })()),
     };
   } catch (e) {
@@ -225,6 +233,8 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     await built?.policies.close();
     await compiler.close();
     await stores.close();
+    guardEvaluations(undefined);
+    await watchdog?.close();
     throw e;
   }
 }

@@ -30,6 +30,8 @@ export interface Config {
   readonly evalBudgetMs: number;
   /** Whether a shadow set that proved itself on its thread is evaluated on the serving thread (ADR 0010). */
   readonly shadowInline: boolean;
+  /** One evaluation on the serving thread this long ends the process (0: never; ADR 0011). */
+  readonly evalStallSeconds: number;
   readonly dbSync: 'full' | 'normal';
   readonly auditMaskFields: readonly string[];
   readonly workers: number;
@@ -70,6 +72,7 @@ const settings = {
   maxBodyBytes: { env: 'ARBITER_MAX_BODY_BYTES', def: String(1024 * 1024), parse: positiveInt },
   evalBudgetMs: { env: 'ARBITER_EVAL_BUDGET_MS', def: '250', parse: positiveInt },
   shadowInline: { env: 'ARBITER_SHADOW_INLINE', def: 'true', parse: bool },
+  evalStallSeconds: { env: 'ARBITER_EVAL_STALL_SECONDS', def: '30', parse: nonNegativeInt },
   dbSync: { env: 'ARBITER_DB_SYNC', def: 'full', parse: dbSync },
   auditMaskFields: { env: 'ARBITER_AUDIT_MASK_FIELDS', def: '', parse: list },
   workers: { env: 'ARBITER_WORKERS', def: '1', parse: workers },
@@ -106,6 +109,13 @@ function positiveInt(raw: string, name: string): number {
   const n = Number(raw);
   if (!/^\d+$/.test(raw.trim()) || n < 1 || !Number.isSafeInteger(n)) {
     throw new ConfigError(`${name} must be a positive integer, got "${raw}"`);
+  }
+  return n;
+}
+function nonNegativeInt(raw: string, name: string): number {
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(n)) {
+    throw new ConfigError(`${name} must be 0 or a positive integer, got "${raw}"`);
   }
   return n;
 }
@@ -228,6 +238,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const c = out as Parsed;
   if (c.tokenTtlSeconds > c.tokenMaxTtlSeconds) {
     throw new ConfigError('ARBITER_TOKEN_TTL_SECONDS must not exceed ARBITER_TOKEN_MAX_TTL_SECONDS');
+  }
+  // An evaluation within its budget must never be taken for a stuck one.
+  if (c.evalStallSeconds > 0 && c.evalStallSeconds * 1000 <= c.evalBudgetMs) {
+    throw new ConfigError('ARBITER_EVAL_STALL_SECONDS must be 0 (off) or longer than ARBITER_EVAL_BUDGET_MS');
   }
   return Object.freeze({ ...c, auditMaskFields: Object.freeze([...c.auditMaskFields]) }) as Config;
 }

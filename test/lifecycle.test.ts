@@ -61,6 +61,8 @@ onEveryBackend('process lifecycle', () => {
       ['ARBITER_QUEUE_TTL_SECONDS', '0', /ARBITER_QUEUE_TTL_SECONDS/],
       ['ARBITER_METRICS_PUBLIC', 'maybe', /ARBITER_METRICS_PUBLIC/],
       ['ARBITER_SHADOW_INLINE', 'sometimes', /ARBITER_SHADOW_INLINE/],
+      ['ARBITER_EVAL_STALL_SECONDS', '-1', /ARBITER_EVAL_STALL_SECONDS/],
+      ['ARBITER_EVAL_STALL_SECONDS', '1.5', /ARBITER_EVAL_STALL_SECONDS/],
       ['ARBITER_ADMIN_KEY', 'short', /ARBITER_ADMIN_KEY/],
     ];
     for (const [name, value, pattern] of cases) {
@@ -72,6 +74,18 @@ onEveryBackend('process lifecycle', () => {
         expect(r.stdout).to.not.match(/API listening/);
       });
     }
+
+    it('refuses a stall limit an evaluation within its budget could reach', () => {
+      const r = runSync(
+        ['serve'],
+        baseEnv({ ARBITER_EVAL_STALL_SECONDS: '1', ARBITER_EVAL_BUDGET_MS: '1000' }),
+      );
+      expect(r.signal).to.equal(null);
+      expect(r.code).to.not.equal(0);
+      expect(r.stderr).to.match(
+        /ARBITER_EVAL_STALL_SECONDS must be 0 \(off\) or longer than ARBITER_EVAL_BUDGET_MS/,
+      );
+    });
 
     it('does not echo a rejected admin key back in the error', () => {
       const r = runSync(['serve'], baseEnv({ ARBITER_ADMIN_KEY: 'sekrit' }));

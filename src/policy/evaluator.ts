@@ -21,6 +21,20 @@ const MEMORY = { initial: 32, maximum: 4096 };
 
 const STATUSES: ReadonlySet<string> = new Set(['allow', 'requires_approval', 'deny']);
 
+/** Told when an evaluation on this thread starts and ends (stall-watchdog.ts). */
+export interface EvaluationGuard {
+  enter(): void;
+  leave(): void;
+}
+
+/** Set on the serving thread only: the evaluation threads stop a stuck evaluation themselves. */
+let guard: EvaluationGuard | undefined;
+
+/** Guards every evaluation on this thread from now on (undefined: none). */
+export function guardEvaluations(g: EvaluationGuard | undefined): void {
+  guard = g;
+}
+
 /**
  * One compiled policy set loaded into one wasm instance with its data. Immutable once built: a
  * policy or data change builds a new Evaluator and swaps it in whole, so a decision sees one
@@ -69,12 +83,14 @@ export class Evaluator {
   evaluate(input: unknown): PolicyDecision {
     const started = performance.now();
     let result: unknown;
+    guard?.enter();
     try {
       this.clock.nowNs = Date.now() * 1_000_000;
       result = this.policy.evaluate(input, ENTRYPOINT);
     } catch (e) {
       return failClosed(`policy evaluation failed: ${errorText(e)}`);
     } finally {
+      guard?.leave();
       this.lastMs = performance.now() - started;
     }
     const elapsed = this.lastMs;

@@ -152,6 +152,29 @@ export class Arbiter {
     });
   }
 
+  /**
+   * Waits up to `ms` for the process to exit by itself (nothing is sent to it): how it ended, or
+   * undefined if it is still running.
+   */
+  exited(ms: number): Promise<{ code: number | null; signal: NodeJS.Signals | null } | undefined> {
+    const child = this.child;
+    if (!child) return Promise.resolve(undefined);
+    if (child.exitCode !== null || child.signalCode !== null) {
+      return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
+    }
+    return new Promise((resolve) => {
+      const onExit = (code: number | null, signal: NodeJS.Signals | null) => {
+        clearTimeout(timer);
+        resolve({ code, signal });
+      };
+      const timer = setTimeout(() => {
+        child.off('exit', onExit);
+        resolve(undefined);
+      }, ms);
+      child.once('exit', onExit);
+    });
+  }
+
   /** SIGTERM and wait for a clean exit. */
   async stop(): Promise<number | null> {
     return this.signal('SIGTERM');

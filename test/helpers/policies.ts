@@ -24,6 +24,19 @@ export const SPIN = [
   '',
 ].join('\n');
 
+/** A deny rule that never finishes (SPIN_ITEMS as `data.spin.items`) on inputs where `condition` holds. */
+export function spinsWhen(condition: string): string {
+  return [
+    'package authz.agent',
+    '',
+    'deny contains "never" if {',
+    `\t${condition}`,
+    ...SPINNING,
+    '}',
+    '',
+  ].join('\n');
+}
+
 /**
  * A `thresholds` rule that never finishes (the same comparisons as SPIN): the built-in module's
  * threshold check, and every agent decision, evaluate it.
