@@ -78,7 +78,9 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
 # node is PID 1 and the process `docker stop` signals: it handles SIGTERM and SIGINT itself
 # (finish in-flight requests for up to 30 s, close the database; give it `--stop-timeout 35`) and
 # reaps its own children (the OPA compiler, --workers). `docker run --init` adds tini in front,
-# which also covers a signal that arrives before the handlers are installed.
+# which also covers a signal that arrives before the handlers are installed, and lets the stall
+# watchdog (ARBITER_EVAL_STALL_SECONDS, docs/adr/0011) end a process stuck in one evaluation: the
+# kernel ignores the SIGKILL a PID 1 sends itself.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["node", "dist/src/main.js"]
 CMD ["serve"]

@@ -14,7 +14,7 @@ import { isWorker, WorkerLink, type Listener } from './cluster.js';
 import { createMetrics, gaugeFrom, threadCpuGauge } from './observability/metrics.js';
 import { threadCpuSeconds } from './observability/thread-cpu.js';
 import { RegoCompiler } from './policy/compiler.js';
-import { guardEvaluations } from './policy/evaluator.js';
+import { guardEvaluations, unguardEvaluations } from './policy/evaluator.js';
 import { StallWatchdog } from './policy/stall-watchdog.js';
 import { openStores } from './storage/index.js';
 import { buildServices, type Services } from './services.js';
@@ -116,12 +116,20 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     writer: await stores.writerCpuSeconds?.(),
   }));
   const compiler = new RegoCompiler(config.opaBin);
-  // A live (or proven shadow) set that never finishes on some input ends this process rather
-  // than leaving it listening and answering nothing (ADR 0011).
-  const watchdog = config.evalStallSeconds > 0 ? StallWatchdog.start(config.evalStallSeconds) : undefined;
-  guardEvaluations(watchdog);
+  let watchdog: StallWatchdog | undefined;
+  const unwatch = async () => {
+    if (!watchdog) return;
+    unguardEvaluations(watchdog);
+    await watchdog.close();
+  };
   let built: Services | undefined;
   try {
+    // A live (or proven shadow) set that never finishes on some input ends this process rather
+    // than leaving it listening and answering nothing (ADR 0011).
+    if (config.evalStallSeconds > 0) {
+      watchdog = StallWatchdog.start(config.evalStallSeconds, log);
+      guardEvaluations(watchdog);
+    }
     await compiler.init();
     // Links in notifications point at ARBITER_PUBLIC_URL, else at this process's Engine API.
     let engineUrl = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${config.enginePort}`;
@@ -221,20 +229,21 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
           if (refresher) clearInterval(refresher);
           unsubscribe();
           await Promise.all(servers.map(({ server }) => drain(server)));
-          await policies.close();
-          await compiler.close();
-          await stores.close();
-          guardEvaluations(undefined);
-          await watchdog?.close();
+          try {
+            await policies.close();
+            await compiler.close();
+            await stores.close();
+          } finally {
+            await unwatch();
+          }
         })()),
     };
   } catch (e) {
+    await unwatch();
     await built?.budgets.stop();
     await built?.policies.close();
     await compiler.close();
     await stores.close();
-    guardEvaluations(undefined);
-    await watchdog?.close();
     throw e;
   }
 }

@@ -221,6 +221,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     }
   }
   const out: Partial<Record<keyof Settings, unknown>> = {};
+  /** Settings left at their default (neither the environment nor the file set them). */
+  const defaulted = new Set<keyof Settings>();
   for (const [key, s] of Object.entries(settings) as [keyof Settings, Settings[keyof Settings]][]) {
     const fromFile = file[yamlKey(s.env)];
     let raw: string;
@@ -232,6 +234,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       name = `${yamlKey(s.env)} (in ${env.ARBITER_CONFIG})`;
     } else {
       raw = s.def;
+      defaulted.add(key);
     }
     out[key] = (s.parse as Parser<unknown>)(raw, name);
   }
@@ -239,11 +242,23 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (c.tokenTtlSeconds > c.tokenMaxTtlSeconds) {
     throw new ConfigError('ARBITER_TOKEN_TTL_SECONDS must not exceed ARBITER_TOKEN_MAX_TTL_SECONDS');
   }
-  // An evaluation within its budget must never be taken for a stuck one.
-  if (c.evalStallSeconds > 0 && c.evalStallSeconds * 1000 <= c.evalBudgetMs) {
-    throw new ConfigError('ARBITER_EVAL_STALL_SECONDS must be 0 (off) or longer than ARBITER_EVAL_BUDGET_MS');
+  // An evaluation within its budget must never be taken for a stuck one: the stall limit is at
+  // least the budget plus 1 s (the evaluation threads' margin). A default below that follows a
+  // long budget; a setting below it is refused.
+  const stallFloor = Math.ceil((c.evalBudgetMs + 1000) / 1000);
+  if (c.evalStallSeconds > 0 && c.evalStallSeconds < stallFloor) {
+    if (!defaulted.has('evalStallSeconds')) {
+      throw new ConfigError(
+        `ARBITER_EVAL_STALL_SECONDS must be 0 (off) or at least ARBITER_EVAL_BUDGET_MS plus 1 s (${stallFloor})`,
+      );
+    }
   }
-  return Object.freeze({ ...c, auditMaskFields: Object.freeze([...c.auditMaskFields]) }) as Config;
+  const evalStallSeconds = c.evalStallSeconds > 0 ? Math.max(c.evalStallSeconds, stallFloor) : 0;
+  return Object.freeze({
+    ...c,
+    evalStallSeconds,
+    auditMaskFields: Object.freeze([...c.auditMaskFields]),
+  }) as Config;
 }
 
 function yamlKey(envName: string): string {

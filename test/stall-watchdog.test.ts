@@ -1,11 +1,13 @@
 import { expect } from 'chai';
+import { ConfigError, loadConfig } from '../src/config.js';
 import { onceOnly } from './helpers/backends.js';
 import { ADMIN_KEY, AGENT, Arbiter, call } from './helpers/harness.js';
 import { SPIN_ITEMS, spinsWhen } from './helpers/policies.js';
 
 /** Never finishes on a request whose context says `boom`; fast on any other. */
 const BOOM = spinsWhen('input.context.boom == true');
-/** About 0.6 s of comparisons (3 500², a deny that never holds) on a request for repo/slow. */
+const BOOM_REQUEST = { ...AGENT.allow, context: { boom: true } };
+/** About 0.2 s of comparisons (2 500², a deny that never holds) on a request for repo/slow. */
 const SLOW = [
   'package authz.agent',
   '',
@@ -42,7 +44,22 @@ async function goLive(
   expect(p.status, p.text).to.equal(201);
 }
 
-const BOOM_REQUEST = { ...AGENT.allow, context: { boom: true } };
+/** The watchdog's fatal line, once the process has written it (its output may trail its exit). */
+async function fatalLine(a: Arbiter, ms: number): Promise<Record<string, unknown> | undefined> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    for (const l of a.logs) {
+      try {
+        const r = JSON.parse(l) as Record<string, unknown>;
+        if (r.level === 'fatal') return r;
+      } catch {
+        // not JSON
+      }
+    }
+    if (Date.now() > deadline) return undefined;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
 
 // The watchdog concerns the process, not storage: once (on the SQLite run).
 onceOnly('An evaluation that never finishes ends the process (ARBITER_EVAL_STALL_SECONDS)', () => {
@@ -58,16 +75,10 @@ onceOnly('An evaluation that never finishes ends the process (ARBITER_EVAL_STALL
       const ended = await a.exited(30_000);
       expect(ended, 'the stuck process was not ended').to.deep.equal({ code: null, signal: 'SIGKILL' });
       expect(Date.now() - sent, 'ended before the evaluation had run for 2 s').to.be.at.least(1_900);
-      const fatal = a.logs
-        .map((l) => {
-          try {
-            return JSON.parse(l) as { level?: number; msg?: string };
-          } catch {
-            return {};
-          }
-        })
-        .find((r) => r.level === 60);
+      // In the service's own log format (pino's level label, an ISO time).
+      const fatal = await fatalLine(a, 5_000);
       expect(fatal?.msg).to.match(/has run for 2 s without finishing \(ARBITER_EVAL_STALL_SECONDS\)/);
+      expect(fatal?.time).to.match(/^\d{4}-\d\d-\d\dT/);
       // Restarted over the same state: it answers, and the trail it wrote is intact.
       await a.restart();
       expect((await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow })).status).to.equal(
@@ -81,21 +92,22 @@ onceOnly('An evaluation that never finishes ends the process (ARBITER_EVAL_STALL
     }
   });
 
-  it('leaves a process alone whose evaluations are long but finish', async () => {
-    const a = await Arbiter.start({ ARBITER_EVAL_STALL_SECONDS: '2', ARBITER_EVAL_BUDGET_MS: '1500' });
+  it('leaves a process alone whose evaluations are long but finish, however many run back to back', async () => {
+    const a = await Arbiter.start({ ARBITER_EVAL_STALL_SECONDS: '2', ARBITER_EVAL_BUDGET_MS: '1000' });
     try {
-      const items = Array.from({ length: 3500 }, (_, i) => i);
+      const items = Array.from({ length: 2500 }, (_, i) => i);
       await goLive(a, { path: 'slow', value: { items } }, { name: 'slow', rego: SLOW });
-      for (let i = 0; i < 3; i++) {
-        const started = Date.now();
-        const r = await call('POST', `${a.engine}/v1/agent/authorize`, {
-          body: { ...AGENT.allow, resource: 'repo/slow' },
-        });
-        expect(r.status, r.text).to.equal(200);
-        // Long enough to be seen by the watchdog (it looks every 250 ms), too short to end it.
-        expect(Date.now() - started).to.be.at.least(250);
-      }
-      expect(await a.exited(3_000)).to.equal(undefined);
+      // Twenty at once: the serving thread evaluates for seconds on end, longer than the limit in
+      // all, each evaluation much shorter than it.
+      const started = Date.now();
+      const answers = await Promise.all(
+        Array.from({ length: 20 }, () =>
+          call('POST', `${a.engine}/v1/agent/authorize`, { body: { ...AGENT.allow, resource: 'repo/slow' } }),
+        ),
+      );
+      for (const r of answers) expect(r.status, r.text).to.equal(200);
+      expect(Date.now() - started, 'the evaluations were too short to test anything').to.be.at.least(2_000);
+      expect(await a.exited(0)).to.equal(undefined);
       expect((await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow })).status).to.equal(
         200,
       );
@@ -125,12 +137,33 @@ onceOnly('An evaluation that never finishes ends the process (ARBITER_EVAL_STALL
     }
   });
 
+  it('takes a limit of at least the eval budget plus 1 s: a default follows a long budget, a setting below is refused', () => {
+    expect(loadConfig({}).evalStallSeconds).to.equal(30);
+    expect(loadConfig({ ARBITER_EVAL_BUDGET_MS: '40000' }).evalStallSeconds).to.equal(41);
+    const at = (budget: string, stall: string) =>
+      loadConfig({ ARBITER_EVAL_BUDGET_MS: budget, ARBITER_EVAL_STALL_SECONDS: stall }).evalStallSeconds;
+    expect(at('1500', '3')).to.equal(3);
+    expect(at('40000', '0')).to.equal(0);
+    expect(() => at('1500', '2'))
+      .to.throw(ConfigError)
+      .with.property('message')
+      .that.matches(
+        /ARBITER_EVAL_STALL_SECONDS must be 0 \(off\) or at least ARBITER_EVAL_BUDGET_MS plus 1 s \(3\)/,
+      );
+  });
+
   it('is off with ARBITER_EVAL_STALL_SECONDS=0: the stuck process is left as it is', async () => {
     const a = await Arbiter.start({ ARBITER_EVAL_STALL_SECONDS: '0' });
     try {
       await goLive(a, { path: 'spin', value: { items: SPIN_ITEMS } }, { name: 'boom', rego: BOOM });
       fireAndForget(a, BOOM_REQUEST);
       expect(await a.exited(4_000)).to.equal(undefined);
+      // Stuck indeed: not even /healthz is answered.
+      const health = await fetch(`${a.engine}/healthz`, { signal: AbortSignal.timeout(1_000) }).then(
+        () => 'answered',
+        () => 'no answer',
+      );
+      expect(health).to.equal('no answer');
     } finally {
       // Stuck for good: SIGTERM's handler would never run.
       await a.kill();

@@ -30,9 +30,14 @@ export interface EvaluationGuard {
 /** Set on the serving thread only: the evaluation threads stop a stuck evaluation themselves. */
 let guard: EvaluationGuard | undefined;
 
-/** Guards every evaluation on this thread from now on (undefined: none). */
-export function guardEvaluations(g: EvaluationGuard | undefined): void {
+/** Guards every evaluation on this thread from now on. */
+export function guardEvaluations(g: EvaluationGuard): void {
   guard = g;
+}
+
+/** Stops guarding with `g` (a guard set since is kept). */
+export function unguardEvaluations(g: EvaluationGuard): void {
+  if (guard === g) guard = undefined;
 }
 
 /**

@@ -18,8 +18,8 @@ export type ShadowThread = Pick<EvaluationThread, 'active' | 'load' | 'clear' | 
  * or live change rebuilds it) starts over on the thread, with the first count.
  *
  * What this leaves (docs/adr/0010): a proven set that never finishes on an input unlike every one
- * before it stalls the serving thread, as the live set would. `inline: false` keeps every
- * evaluation on the thread.
+ * before it stalls the serving thread, as the live set would, until the stall watchdog ends the
+ * process (ADR 0011). `inline: false` keeps every evaluation on the thread.
  */
 export class ShadowRunner {
   private readonly thread: ShadowThread;
