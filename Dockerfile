@@ -49,6 +49,10 @@ RUN npm run build \
     && chmod -R a+rX package.json node_modules .opa-bin dist/src dist/console src/policy/rego policies
 
 FROM node:${NODE_VERSION}-bookworm-slim AS runtime
+# tini runs as PID 1 in front of node (ENTRYPOINT below).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends tini \
+    && rm -rf /var/lib/apt/lists/*
 # A fixed UID/GID, so a bind-mounted data directory can be prepared with chown 10001:10001.
 RUN groupadd --system --gid 10001 arbiter \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/arbiter --no-create-home \
@@ -75,12 +79,12 @@ EXPOSE 8080 8081
 # Slim images have no curl: node asks the Engine API's /healthz (it reads ARBITER_ENGINE_PORT).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.ARBITER_ENGINE_PORT || 8080) + '/healthz', { signal: AbortSignal.timeout(4000) }).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
-# node is PID 1 and the process `docker stop` signals: it handles SIGTERM and SIGINT itself
-# (finish in-flight requests for up to 30 s, close the database; give it `--stop-timeout 35`) and
-# reaps its own children (the OPA compiler, --workers). `docker run --init` adds tini in front,
-# which also covers a signal that arrives before the handlers are installed, and lets the stall
-# watchdog (ARBITER_EVAL_STALL_SECONDS, docs/adr/0011) end a process stuck in one evaluation: the
-# kernel ignores the SIGKILL a PID 1 sends itself.
+# tini is PID 1: it passes `docker stop`'s SIGTERM to node, which handles SIGTERM and SIGINT itself
+# (finish in-flight requests for up to 30 s, close the database; give it `--stop-timeout 35`), and
+# exits with node's status. Node is not PID 1, so the stall watchdog (ARBITER_EVAL_STALL_SECONDS,
+# docs/adr/0011) can end a process stuck in one evaluation: the kernel ignores the SIGKILL a PID 1
+# sends itself. tini also reaps any orphan; node waits for its own children (the OPA compiler,
+# --workers).
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["node", "dist/src/main.js"]
+ENTRYPOINT ["/usr/bin/tini", "--", "node", "dist/src/main.js"]
 CMD ["serve"]

@@ -241,7 +241,7 @@ onceOnly('Dockerfile', () => {
     expect(config.host).to.equal('0.0.0.0');
   });
 
-  it('declares a HEALTHCHECK on /healthz and an exec-form ENTRYPOINT that is node itself', () => {
+  it('declares a HEALTHCHECK on /healthz and an exec-form ENTRYPOINT that is node under tini', () => {
     const hc = finalSteps('HEALTHCHECK');
     expect(hc).to.have.length(1);
     expect(hc[0]?.json?.[0]).to.equal('node');
@@ -249,7 +249,18 @@ onceOnly('Dockerfile', () => {
     for (const flag of ['interval', 'timeout', 'start-period']) {
       expect(hc[0]?.flags[flag], flag).to.match(/^\d+s$/);
     }
-    expect(finalSteps('ENTRYPOINT').at(-1)?.json).to.deep.equal(['node', 'dist/src/main.js']);
+    expect(finalSteps('ENTRYPOINT').at(-1)?.json).to.deep.equal([
+      '/usr/bin/tini',
+      '--',
+      'node',
+      'dist/src/main.js',
+    ]);
+    // tini comes from the stage's own apt-get (not replayed below: system set-up).
+    expect(
+      finalSteps('RUN')
+        .map((s) => s.content)
+        .join('\n'),
+    ).to.match(/apt-get install [^\n]*\btini\b/);
     expect(finalSteps('CMD').at(-1)?.json).to.deep.equal(['serve']);
   });
 
@@ -414,9 +425,10 @@ onceOnly('Dockerfile image, replayed without Docker', () => {
       ...(finalSteps('ENTRYPOINT').at(-1)?.json ?? []),
       ...(finalSteps('CMD').at(-1)?.json ?? []),
     ];
-    expect(argv[0]).to.equal('node');
+    // As in the container: tini (installed on this machine as in the image) runs node from PATH.
+    expect(argv.slice(0, 3)).to.deep.equal(['/usr/bin/tini', '--', 'node']);
     const before = snapshot(workdir);
-    proc = new ServeProcess([], env, { argv: argv.slice(1), cwd: workdir, ...runAs });
+    proc = new ServeProcess([], env, { file: argv[0], argv: argv.slice(1), cwd: workdir, ...runAs });
     const loaded = await proc.waitFor((r) => r.msg === 'policy set loaded');
     // The example policies were found relative to WORKDIR, in the image.
     expect(loaded.policyDir).to.equal(path.join(workdir, 'policies'));

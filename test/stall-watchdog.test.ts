@@ -1,8 +1,10 @@
 import { expect } from 'chai';
+import { readFileSync, rmSync } from 'node:fs';
 import { ConfigError, loadConfig } from '../src/config.js';
 import { onceOnly } from './helpers/backends.js';
 import { ADMIN_KEY, AGENT, Arbiter, call } from './helpers/harness.js';
 import { SPIN_ITEMS, spinsWhen } from './helpers/policies.js';
+import { baseEnv, MAIN, ServeProcess, sleep } from './helpers/process.js';
 
 /** Never finishes on a request whose context says `boom`; fast on any other. */
 const BOOM = spinsWhen('input.context.boom == true');
@@ -22,7 +24,7 @@ const SLOW = [
 ].join('\n');
 
 /** Sends a decision that will not be answered, without waiting for it (the process may die). */
-function fireAndForget(a: Arbiter, body: unknown): void {
+function fireAndForget(a: { engine: string }, body: unknown): void {
   void fetch(`${a.engine}/v1/agent/authorize`, {
     method: 'POST',
     headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' },
@@ -32,7 +34,7 @@ function fireAndForget(a: Arbiter, body: unknown): void {
 }
 
 async function goLive(
-  a: Arbiter,
+  a: { platform: string },
   data: { path: string; value: unknown },
   policy: { name: string; rego: string },
 ) {
@@ -134,6 +136,78 @@ onceOnly('An evaluation that never finishes ends the process (ARBITER_EVAL_STALL
       }
     } finally {
       await a.close();
+    }
+  });
+
+  it('in a PID namespace (as in a container) ends node under tini as PID 1; node as PID 1 warns it cannot', async function () {
+    this.timeout(120_000);
+    /** `arbiter serve` as the first process of a new PID namespace, or under tini as that process. */
+    const dirs: string[] = [];
+    const inNamespace = (underTini: boolean) => {
+      const env = baseEnv({ ARBITER_EVAL_STALL_SECONDS: '2' });
+      dirs.push(env.ARBITER_DATA_DIR as string);
+      return new ServeProcess([], env, {
+        file: '/usr/bin/unshare',
+        argv: [
+          '--pid',
+          '--fork',
+          ...(underTini ? ['/usr/bin/tini', '--'] : []),
+          process.execPath,
+          MAIN,
+          'serve',
+        ],
+      });
+    };
+    /**
+     * Ends what is left (unshare passes no signal on): its child, seen from this namespace, then
+     * it; and removes the data directories.
+     */
+    const end = async (p: ServeProcess) => {
+      const pid = p.pid ?? 0;
+      let children: string[] = [];
+      try {
+        children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/);
+      } catch {
+        // already gone
+      }
+      for (const c of [...children.filter(Boolean).map(Number), pid]) {
+        try {
+          if (c > 0) process.kill(c, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+      await p.exited;
+      for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+    };
+    const urls = async (p: ServeProcess) => ({
+      engine: (await p.waitFor((r) => r.api === 'engine' && typeof r.url === 'string')).url as string,
+      platform: (await p.waitFor((r) => r.api === 'platform' && typeof r.url === 'string')).url as string,
+    });
+
+    // Under tini, as the image's ENTRYPOINT runs it: node is not PID 1, and the watchdog ends it.
+    const tini = inNamespace(true);
+    try {
+      const a = await urls(tini);
+      expect(tini.records.some((r) => /running as PID 1/.test(String(r.msg)))).to.equal(false);
+      await goLive(a, { path: 'spin', value: { items: SPIN_ITEMS } }, { name: 'boom', rego: BOOM });
+      fireAndForget(a, BOOM_REQUEST);
+      const code = await Promise.race([tini.exited, sleep(30_000).then(() => 'still running')]);
+      // tini exits with 128 + the signal that ended its child.
+      expect(code, tini.lines.join('\n')).to.equal(128 + 9);
+      expect(tini.records.some((r) => r.level === 'fatal')).to.equal(true);
+    } finally {
+      await end(tini);
+    }
+
+    // node itself as PID 1: the kernel would drop the watchdog's SIGKILL, and it says so at start.
+    const bare = inNamespace(false);
+    try {
+      await urls(bare);
+      const warning = await bare.waitFor((r) => /running as PID 1/.test(String(r.msg)), 10_000);
+      expect(warning.level).to.equal('warn');
+    } finally {
+      await end(bare);
     }
   });
 

@@ -55,12 +55,13 @@ export class ServeProcess {
   constructor(
     args: string[],
     env: NodeJS.ProcessEnv,
-    command: { argv: string[]; cwd?: string; uid?: number; gid?: number } = {
+    command: { argv: string[]; file?: string; cwd?: string; uid?: number; gid?: number } = {
       argv: [MAIN, 'serve', ...args],
     },
   ) {
-    const { argv, ...options } = command;
-    this.child = spawn(process.execPath, argv, {
+    // `file` runs instead of this node (e.g. tini, which then runs node from PATH).
+    const { argv, file = process.execPath, ...options } = command;
+    this.child = spawn(file, argv, {
       ...options,
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -104,6 +105,11 @@ export class ServeProcess {
       this.waiters.push(check);
       check();
     });
+  }
+
+  /** The process's id (of `file`, when it runs one). */
+  get pid(): number | undefined {
+    return this.child.pid;
   }
 
   /** SIGTERM and wait for the exit code. */
