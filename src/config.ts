@@ -246,12 +246,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   // least the budget plus 1 s (the evaluation threads' margin). A default below that follows a
   // long budget; a setting below it is refused.
   const stallFloor = Math.ceil((c.evalBudgetMs + 1000) / 1000);
-  if (c.evalStallSeconds > 0 && c.evalStallSeconds < stallFloor) {
-    if (!defaulted.has('evalStallSeconds')) {
-      throw new ConfigError(
-        `ARBITER_EVAL_STALL_SECONDS must be 0 (off) or at least ARBITER_EVAL_BUDGET_MS plus 1 s (${stallFloor})`,
-      );
-    }
+  if (c.evalStallSeconds > 0 && c.evalStallSeconds < stallFloor && !defaulted.has('evalStallSeconds')) {
+    throw new ConfigError(
+      `ARBITER_EVAL_STALL_SECONDS must be 0 (off) or at least ARBITER_EVAL_BUDGET_MS plus 1 s (${stallFloor})`,
+    );
   }
   const evalStallSeconds = c.evalStallSeconds > 0 ? Math.max(c.evalStallSeconds, stallFloor) : 0;
   return Object.freeze({

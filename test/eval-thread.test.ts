@@ -5,13 +5,8 @@ import { REPO } from './helpers/harness.js';
 import { RegoCompiler } from '../src/policy/compiler.js';
 import { EvaluationThread, type ThreadSet } from '../src/policy/eval-thread.js';
 import { Evaluator } from '../src/policy/evaluator.js';
-import {
-  INLINE_MAX_MS,
-  MAX_PROVING_DECISIONS,
-  PROVING_DECISIONS,
-  ShadowRunner,
-  type ShadowThread,
-} from '../src/policy/shadow-runner.js';
+import { INLINE_MAX_MS, MAX_PROVING_DECISIONS, PROVING_DECISIONS } from '../src/policy/shadow-limits.js';
+import { ShadowRunner, type ShadowThread } from '../src/policy/shadow-runner.js';
 import { denyReadsSlowOn, SLOW_ITEMS } from './helpers/policies.js';
 
 const opaBin = process.env.ARBITER_OPA_BIN || path.join(REPO, '.opa-bin', 'opa');

@@ -2,35 +2,19 @@ import { expect } from 'chai';
 import { readFileSync, rmSync } from 'node:fs';
 import { ConfigError, loadConfig } from '../src/config.js';
 import { onceOnly } from './helpers/backends.js';
-import { ADMIN_KEY, AGENT, Arbiter, call } from './helpers/harness.js';
-import { SPIN_ITEMS, spinsWhen } from './helpers/policies.js';
+import { AGENT, Arbiter, call } from './helpers/harness.js';
+import { slowOn, SPIN_ITEMS, spinsWhen } from './helpers/policies.js';
 import { baseEnv, MAIN, ServeProcess, sleep } from './helpers/process.js';
 
 /** Never finishes on a request whose context says `boom`; fast on any other. */
 const BOOM = spinsWhen('input.context.boom == true');
 const BOOM_REQUEST = { ...AGENT.allow, context: { boom: true } };
-/** About 0.2 s of comparisons (2 500², a deny that never holds) on a request for repo/slow. */
-const SLOW = [
-  'package authz.agent',
-  '',
-  'deny contains "never" if {',
-  '\tinput.resource == "repo/slow"',
-  '\tsome a in data.slow.items',
-  '\tsome b in data.slow.items',
-  '\ta > b',
-  '\tb > a',
-  '}',
-  '',
-].join('\n');
+/** About 0.2 s of comparisons with 2 500 items as `data.slow.items`, on a request for repo/slow. */
+const SLOW = slowOn('repo/slow');
 
 /** Sends a decision that will not be answered, without waiting for it (the process may die). */
 function fireAndForget(a: { engine: string }, body: unknown): void {
-  void fetch(`${a.engine}/v1/agent/authorize`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-    signal: AbortSignal.timeout(60_000),
-  }).catch(() => undefined);
+  void call('POST', `${a.engine}/v1/agent/authorize`, { body }).catch(() => undefined);
 }
 
 async function goLive(

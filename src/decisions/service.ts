@@ -5,7 +5,7 @@ import { unavailable, unprocessable } from '../errors.js';
 import { checkAdmits } from '../keys/binding.js';
 import { compileSchema } from '../common/validation.js';
 import type { Principal } from '../keys/types.js';
-import type { DecisionStatus, PolicyDecision } from '../policy/evaluator.js';
+import { failClosed, type DecisionStatus, type PolicyDecision } from '../policy/evaluator.js';
 import type { PolicyService } from '../policy/service.js';
 import type { LimitDeclaration, LimitUse, QueueItem } from '../queue/types.js';
 import { requestDigest } from './digest.js';
@@ -287,22 +287,12 @@ export class DecisionService {
     const generation = this.policies.shadowGeneration;
     if (!evaluator) {
       const failure = this.policies.shadowFailure;
-      return failure === undefined
-        ? undefined
-        : { result: 'error', status: 'deny', message: failure, generation, live: live.status };
+      return failure === undefined ? undefined : shadowOutcome(failClosed(failure), live, generation);
     }
-    const outcome = (d: PolicyDecision): ShadowOutcome =>
-      d.error
-        ? { result: 'error', status: d.status, message: d.message, generation, live: live.status }
-        : {
-            result: d.status === live.status ? 'agree' : 'disagree',
-            status: d.status,
-            message: d.message,
-            generation,
-            live: live.status,
-          };
     const answered = evaluator.evaluate(input);
-    return answered instanceof Promise ? answered.then(outcome) : outcome(answered);
+    return answered instanceof Promise
+      ? answered.then((d) => shadowOutcome(d, live, generation))
+      : shadowOutcome(answered, live, generation);
   }
 
   private maskContext(context: Record<string, unknown>): Record<string, unknown> {
@@ -351,6 +341,17 @@ interface ShadowOutcome {
   generation: number;
   /** The live answer `result` compared the shadow's with (the tally's `live`). */
   live: DecisionStatus;
+}
+
+/** The shadow set's answer `d` compared with the live answer (an error when it gave none). */
+function shadowOutcome(d: PolicyDecision, live: PolicyDecision, generation: number): ShadowOutcome {
+  return {
+    result: d.error ? 'error' : d.status === live.status ? 'agree' : 'disagree',
+    status: d.status,
+    message: d.message,
+    generation,
+    live: live.status,
+  };
 }
 
 /** The deny recorded instead of an allow when budget `l` cannot take its cost. */

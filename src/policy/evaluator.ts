@@ -98,10 +98,9 @@ export class Evaluator {
       guard?.leave();
       this.lastMs = performance.now() - started;
     }
-    const elapsed = this.lastMs;
-    if (elapsed > this.budgetMs) {
+    if (this.lastMs > this.budgetMs) {
       return failClosed(
-        `policy evaluation exceeded its ${this.budgetMs} ms budget (took ${elapsed.toFixed(1)} ms)`,
+        `policy evaluation exceeded its ${this.budgetMs} ms budget (took ${this.lastMs.toFixed(1)} ms)`,
       );
     }
     return checkDecision(result);

@@ -2,8 +2,6 @@ import { EvaluationThread, type ThreadSet } from './eval-thread.js';
 import { failClosed, type Evaluator, type PolicyDecision } from './evaluator.js';
 import { INLINE_MAX_MS, MAX_PROVING_DECISIONS, PROVING_DECISIONS } from './shadow-limits.js';
 
-export { INLINE_MAX_MS, MAX_PROVING_DECISIONS, PROVING_DECISIONS };
-
 /** What ShadowRunner uses of its set's thread. */
 export type ShadowThread = Pick<EvaluationThread, 'active' | 'load' | 'clear' | 'close' | 'evaluateTimed'>;
 

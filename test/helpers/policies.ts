@@ -50,8 +50,24 @@ export const SPIN_THRESHOLDS = [
   '',
 ].join('\n');
 
-/** `data.slow.items` for SLOW_ON: 0..699. */
+/** `data.slow.items` for denyReadsSlowOn: 0..699. */
 export const SLOW_ITEMS = Array.from({ length: 700 }, (_, i) => i);
+
+/** A deny that never holds, n² comparisons over `data.slow.items`, on a request for `resource`. */
+const slowRule = (resource: string): string[] => [
+  'deny contains "never" if {',
+  `\tinput.resource == "${resource}"`,
+  '\tsome a in data.slow.items',
+  '\tsome b in data.slow.items',
+  '\ta > b',
+  '\tb > a',
+  '}',
+  '',
+];
+
+/** A package that is slow (slowRule) on a request for `resource`, and changes no answer. */
+export const slowOn = (resource: string): string =>
+  ['package authz.agent', '', ...slowRule(resource)].join('\n');
 
 /**
  * A package that denies reads at once (with `reason`), and takes ~25 ms more (700² comparisons
@@ -64,12 +80,5 @@ export const denyReadsSlowOn = (reason: string, resource: string): string =>
     '',
     `deny contains "${reason}" if input.action == "read"`,
     '',
-    'deny contains "never" if {',
-    `\tinput.resource == "${resource}"`,
-    '\tsome a in data.slow.items',
-    '\tsome b in data.slow.items',
-    '\ta > b',
-    '\tb > a',
-    '}',
-    '',
+    ...slowRule(resource),
   ].join('\n');
