@@ -9,7 +9,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../src/config.js';
 import { CompileError, RegoCompiler } from '../src/policy/compiler.js';
-import { readPolicyDir } from '../src/policy/service.js';
+import { readPolicyDir } from '../src/policy/policy-dir.js';
 
 const { values } = parseArgs({
   options: { dir: { type: 'string' }, out: { type: 'string', default: 'dist/policy.wasm' } },

@@ -9,6 +9,7 @@ import type { Logger } from './observability/logger.js';
 import type { Metrics } from './observability/metrics.js';
 import type { RegoCompiler } from './policy/compiler.js';
 import { Explainer } from './policy/explain.js';
+import { PolicyHistory } from './policy/history.js';
 import { LifecycleService, recentRecordedInputs } from './policy/lifecycle.js';
 import { PolicyService } from './policy/service.js';
 import { QueueService } from './queue/service.js';
@@ -56,6 +57,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
     // serving thread): one that would not finish on them is refused.
     (n) => recentRecordedInputs(stores.audit, n),
   );
+  const history = new PolicyHistory(stores.policies);
   const decisions = new DecisionService(policies, stores.decisions, config.queueTtlSeconds, masker, {
     decided: (kind, outcome, seconds) => {
       m?.decisions.inc({ kind, outcome });
@@ -94,13 +96,20 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
   return {
     keys,
     policies,
+    history,
     decisions,
     authzen: new AuthzenService(decisions, config.authzenDefaultTenant),
     audit,
     queue,
     tokens,
     webhooks,
-    lifecycle: new LifecycleService(policies, stores.audit, stores.decisions, new Explainer(config.opaBin)),
+    lifecycle: new LifecycleService(
+      policies,
+      history,
+      stores.audit,
+      stores.decisions,
+      new Explainer(config.opaBin),
+    ),
     budgets: new BudgetService(stores.limits),
   };
 }

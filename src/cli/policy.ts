@@ -1,5 +1,4 @@
 import { execFile } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { cp, mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -8,7 +7,8 @@ import { canonicalJson } from '../common/canonical-json.js';
 import { loadConfig } from '../config.js';
 import { BUILTIN_MODULE_PATH, CompileError, RegoCompiler } from '../policy/compiler.js';
 import { EvaluationThread, thresholdErrorsOn } from '../policy/eval-thread.js';
-import { BUNDLED_BUILTIN, dataTree, readPolicyDir } from '../policy/service.js';
+import { dataTree, regoSha256 } from '../policy/documents.js';
+import { BUNDLED_BUILTIN, readPolicyDir } from '../policy/policy-dir.js';
 import { thresholdErrorMessage } from '../policy/thresholds.js';
 
 /**
@@ -369,8 +369,6 @@ interface Plan {
   bundle: { policies: Record<string, string>; data: Record<string, unknown>; prune: boolean };
 }
 
-const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
-
 /** What pushing DIR would change in the live set: per policy and per data document. */
 function planOf(local: LocalSet, live: LiveSet, prune: boolean): Plan {
   const plan: Plan = {
@@ -384,7 +382,7 @@ function planOf(local: LocalSet, live: LiveSet, prune: boolean): Plan {
     plan.bundle.policies[m.name] = m.rego;
     const current = live.policies.get(m.name);
     if (!current) plan.policies.create.push(m.name);
-    else if (current.sha256 !== sha256(m.rego)) plan.policies.update.push(m.name);
+    else if (current.sha256 !== regoSha256(m.rego)) plan.policies.update.push(m.name);
     else plan.policies.unchanged.push(m.name);
   }
   for (const name of live.policies.keys()) {

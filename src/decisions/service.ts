@@ -283,10 +283,11 @@ export class DecisionService {
     input: Record<string, unknown>,
     live: PolicyDecision,
   ): Promise<ShadowOutcome> | ShadowOutcome | undefined {
-    const evaluator = this.policies.shadowEvaluator;
-    const generation = this.policies.shadowGeneration;
+    const set = this.policies.shadowSet;
+    const evaluator = set.evaluator;
+    const generation = set.generation;
     if (!evaluator) {
-      const failure = this.policies.shadowFailure;
+      const failure = set.failure;
       return failure === undefined ? undefined : shadowOutcome(failClosed(failure), live, generation);
     }
     const answered = evaluator.evaluate(input);

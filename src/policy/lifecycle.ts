@@ -7,6 +7,7 @@ import { admits } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
 import type { Explainer, FiredRule } from './explain.js';
 import type { PolicyDecision } from './evaluator.js';
+import type { PolicyHistory } from './history.js';
 import type { PolicyService } from './service.js';
 import { EvaluationThread, THREAD_FAILURE } from './eval-thread.js';
 
@@ -103,6 +104,7 @@ export class LifecycleService {
 
   constructor(
     private readonly policies: PolicyService,
+    private readonly history: PolicyHistory,
     private readonly audit: AuditStore,
     private readonly decisions: Pick<DecisionStore, 'shadowTally'>,
     private readonly explainer: Explainer,
@@ -228,7 +230,7 @@ export class LifecycleService {
     if (!input) {
       throw conflict(`decision ${requestId} was recorded without its policy input: it cannot be replayed`);
     }
-    const set = await this.policies.revisionSet(revision);
+    const set = await this.history.revisionSet(revision);
     if (!set) {
       throw conflict(
         `decision ${requestId} was made under revision ${revision}, which policy history does not hold: it cannot be replayed`,

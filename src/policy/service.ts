@@ -1,14 +1,20 @@
-import { createHash } from 'node:crypto';
-import { readdir, readFile } from 'node:fs/promises';
-import path from 'node:path';
-import YAML from 'yaml';
 import type { NewAuditEvent } from '../audit/types.js';
-import { conflict, internal, invalid, isKind, notFound, precondition, unavailable } from '../errors.js';
-import { encodeCursor, fetchPage, readCursor, type Page, type PageQuery } from '../common/pagination.js';
+import { conflict, invalid, isKind, notFound, precondition, unavailable } from '../errors.js';
 import { CompileError, type Module, type RegoCompiler } from './compiler.js';
+import {
+  checkDataPath,
+  checkName,
+  checkRego,
+  dataSha256,
+  dataTree,
+  overlaps,
+  regoSha256,
+} from './documents.js';
+import { blobOf } from './history.js';
+import { readPolicyDir } from './policy-dir.js';
 import { Evaluator } from './evaluator.js';
 import { EvaluationThread, THREAD_FAILURE, thresholdErrorsOn } from './eval-thread.js';
-import { ShadowRunner } from './shadow-runner.js';
+import { ShadowSet, shadowModules } from './shadow-set.js';
 import { thresholdErrorMessage } from './thresholds.js';
 import type {
   DataDocument,
@@ -16,17 +22,8 @@ import type {
   PolicyRecord,
   PolicySnapshot,
   PolicyStore,
-  PolicyVersionRecord,
-  RevisionRecord,
   ShadowState,
 } from './types.js';
-import { canonicalJson } from '../common/canonical-json.js';
-
-export const POLICY_NAME = /^[a-z0-9][a-z0-9._-]{0,127}$/;
-const DATA_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9_-]{0,127}$/;
-const MAX_DATA_DEPTH = 16;
-/** Names that would reach Object.prototype when the data tree is built. */
-const RESERVED_SEGMENTS = new Set(['__proto__', 'constructor', 'prototype']);
 
 /** Who changed something and in which flow, for the audit event. */
 export interface ChangeContext {
@@ -61,9 +58,6 @@ export interface Precondition {
   failure: string;
 }
 export const metaOf = ({ rego: _rego, ...meta }: PolicyRecord): PolicyMeta => meta;
-const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
-/** A data document's content address: the sha256 of its canonical JSON (what history stores). */
-export const dataSha256 = (value: unknown) => sha256(canonicalJson(value));
 
 /** A change of nothing, to spread a change's own fields onto. */
 const NO_CHANGE = {
@@ -95,20 +89,14 @@ const notFoundOf = (name: string): never => {
  */
 export class PolicyService {
   private live: Evaluator | undefined;
-  /** The shadow set: on its own thread (started with the first shadow set) until proven (shadow-runner.ts). */
-  private readonly shadowRunner: ShadowRunner;
+  /** The shadow set as this process evaluates it. */
+  readonly shadowSet: ShadowSet;
   /**
    * Where a changed set (live or shadow) is checked before it is used (its thresholds; a live one
    * also against recent decisions): its rules are user code, and one that never finishes must not
    * stall the serving thread (the change is refused). Changes are serialized: one thread serves them.
    */
   private readonly checkThread = new EvaluationThread();
-  /** Why the shadow set is not evaluated although it has modules (it no longer compiles with the live set). */
-  private shadowBroken: string | undefined;
-  /** The generation of the shadow set this process loaded (-1: none yet). */
-  private shadowLoaded = -1;
-  /** The generation whose set answers shadow evaluations requested now (or fails them, broken). */
-  private shadowAnswering = -1;
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -123,7 +111,7 @@ export class PolicyService {
       n: number,
     ) => Promise<{ requestId: string; input: Record<string, unknown> }[]>,
   ) {
-    this.shadowRunner = new ShadowRunner({
+    this.shadowSet = new ShadowSet({
       inline: shadowInline,
       moved: (inline) => observer.shadowInline?.(inline),
       sentBack: () => observer.shadowSentBack?.(),
@@ -135,34 +123,9 @@ export class PolicyService {
     return this.live;
   }
 
-  /**
-   * The shadow set (SPEC §11), when candidate modules are being shadowed: evaluated on a worker
-   * thread until it has proven itself there, then beside the live set (shadow-runner.ts).
-   */
-  get shadowEvaluator(): ShadowRunner | undefined {
-    return this.shadowRunner.active ? this.shadowRunner : undefined;
-  }
-
-  /**
-   * The generation of the shadow set that answers a shadow evaluation requested now: the one
-   * last loaded (posted to its thread, and evaluated inline once proven), or the broken one
-   * whose decisions count errors.
-   */
-  get shadowGeneration(): number {
-    return this.shadowAnswering;
-  }
-
   /** Stops the check and shadow threads; shadow evaluations still waiting count an error. */
   async close(): Promise<void> {
-    await Promise.allSettled([this.checkThread.close(), this.shadowRunner.close()]);
-  }
-
-  /**
-   * Set when there are shadow modules but the shadow set cannot be evaluated (the live set
-   * changed under it and the two no longer compile together): every decision counts a shadow error.
-   */
-  get shadowFailure(): string | undefined {
-    return this.shadowBroken;
+    await Promise.allSettled([this.checkThread.close(), this.shadowSet.close()]);
   }
 
   /** Loads the stored set, seeding an empty never-seeded store from `policyDir` first. */
@@ -187,7 +150,7 @@ export class PolicyService {
               name: m.name,
               rego: m.rego,
               description: m.description,
-              sha256: sha256(m.rego),
+              sha256: regoSha256(m.rego),
             })),
             deletePolicies: [],
             putData: initial.data.map((d) => ({ ...d, sha256: dataSha256(d.value) })),
@@ -228,7 +191,8 @@ export class PolicyService {
   async refresh(): Promise<void> {
     await this.serialized(async () => {
       if ((await this.store.revision()) !== this.live?.revision) await this.load(await this.store.snapshot());
-      else if ((await this.store.shadowGeneration()) !== this.shadowLoaded) await this.reshadow();
+      else if ((await this.store.shadowGeneration()) !== this.shadowSet.loadedGeneration)
+        await this.reshadow();
     });
   }
 
@@ -252,8 +216,7 @@ export class PolicyService {
     ctx: ChangeContext,
   ): Promise<{ policy: PolicyMeta; created: boolean; revision: number; dryRun: boolean }> {
     checkName(name);
-    if (rego.trim() === '') throw invalid('rego must not be empty');
-    if (rego.includes('\0')) throw invalid('rego must not contain U+0000');
+    checkRego(rego);
     const r = await this.changing(async (snap) => {
       const existing = snap.policies.find((p) => p.name === name);
       const ifVersion = expectedVersion(existing, opts.precondition);
@@ -266,7 +229,7 @@ export class PolicyService {
         const policy = {
           name,
           description: desc,
-          sha256: sha256(rego),
+          sha256: regoSha256(rego),
           version,
           updated_at: new Date().toISOString(),
         };
@@ -277,11 +240,11 @@ export class PolicyService {
           ...NO_CHANGE,
           expectedRevision: snap.revision,
           ifVersions: ifVersion === undefined ? undefined : { [name]: ifVersion },
-          putPolicies: [{ name, rego, description: desc, sha256: sha256(rego) }],
+          putPolicies: [{ name, rego, description: desc, sha256: regoSha256(rego) }],
           actor: ctx.actor,
         },
         (revision) => [
-          this.event('policy.put', name, revision, ctx, { sha256: sha256(rego), created: !existing }),
+          this.event('policy.put', name, revision, ctx, { sha256: regoSha256(rego), created: !existing }),
         ],
       );
       if (!c.ok) {
@@ -426,9 +389,8 @@ export class PolicyService {
     ctx: ChangeContext,
   ): Promise<{ name: string; sha256: string; since: string; created: boolean; dryRun: boolean }> {
     checkName(name);
-    if (rego.trim() === '') throw invalid('rego must not be empty');
-    if (rego.includes('\0')) throw invalid('rego must not contain U+0000');
-    const digest = sha256(rego);
+    checkRego(rego);
+    const digest = regoSha256(rego);
     const r = await this.serialized(async () => {
       const [snap, shadow] = await Promise.all([this.store.snapshot(), this.store.shadow()]);
       const next = shadow.policies.filter((p) => p.name !== name);
@@ -503,8 +465,7 @@ export class PolicyService {
         if (!modules.delete(name)) throw invalid(`policy ${name} is not live: it cannot be removed`);
         continue;
       }
-      if (rego.trim() === '') throw invalid(`policy ${name}: rego must not be empty`);
-      if (rego.includes('\0')) throw invalid(`policy ${name}: rego must not contain U+0000`);
+      checkRego(rego, name);
       modules.set(name, rego);
     }
     const docs = new Map(snap.data.map((d) => [d.path, d.value]));
@@ -531,33 +492,6 @@ export class PolicyService {
         ? current
         : await this.prepare(await this.moduleFor(snap.policies), dataTree(snap.data), snap.revision);
     return { live, candidate };
-  }
-
-  /**
-   * The policy modules and data of a past revision as history keeps them, or undefined when
-   * history does not hold that revision (it predates history, or its texts are missing).
-   */
-  async revisionSet(
-    revision: number,
-  ): Promise<{ modules: Module[]; data: Record<string, unknown> } | undefined> {
-    const r = await this.store.getRevision(revision);
-    if (!r) return undefined;
-    const blobs = await this.store.blobs(
-      r.policies.map((p) => p.sha256),
-      r.data.map((d) => d.sha256),
-    );
-    const modules: Module[] = [];
-    for (const p of r.policies) {
-      const rego = blobs.rego.get(p.sha256);
-      if (rego === undefined) return undefined;
-      modules.push({ name: p.name, rego });
-    }
-    const docs: { path: string; value: unknown }[] = [];
-    for (const d of r.data) {
-      if (!blobs.data.has(d.sha256)) return undefined;
-      docs.push({ path: d.path, value: blobs.data.get(d.sha256) });
-    }
-    return { modules, data: dataTree(docs) };
   }
 
   /**
@@ -594,7 +528,7 @@ export class PolicyService {
           continue;
         }
         (existing ? result.updated : result.created).push(name);
-        puts.push({ name, rego, description: existing?.description ?? '', sha256: sha256(rego) });
+        puts.push({ name, rego, description: existing?.description ?? '', sha256: regoSha256(rego) });
       }
       const deletes = new Set(b.delete);
       if (b.prune) for (const name of live.keys()) if (!Object.hasOwn(b.policies, name)) deletes.add(name);
@@ -640,76 +574,6 @@ export class PolicyService {
     });
     if (!r.dry_run) await this.announce(r.revision);
     return r;
-  }
-
-  /** Revisions newest first (SPEC §11 history). */
-  async revisions(q: PageQuery): Promise<Page<RevisionSummary>> {
-    const before =
-      q.cursor === undefined ? undefined : Number(readCursor(q.cursor, 'revisions', /^(\d+)$/)[1]);
-    const page = await fetchPage(
-      q,
-      (rows) => this.store.listRevisions(before, rows),
-      (last) => encodeCursor('revisions', String(last.revision)),
-    );
-    return {
-      items: page.items.map(({ revision, time, actor, message, changes }) => ({
-        revision,
-        time,
-        actor,
-        message,
-        changes,
-      })),
-      next_cursor: page.next_cursor,
-    };
-  }
-
-  /** One revision's whole set: its policies by content address and its data documents' values. */
-  async revision(n: number): Promise<RevisionSet> {
-    const r = await this.store.getRevision(n);
-    if (!r) throw notFound(`revision ${n} not found`);
-    const blobs = await this.store.blobs(
-      [],
-      r.data.map((d) => d.sha256),
-    );
-    const data: Record<string, unknown> = {};
-    for (const d of r.data) data[d.path] = blobOf(blobs.data, d.sha256, `data document ${d.path}`);
-    return {
-      revision: r.revision,
-      time: r.time,
-      actor: r.actor,
-      message: r.message,
-      policies: r.policies.map((p) => ({ name: p.name, sha256: p.sha256 })),
-      data,
-    };
-  }
-
-  /** Versions of one policy, newest first; 404 when history has never seen the name. */
-  async versions(name: string, q: PageQuery): Promise<Page<Omit<PolicyVersionRecord, 'name'>>> {
-    checkName(name);
-    const before =
-      q.cursor === undefined ? undefined : Number(readCursor(q.cursor, 'versions', /^(\d+)$/)[1]);
-    const page = await fetchPage(
-      q,
-      (rows) => this.store.policyVersions(name, before, rows),
-      (last) => encodeCursor('versions', String(last.version)),
-    );
-    if (page.items.length === 0 && (await this.store.policyVersions(name, undefined, 1)).length === 0) {
-      throw notFound(`policy ${name} has no history`);
-    }
-    return { items: page.items.map(({ name: _n, ...v }) => v), next_cursor: page.next_cursor };
-  }
-
-  /** One version of one policy with its text (a deletion's text is the text it deleted). */
-  async version(
-    name: string,
-    version: number,
-  ): Promise<Omit<PolicyVersionRecord, 'name'> & { rego: string }> {
-    checkName(name);
-    const [v] = await this.store.policyVersions(name, version + 1, 1);
-    if (!v || v.version !== version) throw notFound(`policy ${name} has no version ${version}`);
-    const blobs = await this.store.blobs([v.sha256], []);
-    const { name: _n, ...rest } = v;
-    return { ...rest, rego: blobOf(blobs.rego, v.sha256, `policy ${name} version ${version}`) };
   }
 
   /**
@@ -913,34 +777,14 @@ export class PolicyService {
    */
   private async reshadow(): Promise<void> {
     if (!this.live) return;
-    try {
-      const shadow = await this.store.shadow();
-      this.shadowLoaded = shadow.generation;
-      if (shadow.policies.length === 0) {
-        this.shadowRunner.clear();
-        this.shadowBroken = undefined;
-        this.shadowAnswering = shadow.generation;
-        return;
-      }
-      const snap = await this.store.snapshot();
-      const modules = shadowModules(snap.policies, shadow.policies);
-      const module = await this.compileToModule(modules);
-      // Instantiated here too, to refuse a set whose thresholds are malformed, as before; this
-      // instance evaluates the set on the serving thread once it has proven itself on its thread.
-      const prepared = await this.prepare(module, dataTree(snap.data), snap.revision, modules);
-      // Posted to the shadow thread now: any decision shadowed from here on is answered by this set.
-      // The change answers once the thread has loaded it (for a first set, once the thread has
-      // started), so that decisions made after it never wait for the load.
-      this.shadowBroken = undefined;
-      const loading = this.shadowRunner.load(prepared.threadSet, prepared);
-      this.shadowAnswering = shadow.generation;
-      const unsendable = await loading;
-      if (unsendable !== undefined) throw new Error(unsendable);
-    } catch (e) {
-      this.shadowRunner.clear();
-      this.shadowBroken = `the shadow set cannot be evaluated: ${(e as Error).message}`;
-      this.shadowAnswering = this.shadowLoaded;
-    }
+    await this.shadowSet.rebuild(
+      () => this.store.shadow(),
+      async (shadow) => {
+        const snap = await this.store.snapshot();
+        const modules = shadowModules(snap.policies, shadow);
+        return this.prepare(await this.compileToModule(modules), dataTree(snap.data), snap.revision, modules);
+      },
+    );
   }
 
   /**
@@ -1003,13 +847,6 @@ export class PolicyService {
   }
 }
 
-/** The live modules with each shadow module replacing or adding its name. */
-function shadowModules(live: Module[], shadow: Module[]): Module[] {
-  const set = new Map(live.map((m) => [m.name, m.rego]));
-  for (const m of shadow) set.set(m.name, m.rego);
-  return [...set].map(([name, rego]) => ({ name, rego }));
-}
-
 /** A bundle as POST /api/v1/bundle takes it (SPEC §11); a data value of null deletes the document. */
 export interface BundleRequest {
   policies: Record<string, string>;
@@ -1028,19 +865,6 @@ export interface BundleResult {
   dry_run: boolean;
 }
 
-/** A revision as GET /api/v1/revisions lists it. */
-export type RevisionSummary = Pick<RevisionRecord, 'revision' | 'time' | 'actor' | 'message' | 'changes'>;
-
-/** A revision's whole set as GET /api/v1/revisions/{n} shows it: data documents by path. */
-export interface RevisionSet {
-  revision: number;
-  time: string;
-  actor: string;
-  message: string | null;
-  policies: { name: string; sha256: string }[];
-  data: Record<string, unknown>;
-}
-
 type Plan = Pick<PolicyChange, 'putPolicies' | 'deletePolicies' | 'putData' | 'deleteData'>;
 
 const isEmptyPlan = (p: Plan) =>
@@ -1050,8 +874,7 @@ const isEmptyPlan = (p: Plan) =>
 function checkBundle(b: BundleRequest): void {
   for (const [name, rego] of Object.entries(b.policies)) {
     checkName(name);
-    if (rego.trim() === '') throw invalid(`policy ${name}: rego must not be empty`);
-    if (rego.includes('\0')) throw invalid(`policy ${name}: rego must not contain U+0000`);
+    checkRego(rego, name);
   }
   for (const name of b.delete) {
     checkName(name);
@@ -1059,35 +882,6 @@ function checkBundle(b: BundleRequest): void {
       throw invalid(`policy ${name} is both put and deleted by the bundle`);
   }
   for (const p of Object.keys(b.data)) checkDataPath(p);
-}
-
-/** A content-addressed text or value history must hold; its absence is damage, never a guess. */
-function blobOf<T>(blobs: Map<string, T>, sha: string, what: string): T {
-  if (!blobs.has(sha)) throw internal(`history has lost the content of ${what} (${sha})`);
-  return blobs.get(sha) as T;
-}
-
-function checkName(name: string): void {
-  if (!POLICY_NAME.test(name)) {
-    throw invalid(`invalid policy name ${JSON.stringify(name)}: must match [a-z0-9][a-z0-9._-]{0,127}`);
-  }
-  if (name === 'authz') throw invalid('policy name authz is reserved for the built-in decision module');
-}
-
-export function checkDataPath(p: string): void {
-  const segs = p.split('/');
-  if (segs.length > MAX_DATA_DEPTH || !segs.every((s) => DATA_SEGMENT.test(s))) {
-    throw invalid(
-      `invalid data path ${JSON.stringify(p)}: 1 to ${MAX_DATA_DEPTH} segments of [A-Za-z0-9_-] separated by /`,
-    );
-  }
-  if (segs[0] === 'authz') throw invalid('data path authz is reserved for policies (data.authz.*)');
-  const bad = segs.find((s) => RESERVED_SEGMENTS.has(s));
-  if (bad) throw invalid(`data path segment ${bad} is not allowed`);
-}
-
-function overlaps(a: string, b: string): boolean {
-  return a.startsWith(b + '/') || b.startsWith(a + '/');
 }
 
 /** A conditional write that lost a race: the policy changed after the precondition was checked. */
@@ -1106,84 +900,4 @@ function expectedVersion(
   if (pre === undefined) return undefined;
   if (!pre.holds(existing === undefined ? undefined : metaOf(existing))) throw precondition(pre.failure);
   return existing?.version ?? 0;
-}
-
-/** Builds the `data` document from stored documents placed at their paths. */
-export function dataTree(docs: Pick<DataDocument, 'path' | 'value'>[]): Record<string, unknown> {
-  // Null-prototype nodes and own-property checks: no path can reach Object.prototype.
-  const root: Record<string, unknown> = Object.create(null) as Record<string, unknown>;
-  for (const d of docs) {
-    const segs = d.path.split('/');
-    let node = root;
-    for (const s of segs.slice(0, -1)) {
-      const next = Object.hasOwn(node, s) ? node[s] : undefined;
-      if (typeof next !== 'object' || next === null || Array.isArray(next)) {
-        node[s] = Object.create(null) as Record<string, unknown>;
-      }
-      node = node[s] as Record<string, unknown>;
-    }
-    node[segs[segs.length - 1] as string] = d.value;
-  }
-  return root;
-}
-
-/** The copy of the built-in module a policy directory may hold at its root (never a policy). */
-export const BUNDLED_BUILTIN = 'authz.rego';
-
-/**
- * Reads an OPA-bundle-style directory: every `*.rego` except `*_test.rego` becomes a policy named
- * by its relative path (`a/b.rego` → `a.b`); `data.json` / `data.yaml` become data documents at
- * their directory's path (top-level keys of the root one each become a document).
- */
-export async function readPolicyDir(dir: string): Promise<{
-  modules: (Module & { description: string; file: string })[];
-  data: { path: string; value: unknown }[];
-}> {
-  const modules: (Module & { description: string; file: string })[] = [];
-  const data: { path: string; value: unknown }[] = [];
-  let entries;
-  try {
-    entries = await readdir(dir, { recursive: true, withFileTypes: true });
-  } catch (e) {
-    throw new Error(`cannot read policy directory ${dir}: ${(e as Error).message}`, { cause: e });
-  }
-  for (const ent of entries.sort((a, b) =>
-    path.join(a.parentPath, a.name).localeCompare(path.join(b.parentPath, b.name)),
-  )) {
-    if (!ent.isFile()) continue;
-    const full = path.join(ent.parentPath, ent.name);
-    const rel = path.relative(dir, full).split(path.sep).join('/');
-    // The root authz.rego is the copy of the built-in module that makes the directory a complete
-    // OPA bundle for stock opa; the service always uses its own built-in module instead.
-    if (rel === BUNDLED_BUILTIN) continue;
-    if (rel.endsWith('.rego') && !rel.endsWith('_test.rego')) {
-      const name = rel.slice(0, -'.rego'.length).replace(/\//g, '.');
-      if (!POLICY_NAME.test(name)) throw new Error(`${full}: ${name} is not a valid policy name`);
-      modules.push({
-        name,
-        rego: await readFile(full, 'utf8'),
-        description: `seeded from ${rel}`,
-        file: rel,
-      });
-    } else if (/(^|\/)data\.(json|ya?ml)$/.test(rel)) {
-      const text = await readFile(full, 'utf8');
-      let value: unknown;
-      try {
-        value = rel.endsWith('.json') ? JSON.parse(text) : YAML.parse(text);
-      } catch (e) {
-        throw new Error(`${full}: ${(e as Error).message}`, { cause: e });
-      }
-      const at = path.posix.dirname(rel);
-      if (at === '.') {
-        if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-          throw new Error(`${full}: the root data document must be an object`);
-        }
-        for (const [k, v] of Object.entries(value)) data.push({ path: k, value: v });
-      } else {
-        data.push({ path: at, value });
-      }
-    }
-  }
-  for (const d of data) checkDataPath(d.path);
-  return { modules, data };
 }

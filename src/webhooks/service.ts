@@ -4,7 +4,7 @@ import { decodeCursor, encodeCursor, fetchPage, type PageQuery } from '../common
 import { compileSchema } from '../common/validation.js';
 import { invalid, notFound } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
-import { POLICY_NAME } from '../policy/service.js';
+import { POLICY_NAME } from '../policy/documents.js';
 import {
   WEBHOOK_EVENTS,
   type DeliveryRecord,

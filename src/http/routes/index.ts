@@ -5,6 +5,7 @@ import type { DecisionService } from '../../decisions/service.js';
 import type { LifecycleService } from '../../policy/lifecycle.js';
 import type { Metrics } from '../../observability/metrics.js';
 import type { PolicyService } from '../../policy/service.js';
+import type { PolicyHistory } from '../../policy/history.js';
 import type { QueueService } from '../../queue/service.js';
 import type { TokenService } from '../../tokens/service.js';
 import type { ConsoleAssets } from '../console.js';
@@ -33,6 +34,7 @@ export interface RouteDeps {
   queue: QueueService;
   tokens: TokenService;
   policies: PolicyService;
+  history: PolicyHistory;
   metrics: Metrics;
   health: () => Promise<{ ok: boolean; revision: number | null; error?: string }>;
   /** The reviewer console's built files (served on the Engine API). */

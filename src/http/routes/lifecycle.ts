@@ -192,7 +192,7 @@ export function lifecycleRoutes(d: RouteDeps): RouteDef[] {
       body: 'none',
       summary: 'List revisions of the policy set, newest first',
       handler: async (ctx) => {
-        const page = await d.policies.revisions(queryOf(ctx, PAGE_QUERY));
+        const page = await d.history.revisions(queryOf(ctx, PAGE_QUERY));
         ctx.body = { revisions: page.items, next_cursor: page.next_cursor };
       },
     },
@@ -220,7 +220,7 @@ export function lifecycleRoutes(d: RouteDeps): RouteDef[] {
       body: 'none',
       summary: "One revision's whole policy set",
       handler: async (ctx) => {
-        ctx.body = await d.policies.revision(numberParam(ctx, 'n'));
+        ctx.body = await d.history.revision(numberParam(ctx, 'n'));
       },
     },
     {
@@ -260,7 +260,7 @@ export function lifecycleRoutes(d: RouteDeps): RouteDef[] {
       body: 'none',
       summary: 'Versions of one policy, newest first',
       handler: async (ctx) => {
-        const page = await d.policies.versions(param(ctx, 'name'), queryOf(ctx, PAGE_QUERY));
+        const page = await d.history.versions(param(ctx, 'name'), queryOf(ctx, PAGE_QUERY));
         ctx.body = { versions: page.items, next_cursor: page.next_cursor };
       },
     },
@@ -281,7 +281,7 @@ export function lifecycleRoutes(d: RouteDeps): RouteDef[] {
       body: 'none',
       summary: 'One version of one policy with its Rego source',
       handler: async (ctx) => {
-        ctx.body = await d.policies.version(param(ctx, 'name'), numberParam(ctx, 'version'));
+        ctx.body = await d.history.version(param(ctx, 'name'), numberParam(ctx, 'version'));
       },
     },
   ];
