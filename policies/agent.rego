@@ -48,22 +48,26 @@ known_agent if is_object(agent)
 # Patterns are globs. matches(pattern, value, delimiter) answers exactly what
 # glob.match(pattern, [delimiter], value) answers, but handles the common forms (a literal,
 # "<prefix>/**", "<prefix>.*") with string builtins: glob.match compiles a pattern on every call,
-# which costs about 6 µs in WebAssembly against well under 1 µs for startswith.
+# which costs about 6 µs in WebAssembly against well under 1 µs for startswith. Each clause tests
+# the cheap conditions on the value first: wildcard() scans the pattern five times and runs only
+# once they hold (all four clauses are evaluated on every call, for every pattern).
 matches(pattern, value, _) if {
-	not wildcard(pattern)
 	pattern == value
+	not wildcard(pattern)
 }
 
 matches(pattern, value, "/") if {
-	subtree_pattern(pattern)
+	endswith(pattern, "/**")
 	startswith(value, trim_suffix(pattern, "**"))
+	subtree_pattern(pattern)
 }
 
 matches(pattern, value, ".") if {
-	child_pattern(pattern)
+	endswith(pattern, ".*")
 	prefix := trim_suffix(pattern, "*")
 	startswith(value, prefix)
 	not contains(trim_prefix(value, prefix), ".")
+	child_pattern(pattern)
 }
 
 matches(pattern, value, delimiter) if {
