@@ -206,4 +206,44 @@ onEveryBackend('POST /api/v1/impact: replay recorded decisions against a candida
     const engine = await call('POST', `${a.engine}/api/v1/impact`, { body: { policies: {} } });
     expectError(engine, 404);
   });
+
+  // Last: it records a decision of another tenant, which the counts above do not expect.
+  it("replays for a tenant-bound key only its tenant's decisions: another tenant's input cannot be probed", async () => {
+    const globex = await call('POST', `${a.engine}/v1/authorize`, {
+      body: {
+        tenant_id: 'globex',
+        user_id: 'dave',
+        action: 'read',
+        resource: { type: 'project', id: 'p9' },
+        context: { ssn: '123-45' },
+      },
+    });
+    expect(globex.status, globex.text).to.equal(200);
+    // A candidate that asks about that input: it changes the decision only if the guess is right.
+    const probe = {
+      policies: {
+        probe:
+          'package authz.human\n\ndeny contains "probe" if {\n\tinput.tenant_id == "globex"\n\tinput.context.ssn == "123-45"\n}\n',
+      },
+    };
+    const unbound = await impact(probe);
+    expect(unbound.status, unbound.text).to.equal(200);
+    expect(unbound.json.changed).to.equal(1);
+    expect(unbound.json.samples[0].request_id).to.equal(globex.json.request_id);
+
+    const acme = a.createKey('impact-acme', ['policies:read'], { tenant: 'acme' });
+    const bound = await impact(probe, acme);
+    expect(bound.status, bound.text).to.equal(200);
+    expect(bound.json.changed).to.equal(0);
+    expect(bound.json.samples).to.deep.equal([]);
+    // It replays exactly its tenant's decisions (the human ones here): a candidate denying
+    // everything changes those and nothing else.
+    const all = await impact(
+      { policies: { probe: 'package authz.human\n\ndeny contains "all" if true\n' } },
+      acme,
+    );
+    expect(all.status, all.text).to.equal(200);
+    expect(all.json.replayed).to.equal(ids.human!.length);
+    expect(all.json.samples.map((x: { request_id: string }) => x.request_id)).to.have.members(ids.human!);
+  });
 });

@@ -233,6 +233,30 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
     expectError(await dropShadow('deny-read'), 404);
   });
 
+  it("shows a tenant-bound key the counts over every decision but only its own tenant's samples", async () => {
+    const denyAll = 'package authz.human\n\ndeny contains "switched off" if true\n';
+    expect((await putShadow('deny-human', { rego: denyAll })).status).to.equal(201);
+    const human = async (tenant: string, user: string) => {
+      const r = await call('POST', `${a.engine}/v1/authorize`, {
+        body: { tenant_id: tenant, user_id: user, action: 'read', resource: { type: 'project', id: 'p1' } },
+      });
+      expect(r.status, r.text).to.equal(200);
+      return r.json.request_id as string;
+    };
+    const acmeId = await human('acme', 'alice');
+    const globexId = await human('globex', 'dave');
+    const all = await report();
+    expect(all.disagree).to.equal(2);
+    expect(all.samples.map((x: { request_id: string }) => x.request_id)).to.have.members([acmeId, globexId]);
+
+    const acme = a.createKey('shadow-acme', ['policies:read'], { tenant: 'acme' });
+    const bound = await call('GET', `${a.platform}/api/v1/shadow`, { key: acme });
+    expect(bound.status, bound.text).to.equal(200);
+    expect({ ...bound.json, samples: [] }).to.deep.equal({ ...all, samples: [] });
+    expect(bound.json.samples.map((x: { request_id: string }) => x.request_id)).to.deep.equal([acmeId]);
+    expect((await dropShadow('deny-human')).status).to.equal(204);
+  });
+
   it("reports a budget's deny as the live policy's allow it replaced: the policies' answers are compared", async () => {
     // A live module giving requests with context.budgeted a budget of one per window (366 days,
     // so that the two requests below do not straddle a window's start): the second is denied by it.

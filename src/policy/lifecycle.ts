@@ -3,7 +3,7 @@ import type { AuditEvent } from '../audit/types.js';
 import type { DecisionStore } from '../decisions/store.js';
 import { compileSchema, type JsonSchema } from '../common/validation.js';
 import { busy, conflict, invalid, notFound } from '../errors.js';
-import { admits } from '../keys/binding.js';
+import { admits, narrow } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
 import type { Explainer, FiredRule } from './explain.js';
 import type { PolicyDecision } from './evaluator.js';
@@ -106,16 +106,19 @@ export class LifecycleService {
     private readonly policies: PolicyService,
     private readonly history: PolicyHistory,
     private readonly audit: AuditStore,
-    private readonly decisions: Pick<DecisionStore, 'shadowTally'>,
+    private readonly decisions: Pick<DecisionStore, 'shadowTally' | 'get'>,
     private readonly explainer: Explainer,
   ) {}
 
   /**
    * Replays the most recent recorded decision inputs against the live set and the candidate set
    * and counts the decisions whose status differs. One replay at a time per process (429 else).
+   * A tenant-bound key replays only its tenant's decisions: recorded inputs are audit data, and a
+   * candidate written to ask about another tenant's input must find none to ask about.
    */
-  async impact(body: unknown): Promise<ImpactReport> {
+  async impact(principal: Principal, body: unknown): Promise<ImpactReport> {
     const req = validateImpact(body);
+    const tenant = narrow(principal, 'tenant', undefined);
     if (this.replaying) throw busy('an impact replay is already running; try again when it is done');
     this.replaying = true;
     try {
@@ -135,6 +138,7 @@ export class LifecycleService {
         while (read < limit) {
           const page = await this.audit.query({
             kind: 'decision',
+            ...(tenant !== undefined ? { tenant_id: tenant } : {}),
             ...(req.since !== undefined ? { since: req.since } : {}),
             ...(before ? { before } : {}),
             limit: Math.min(PAGE, limit - read),
@@ -180,9 +184,11 @@ export class LifecycleService {
   /**
    * The shadow set and, from its generation's tally (kept in each decision's transaction, by
    * every process), how often its answer agreed with the live one, what the disagreements were,
-   * and the latest 20 of them. Reads a few rows, never the trail.
+   * and the latest 20 of them. Reads a few rows, never the trail. The counts are over every
+   * decision (the shadow set is global configuration, like the policies); a tenant-bound key sees
+   * only the samples of its own tenant's decisions among those 20.
    */
-  async shadowReport(): Promise<ShadowReport> {
+  async shadowReport(principal: Principal): Promise<ShadowReport> {
     const state = await this.policies.shadow();
     const report: ShadowReport = {
       policies: state.policies.map(({ name, sha256, since }) => ({ name, sha256, since })),
@@ -206,8 +212,23 @@ export class LifecycleService {
         report.changes[key] = (report.changes[key] ?? 0) + c.n;
       }
     }
-    report.samples = tally.samples;
+    report.samples = await this.visibleSamples(principal, tally.samples);
     return report;
+  }
+
+  /** The samples a key may see: all of them, or for a tenant-bound key those of its tenant. */
+  private async visibleSamples<S extends { request_id: string }>(
+    principal: Principal,
+    samples: S[],
+  ): Promise<S[]> {
+    if (narrow(principal, 'tenant', undefined) === undefined) return samples;
+    const tenants = await Promise.all(
+      samples.map(async (s) => (await this.decisions.get(s.request_id))?.tenant_id),
+    );
+    return samples.filter((_, i) => {
+      const tenant = tenants[i];
+      return tenant !== undefined && admits(principal, 'tenant', tenant);
+    });
   }
 
   /**

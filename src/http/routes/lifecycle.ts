@@ -407,7 +407,7 @@ export function replayRoutes(lifecycle: LifecycleService, policies: PolicyServic
       ok: {
         status: 200,
         description:
-          'The shadow set and how its answers compared with the live ones since it last changed (latest 20 disagreements)',
+          "The shadow set and how its answers compared with the live ones since it last changed (latest 20 disagreements; a tenant-bound key sees only its own tenant's among them)",
         schema: shadowReportSchema,
       },
       apis: PLATFORM,
@@ -415,7 +415,7 @@ export function replayRoutes(lifecycle: LifecycleService, policies: PolicyServic
       body: 'none',
       summary: 'Shadow set and its agreement with the live set',
       handler: async (ctx) => {
-        ctx.body = await lifecycle.shadowReport();
+        ctx.body = await lifecycle.shadowReport(principalOf(ctx));
       },
     },
     {
@@ -448,7 +448,7 @@ export function replayRoutes(lifecycle: LifecycleService, policies: PolicyServic
       ok: {
         status: 200,
         description:
-          'The recorded decisions replayed against the live set and the candidate set, and what changes; nothing is stored',
+          "The recorded decisions (for a tenant-bound key, its tenant's only) replayed against the live set and the candidate set, and what changes; nothing is stored",
         schema: impactSchema,
       },
       requestSchema: impactRequestSchema,
@@ -458,7 +458,7 @@ export function replayRoutes(lifecycle: LifecycleService, policies: PolicyServic
       body: 'object',
       summary: 'Replay recorded decisions against a candidate policy set',
       handler: async (ctx) => {
-        ctx.body = await lifecycle.impact(ctx.request.body);
+        ctx.body = await lifecycle.impact(principalOf(ctx), ctx.request.body);
       },
     },
     {
