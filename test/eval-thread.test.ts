@@ -307,6 +307,51 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
     await runner.close();
   });
 
+  it('waits for the thread at most the wait, counted from asking, then skips the set for 1 s, 2 s, … while it keeps timing out', async () => {
+    const ALLOW = { status: 'allow' as const, message: 'ok', reasons: [] };
+    // A thread that answers at once, or never (a stuck or slow set with evaluations queued).
+    let hang = true;
+    let asked = 0;
+    const thread: ShadowThread = {
+      active: true,
+      load: () => Promise.resolve(undefined),
+      clear() {},
+      close: () => Promise.resolve(),
+      evaluateTimed: () => {
+        asked++;
+        return hang ? new Promise(() => {}) : Promise.resolve({ decision: ALLOW, ms: 0 });
+      },
+    };
+    const local = { lastMs: 0, evaluate: () => ALLOW } as unknown as Evaluator;
+    const runner = new ShadowRunner({ inline: true, thread, waitMs: 50 });
+    await runner.load(set, local);
+    const started = performance.now();
+    const [first, second] = await Promise.all([runner.evaluate(READ), runner.evaluate(READ)]);
+    expect(performance.now() - started).to.be.at.least(45);
+    for (const d of [first, second]) expect(d.error).to.equal('the shadow set did not answer within 50 ms');
+    expect(asked).to.equal(2);
+    // Skipped: answered at once, without asking the thread.
+    const skipped = runner.evaluate(READ);
+    expect(skipped).to.not.be.instanceOf(Promise);
+    expect((skipped as { error?: string }).error).to.equal(
+      'not evaluated: the shadow set timed out and is skipped for 1 s',
+    );
+    expect(asked).to.equal(2);
+    // After the second it is asked again; timing out again skips it for twice as long.
+    await new Promise((r) => setTimeout(r, 1_050));
+    expect((await runner.evaluate(READ)).error).to.equal('the shadow set did not answer within 50 ms');
+    expect(asked).to.equal(3);
+    expect((runner.evaluate(READ) as { error?: string }).error).to.equal(
+      'not evaluated: the shadow set timed out and is skipped for 2 s',
+    );
+    // A new set is asked at once, and a thread that answers in time is never skipped.
+    hang = false;
+    await runner.load(set, local);
+    for (let i = 0; i < 3; i++) expect(await runner.evaluate(READ)).to.deep.equal(ALLOW);
+    expect(asked).to.equal(6);
+    await runner.close();
+  });
+
   it('answers an error, never throws, when the inline evaluator throws or the observer does', async () => {
     const runner = new ShadowRunner({
       inline: true,

@@ -381,7 +381,7 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
     }
   });
 
-  it('counts a shadow evaluation that never finishes as a timeout error, answers live, and restarts its thread', async () => {
+  it('counts a shadow evaluation that never finishes as a timeout error, answers live, skips the set for a second, and restarts its thread', async () => {
     const data = await call('PUT', `${a.platform}/api/v1/data/spin`, { body: { items: SPIN_ITEMS } });
     expect(data.status, data.text).to.equal(201);
     try {
@@ -393,14 +393,26 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
       expect(e.outcome).to.equal('allow');
       expect(e.details.shadow_result).to.equal('error');
       expect(e.details.shadow.status).to.equal('deny');
-      expect(e.details.shadow.message).to.match(/^evaluation timed out: no answer within \d+ ms$/);
+      expect(e.details.shadow.message).to.match(/^the shadow set did not answer within \d+ ms$/);
       expect(await shadowMetric('error')).to.equal(errors + 1);
       expect(await report()).to.deep.include({ decisions: 1, errors: 1 });
-      // The stuck thread was terminated: the next decision starts a new one with the same set.
+      // For a second the set is not evaluated at all: the next decisions wait for nothing and
+      // count an error (a slow or stuck candidate would otherwise cost every decision the wait).
+      const skippedAt = Date.now();
+      const skipped = await decisionEvent(await authorize(AGENT.approval, 202));
+      expect(skipped.details.shadow_result).to.equal('error');
+      expect(skipped.details.shadow.message).to.equal(
+        'not evaluated: the shadow set timed out and is skipped for 1 s',
+      );
+      expect(await shadowMetric('error')).to.equal(errors + 2);
+      // Then the stuck thread has been terminated, and the next decision starts a new one with the
+      // same set, which answers that request in time.
+      await new Promise((r) => setTimeout(r, Math.max(0, 1_100 - (Date.now() - skippedAt))));
       expect((await decisionEvent(await authorize(AGENT.approval, 202))).details.shadow_result).to.equal(
         'agree',
       );
-      expect(await shadowMetric('error')).to.equal(errors + 1);
+      expect(await shadowMetric('error')).to.equal(errors + 2);
+      expect(await report()).to.deep.include({ decisions: 3, errors: 2 });
     } finally {
       expect((await dropShadow('spin')).status).to.equal(204);
       expect((await call('DELETE', `${a.platform}/api/v1/data/spin`)).status).to.be.oneOf([200, 204]);

@@ -16,3 +16,10 @@ export const MAX_PROVING_DECISIONS = 64_000;
  * so a pause of the machine can do either; neither changes an answer.
  */
 export const INLINE_MAX_MS = 5;
+
+/**
+ * A shadow set whose thread did not answer a decision in time is not evaluated for this long
+ * (ms), doubling each time it times out again, up to MAX_SKIP_MS (shadow-runner.ts).
+ */
+export const SKIP_MS = 1_000;
+export const MAX_SKIP_MS = 60_000;

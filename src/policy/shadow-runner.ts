@@ -1,6 +1,12 @@
-import { EvaluationThread, type ThreadSet } from './eval-thread.js';
+import { EVAL_TIMEOUT_MARGIN_MS, EvaluationThread, THREAD_FAILURE, type ThreadSet } from './eval-thread.js';
 import { failClosed, type Evaluator, type PolicyDecision } from './evaluator.js';
-import { INLINE_MAX_MS, MAX_PROVING_DECISIONS, PROVING_DECISIONS } from './shadow-limits.js';
+import {
+  INLINE_MAX_MS,
+  MAX_PROVING_DECISIONS,
+  MAX_SKIP_MS,
+  PROVING_DECISIONS,
+  SKIP_MS,
+} from './shadow-limits.js';
 
 /** What ShadowRunner uses of its set's thread. */
 export type ShadowThread = Pick<EvaluationThread, 'active' | 'load' | 'clear' | 'close' | 'evaluateTimed'>;
@@ -14,6 +20,13 @@ export type ShadowThread = Pick<EvaluationThread, 'active' | 'load' | 'clear' | 
  * evaluation itself (docs/performance.md). An inline evaluation slower than INLINE_MAX_MS sends it
  * back to the thread, to prove itself again over twice as many decisions. A new set (any shadow
  * or live change rebuilds it) starts over on the thread, with the first count.
+ *
+ * On the thread, a decision waits for its shadow answer at most the thread's own allowance (the
+ * eval budget plus EVAL_TIMEOUT_MARGIN_MS), counted from when it asked, however many evaluations
+ * are queued ahead of it. A set that timed out (or whose thread failed) is then not evaluated for
+ * SKIP_MS, doubling while it keeps timing out (up to MAX_SKIP_MS): those decisions count a shadow
+ * error at once. So an untested candidate that is slow or never finishes costs the decisions of
+ * one such wait per skip period, not every decision (it used to cost each decision the full wait).
  *
  * What this leaves (docs/adr/0010): a proven set that never finishes on an input unlike every one
  * before it stalls the serving thread, as the live set would, until the stall watchdog ends the
@@ -29,6 +42,11 @@ export class ShadowRunner {
   private required = PROVING_DECISIONS;
   /** Changes with every set: answers for an earlier set prove nothing about this one. */
   private epoch = 0;
+  /** How long a decision waits for the thread's answer (ms), from the set's eval budget. */
+  private waitMs = 0;
+  /** The current skip period after a timeout (ms; 0: none), and when it ends (performance.now()). */
+  private skipMs = 0;
+  private skipUntil = 0;
 
   constructor(
     private readonly options: {
@@ -40,6 +58,8 @@ export class ShadowRunner {
       sentBack?: () => void;
       /** The set's own thread: an EvaluationThread unless a test gives one with chosen timings. */
       thread?: ShadowThread;
+      /** How long a decision waits for the thread (ms); by default the thread's own allowance. */
+      waitMs?: number;
     },
   ) {
     this.thread = options.thread ?? new EvaluationThread();
@@ -61,6 +81,7 @@ export class ShadowRunner {
    */
   load(set: ThreadSet, local: Evaluator): Promise<string | undefined> {
     this.reset(local);
+    this.waitMs = this.options.waitMs ?? set.budgetMs + EVAL_TIMEOUT_MARGIN_MS;
     return this.thread.load(set);
   }
 
@@ -77,7 +98,8 @@ export class ShadowRunner {
 
   /**
    * The shadow set's decision on `input`: at once when evaluated inline, else once its thread
-   * answers (a decision with `error` when there is none). Never throws, never rejects.
+   * answers, at most after the wait (a decision with `error` when there is none, also while the
+   * set is skipped after a timeout). Never throws, never rejects.
    */
   evaluate(input: unknown): PolicyDecision | Promise<PolicyDecision> {
     if (this.inline && this.local) {
@@ -98,11 +120,41 @@ export class ShadowRunner {
       }
       return d;
     }
+    if (performance.now() < this.skipUntil) {
+      return skipped(`not evaluated: the shadow set timed out and is skipped for ${this.skipMs / 1000} s`);
+    }
     const epoch = this.epoch;
-    return this.thread.evaluateTimed(input).then(({ decision, ms }) => {
-      if (epoch === this.epoch && !this.inline) this.prove(ms);
-      return decision;
+    return new Promise((resolve) => {
+      let waiting = true;
+      const timer = setTimeout(() => {
+        waiting = false;
+        this.timedOut(epoch);
+        resolve(skipped(`the shadow set did not answer within ${this.waitMs} ms`));
+      }, this.waitMs);
+      timer.unref();
+      void this.thread.evaluateTimed(input).then(({ decision, ms }) => {
+        if (!waiting) return;
+        clearTimeout(timer);
+        if (epoch === this.epoch) {
+          // Answered in time: a later timeout skips for the first period again.
+          this.skipMs = 0;
+          if (!this.inline) this.prove(ms);
+        }
+        resolve(decision);
+      });
     });
+  }
+
+  /**
+   * The thread gave no answer in time: skip the set for a while, twice as long as last time if
+   * nothing was answered in time since. Decisions that were waiting together count once. (The
+   * thread's own timeout, which terminates it, runs from when it reaches the evaluation, so this
+   * wait, as long and counted from when the decision asked, always ends first.)
+   */
+  private timedOut(epoch: number): void {
+    if (epoch !== this.epoch || performance.now() < this.skipUntil) return;
+    this.skipMs = this.skipMs === 0 ? SKIP_MS : Math.min(this.skipMs * 2, MAX_SKIP_MS);
+    this.skipUntil = performance.now() + this.skipMs;
   }
 
   /** Counts one answer of the thread: `ms` is undefined when the set itself gave none. */
@@ -133,5 +185,10 @@ export class ShadowRunner {
     this.setInline(false);
     this.proven = 0;
     this.required = PROVING_DECISIONS;
+    this.skipMs = 0;
+    this.skipUntil = 0;
   }
 }
+
+/** A shadow answer the set did not give: counted as a shadow error, like a thread failure. */
+const skipped = (message: string): PolicyDecision => failClosed(message, THREAD_FAILURE);
