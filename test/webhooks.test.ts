@@ -137,6 +137,11 @@ onEveryBackend('webhooks (SPEC §12)', function () {
       ],
       ['an unknown field', { url: 'http://x/', events: ['queue.pending'], retries: 3 }, /retries/],
       ['a missing url', { events: ['queue.pending'] }, /url/],
+      [
+        'a URL with credentials (no delivery could carry them)',
+        { url: 'http://user:secretpw@x/h', events: ['queue.pending'] },
+        /url must not contain credentials/,
+      ],
     ];
     for (const [what, body, field] of bad) {
       it(`refuses ${what} with 400 naming it, and stores nothing`, async () => {

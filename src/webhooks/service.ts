@@ -95,6 +95,13 @@ function checkUrl(raw: string): string {
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
     throw invalid('url must be an absolute http:// or https:// URL');
   }
+  // fetch refuses such a URL, so no delivery could ever be sent; and a password stored here would
+  // be shown by every GET. Receivers verify the signature of each delivery instead.
+  if (url.username !== '' || url.password !== '') {
+    throw invalid(
+      'url must not contain credentials (user:password@): receivers verify the webhook signature instead',
+    );
+  }
   return url.toString();
 }
 
