@@ -108,7 +108,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
       history,
       stores.audit,
       stores.decisions,
-      new Explainer(config.opaBin),
+      new Explainer(config.opaBin, o.log),
     ),
     budgets: new BudgetService(stores.limits),
   };

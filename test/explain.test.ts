@@ -4,6 +4,7 @@ import path from 'node:path';
 import { onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditCount, call, HUMAN } from './helpers/harness.js';
+import { slowOn } from './helpers/policies.js';
 import { queryDatabase } from './helpers/postgres.js';
 
 /** A policy that denies every read; its deny rule is on row 3. */
@@ -138,6 +139,69 @@ onEveryBackend('GET /api/v1/decisions/{request_id}/explain: OPA explains a recor
       expect(r.headers.get('retry-after')).to.equal('1');
     }
     expect(statuses.every((s) => s === 200 || s === 429)).to.equal(true);
+  });
+
+  /** Asserts that an answer names none of the explainer's internals (SPEC §3). */
+  const expectNoInternals = (text: string) => {
+    for (const leak of ['/tmp', 'opa eval', '-d ', 'arbiter-explain', '.rego']) {
+      expect(text, text).to.not.include(leak);
+    }
+  };
+
+  it('refuses an explanation that needs more than its memory bound (409), naming no internals', async () => {
+    // 200² iterations: evaluated in a few ms, but OPA's trace of them outgrows its memory bound
+    // (1 GiB of address space) within a second, about six times over (it reached 1.7 GB without).
+    const items = Array.from({ length: 200 }, (_, i) => i);
+    const data = await call('PUT', `${a.platform}/api/v1/data/slow`, { body: { items } });
+    expect(data.status, data.text).to.equal(201);
+    const put = await call('PUT', `${a.platform}/api/v1/policies/explain-slow`, {
+      body: { rego: slowOn('explain/slow') },
+    });
+    expect(put.status, put.text).to.equal(201);
+    try {
+      const slow = await call('POST', `${a.engine}/v1/agent/authorize`, {
+        body: { ...AGENT.allow, resource: 'explain/slow' },
+      });
+      expect(slow.status, slow.text).to.be.oneOf([200, 202, 403]);
+      const before = await auditCount(a.platform);
+      const r = await explain(slow.json.request_id as string);
+      expectError(r, 409, 'the explanation needed more than 1024 MiB of memory');
+      expectNoInternals(r.text);
+      expect(r.headers.get('retry-after')).to.equal(null);
+      expect(await auditCount(a.platform)).to.equal(before);
+
+      // The service is healthy, and an ordinary decision is explained as before.
+      expect((await call('GET', `${a.engine}/healthz`, { key: null })).status).to.equal(200);
+      const id = await authorize(AGENT.deny, 403);
+      const ok = await explain(id);
+      expect(ok.status, ok.text).to.equal(200);
+      expect(ok.json.replayed).to.deep.equal({ status: 'deny' });
+    } finally {
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/explain-slow`)).status).to.equal(204);
+      expect((await call('DELETE', `${a.platform}/api/v1/data/slow`)).status).to.equal(204);
+    }
+  });
+
+  it("passes on OPA's diagnostic about the policy set (409), by policy and row, never by file", async () => {
+    // A second value for thresholds["delete"] (agent.rego has one) on one resource: a conflict
+    // that compiles, and that OPA reports only when it evaluates such a request.
+    const rego =
+      'package authz.agent\n\nthresholds["delete"] := {"deny_below": 0.1, "approval_below": 0.2} if input.resource == "explain/conflict"\n';
+    const put = await call('PUT', `${a.platform}/api/v1/policies/explain-conflict`, { body: { rego } });
+    expect(put.status, put.text).to.equal(201);
+    try {
+      const d = await call('POST', `${a.engine}/v1/agent/authorize`, {
+        body: { ...AGENT.deny, resource: 'explain/conflict' },
+      });
+      expect(d.status, d.text).to.be.oneOf([403, 500, 503]);
+      const r = await explain(d.json.request_id as string);
+      const message = expectError(r, 409, /^the OPA explanation failed: .*eval_conflict_error: /);
+      expect(message).to.include('policy explain-conflict:3');
+      expect(message).to.include('policy agent:');
+      expectNoInternals(r.text);
+    } finally {
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/explain-conflict`)).status).to.equal(204);
+    }
   });
 
   // Last: it removes the live revision from history.

@@ -2,7 +2,8 @@ import { execFile } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { busy, unavailable } from '../errors.js';
+import type { Logger } from '../observability/logger.js';
+import { busy, conflict, unavailable } from '../errors.js';
 import { BUILTIN_MODULE_PATH, type Module } from './compiler.js';
 import type { DecisionStatus } from './evaluator.js';
 
@@ -20,10 +21,51 @@ export interface Explanation {
   fired: FiredRule[];
 }
 
+const MIB = 1024 * 1024;
 /** How long one `opa eval --explain` may take before the explanation is refused (a 503). */
 const EXPLAIN_TIMEOUT_MS = 30_000;
 /** `opa eval` processes one serving process runs at once; more explanations are a 429. */
 const MAX_RUNNING = 2;
+/**
+ * The address space one `opa eval --explain` may map, in MiB: its RLIMIT_AS, set for that child
+ * only. OPA keeps the whole trace in memory until evaluation ends, and a policy that iterates a
+ * lot (nested `some … in` over a few hundred items) makes it grow by hundreds of MB a second, to
+ * gigabytes; under the limit Go's allocator fails ("out of memory") and OPA exits. Resident
+ * memory can never exceed it. Go reserves about 0.7 GiB of address space at start that it never
+ * touches, so this leaves OPA about 300 MB of heap: the example policies' explanation needs
+ * about 45 MB. Not a setting: how much heap a limit leaves is not monotonic in the limit under
+ * Go's runtime (1.2 GiB leaves almost none), so the value is one the tests exercise.
+ */
+const EXPLAIN_MEMORY_MIB = 1024;
+/**
+ * The most trace output read from OPA: under EXPLAIN_MEMORY_MIB it writes at most about 35 MB,
+ * so this only bounds what this process holds should that ever change.
+ */
+const MAX_TRACE_BYTES = 64 * MIB;
+/** How the Go runtime says it could not get memory (under RLIMIT_AS): on stderr, as it exits. */
+const GO_OUT_OF_MEMORY =
+  /^(fatal error: (.*out of memory|runtime: cannot allocate memory|failed to reserve)|runtime: (out of memory|failed to create new OS thread|cannot allocate memory))/m;
+
+/** The bounds of one explanation, as the API document states them. */
+export const EXPLAIN_BOUNDS = {
+  seconds: EXPLAIN_TIMEOUT_MS / 1000,
+  memoryMib: EXPLAIN_MEMORY_MIB,
+  traceMib: MAX_TRACE_BYTES / MIB,
+} as const;
+
+/** One error of OPA's JSON output (`opa eval --format json`, on stdout, with a non-zero exit). */
+interface OpaError {
+  code?: string;
+  message?: string;
+  location?: { file?: string; row?: number; col?: number };
+}
+
+/** How `opa eval` ended when it was not killed. */
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
 
 /** One event of OPA's JSON trace (`opa eval --format json --explain full`). */
 interface TraceEvent {
@@ -41,7 +83,10 @@ interface TraceEvent {
 export class Explainer {
   private running = 0;
 
-  constructor(private readonly opaBin: string) {}
+  constructor(
+    private readonly opaBin: string,
+    private readonly log?: Logger,
+  ) {}
 
   async explain(modules: Module[], data: Record<string, unknown>, input: unknown): Promise<Explanation> {
     if (this.running >= MAX_RUNNING) throw busy('too many explanations are running; try again shortly');
@@ -74,15 +119,30 @@ export class Explainer {
       const dataFile = path.join(dir, 'data.json');
       await writeFile(dataFile, JSON.stringify(data));
       args.push('-d', builtin, '-d', dataFile, 'data.authz.decision');
-      const out = await this.run(args, JSON.stringify(input));
+      const run = await this.run(args, JSON.stringify(input));
       let parsed: {
         result?: { expressions?: { value?: { status?: unknown } }[] }[];
         explanation?: TraceEvent[];
-      };
+        errors?: OpaError[];
+      } = {};
       try {
-        parsed = JSON.parse(out) as typeof parsed;
+        parsed = JSON.parse(run.stdout) as typeof parsed;
       } catch {
-        throw unavailable('the OPA explanation could not be read');
+        if (run.code === 0) throw unavailable('the OPA explanation could not be read');
+      }
+      if (run.code !== 0) {
+        const errors = Array.isArray(parsed.errors) ? parsed.errors : [];
+        // OPA's own diagnostic about the policy set (a conflict, say): it fails the same way every
+        // time, so it is a 409 naming policies and rows, never the temporary files.
+        if (errors.length > 0) {
+          throw conflict(`the OPA explanation failed: ${describe(errors, dir, files, builtin, dataFile)}`);
+        }
+        // Anything else (OPA could not start, a crash) is for the operator's log, not the caller.
+        this.log?.warn(
+          { code: run.code, stderr: run.stderr.split('\n')[0] ?? '' },
+          'opa eval --explain failed',
+        );
+        throw unavailable('the OPA explanation failed');
       }
       const value = parsed.result?.[0]?.expressions?.[0]?.value;
       const status =
@@ -95,23 +155,77 @@ export class Explainer {
     }
   }
 
-  private run(args: string[], stdin: string): Promise<string> {
+  /**
+   * Runs `opa eval` under the memory and time bounds. Rejects with a message of its own when a
+   * bound ends it; resolves with its exit code otherwise. Node's error messages are never passed
+   * on: they hold the whole command line, temporary paths included.
+   */
+  private run(args: string[], stdin: string): Promise<Run> {
     return new Promise((resolve, reject) => {
+      // POSIX sh sets the limit for itself, then becomes OPA ("$0" "$@": no quoting to get wrong).
+      const limit = `ulimit -v ${EXPLAIN_MEMORY_MIB * 1024} && exec "$0" "$@"`;
       const child = execFile(
-        this.opaBin,
-        args,
-        { maxBuffer: 256 * 1024 * 1024, timeout: EXPLAIN_TIMEOUT_MS },
+        '/bin/sh',
+        ['-c', limit, this.opaBin, ...args],
+        { maxBuffer: MAX_TRACE_BYTES, timeout: EXPLAIN_TIMEOUT_MS, killSignal: 'SIGKILL' },
         (err, stdout, stderr) => {
-          if (err) {
-            const detail = (stderr || err.message).split('\n')[0] ?? '';
-            return reject(unavailable(`the OPA explanation failed: ${detail}`));
+          if (!err) return resolve({ code: 0, stdout, stderr });
+          // A bound on memory ends it the same way every time: a 409, not a 503 inviting a retry.
+          // Time can run out on a loaded machine: that one is a 503.
+          if (err.code === 'ERR_CHILD_PROCESS_STDIO_MAXBUFFER') {
+            return reject(conflict(`the explanation's trace was larger than ${EXPLAIN_BOUNDS.traceMib} MiB`));
           }
-          resolve(stdout);
+          if (err.killed) {
+            return reject(unavailable(`the explanation did not finish within ${EXPLAIN_BOUNDS.seconds} s`));
+          }
+          if (GO_OUT_OF_MEMORY.test(stderr)) {
+            return reject(
+              conflict(`the explanation needed more than ${EXPLAIN_BOUNDS.memoryMib} MiB of memory`),
+            );
+          }
+          resolve({ code: typeof err.code === 'number' ? err.code : -1, stdout, stderr });
         },
       );
       child.stdin?.end(stdin);
     });
   }
+}
+
+/**
+ * OPA's errors as `policy agent:34:1: eval_conflict_error: …`, at most three, with every temporary
+ * file named by the policy it holds (as compile errors name them) and on one line.
+ */
+function describe(
+  errors: OpaError[],
+  dir: string,
+  files: Map<string, Module>,
+  builtin: string,
+  dataFile: string,
+): string {
+  const names = new Map<string, string>([
+    [builtin, 'builtin/authz.rego'],
+    [dataFile, 'data'],
+  ]);
+  for (const [file, m] of files) names.set(file, `policy ${m.name}`);
+  const clean = (text: string) => {
+    let t = text;
+    for (const [file, name] of names) t = t.split(file).join(name);
+    // Whatever else names the directory (nothing OPA writes today) loses it too.
+    return t
+      .split(dir + path.sep)
+      .join('')
+      .split(dir)
+      .join('')
+      .replace(/\s*\n\s*/g, ' ');
+  };
+  return errors
+    .slice(0, 3)
+    .map((e) => {
+      const loc = e.location;
+      const where = loc?.file ? `${clean(loc.file)}:${loc.row ?? 0}:${loc.col ?? 0}: ` : '';
+      return clean(`${where}${e.code ? e.code + ': ' : ''}${e.message ?? 'evaluation failed'}`);
+    })
+    .join('; ');
 }
 
 /** Every rule of a user policy that exited, once per (policy, row), in policy then row order. */

@@ -1,5 +1,6 @@
 import { compileSchema, type JsonSchema } from '../../common/validation.js';
 import { invalid } from '../../errors.js';
+import { EXPLAIN_BOUNDS } from '../../policy/explain.js';
 import { impactRequestSchema, type LifecycleService } from '../../policy/lifecycle.js';
 import type { BundleRequest, PolicyService } from '../../policy/service.js';
 import { principalOf, type Ctx, type HeaderParam, type RouteDef } from '../context.js';
@@ -475,9 +476,17 @@ export function replayRoutes(lifecycle: LifecycleService, policies: PolicyServic
         {
           status: 409,
           description:
-            'the decision cannot be replayed (no policy set, no recorded input, or its revision is no longer held)',
+            'the decision cannot be replayed (no policy set, no recorded input, or its revision is no longer held), ' +
+            `or cannot be explained: OPA's explanation needs more than ${EXPLAIN_BOUNDS.memoryMib} MiB of memory, ` +
+            `its trace is larger than ${EXPLAIN_BOUNDS.traceMib} MiB, or OPA reports an error in the policy set (named by policy and row)`,
         },
         { status: 429, description: 'too many explanations are running (Retry-After: 1)' },
+        {
+          status: 503,
+          description:
+            `the explanation did not finish within ${EXPLAIN_BOUNDS.seconds} s, or OPA could not run it; ` +
+            'or storage is unavailable (Retry-After: 1)',
+        },
       ],
       apis: PLATFORM,
       scope: 'audit:read',
