@@ -3,6 +3,7 @@ import { connect } from 'node:net';
 import { brotliCompressSync, gzipSync } from 'node:zlib';
 import { onceOnly, onEveryBackend } from './helpers/backends.js';
 import { bigJsonBody, expectError } from './helpers/expect-error.js';
+import { rawRequest as sendRaw } from './helpers/raw-http.js';
 import {
   ADMIN_KEY,
   AGENT,
@@ -491,6 +492,56 @@ onEveryBackend('request bodies and headers Node or the body parser would mishand
       });
       expectError(r, 400, new RegExp(`^${field} out of range`));
     }
+  });
+
+  // SPEC makes the approve body optional; whether an empty one came as Content-Length: 0 or as
+  // chunks with no data is framing, and must not change the answer.
+  it('treats an empty chunked body as no body: approve without Content-Type is 200, not 415', async () => {
+    const pending = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.approval });
+    expect(pending.status, pending.text).to.equal(202);
+    const reviewer = a.createKey('empty-body-reviewer', ['queue:review']);
+    const r = await sendRaw(a.engine, {
+      method: 'POST',
+      target: `/v1/queue/${pending.json.request_id}/approve`,
+      headers: [['Authorization', `Bearer ${reviewer}`]],
+      chunked: true,
+    });
+    expect(r.status, r.body.toString()).to.equal(200);
+    expect(JSON.parse(r.body.toString())).to.include({ id: pending.json.request_id, status: 'approved' });
+    // A route that needs a body names the missing body, whichever way the empty one was framed.
+    for (const chunked of [true, false]) {
+      const refused = await sendRaw(a.engine, {
+        method: 'POST',
+        target: '/v1/agent/authorize',
+        headers: [['Authorization', `Bearer ${ADMIN_KEY}`]],
+        body: Buffer.alloc(0),
+        chunked,
+      });
+      expect(refused.status).to.equal(400);
+      expect(JSON.parse(refused.body.toString())).to.deep.equal({
+        error: 'request body must be a JSON object',
+      });
+    }
+  });
+
+  it('answers an empty text/plain policy as it answers an empty rego in JSON, and stores nothing', async () => {
+    const json = await call('PUT', `${a.platform}/api/v1/policies/empty`, { body: { rego: '' } });
+    expectError(json, 400, 'rego must not be empty');
+    for (const chunked of [false, true]) {
+      const r = await sendRaw(a.platform, {
+        method: 'PUT',
+        target: '/api/v1/policies/empty',
+        headers: [
+          ['Authorization', `Bearer ${ADMIN_KEY}`],
+          ['Content-Type', 'text/plain'],
+        ],
+        body: Buffer.alloc(0),
+        chunked,
+      });
+      expect(r.status).to.equal(400);
+      expect(JSON.parse(r.body.toString())).to.deep.equal({ error: 'rego must not be empty' });
+    }
+    expect((await call('GET', `${a.platform}/api/v1/policies/empty`)).status).to.equal(404);
   });
 
   it('still honours Expect: 100-continue', async () => {

@@ -1,4 +1,6 @@
 import { expect } from 'chai';
+import { createHash } from 'node:crypto';
+import { gzipSync } from 'node:zlib';
 import { onEveryBackend } from './helpers/backends.js';
 import { AGENT, Arbiter, auditEvents, call, HUMAN } from './helpers/harness.js';
 import { expectError } from './helpers/expect-error.js';
@@ -102,6 +104,68 @@ onEveryBackend('strings that cannot be stored as received', () => {
     });
     expectError(r, 400, /U\+0000/);
   });
+  // Bytes that are not UTF-8 used to be decoded with U+FFFD in their place: different bodies
+  // became one request (one request digest), and a stored policy's sha256 was not that of its bytes.
+  describe('a body that is not valid UTF-8', () => {
+    const agentBody = (resource: Buffer) =>
+      Buffer.concat([
+        Buffer.from('{"agent_id":"deploy-bot","action":"read","resource":"repo/'),
+        resource,
+        Buffer.from('","confidence":0.95}'),
+      ]);
+    const notUtf8 = [
+      ['\\xff\\xfe', Buffer.from([0xff, 0xfe])],
+      ['a truncated sequence', Buffer.from([0xe2, 0x82])],
+      ['an overlong encoding', Buffer.from([0xc0, 0xaf])],
+      ['an encoded surrogate', Buffer.from([0xed, 0xa0, 0x80])],
+    ] as const;
+    for (const [what, bytes] of notUtf8) {
+      it(`refuses ${what} in a JSON body with 400 and records nothing`, async () => {
+        const before = await verifyOk();
+        const r = await call('POST', a.engine + '/v1/agent/authorize', {
+          raw: agentBody(bytes),
+          headers: { 'content-type': 'application/json' },
+        });
+        expectError(r, 400, 'request body is not valid UTF-8');
+        expect(await verifyOk()).to.equal(before);
+      });
+    }
+
+    it('refuses it after Content-Encoding is undone too', async () => {
+      const r = await call('POST', a.engine + '/v1/agent/authorize', {
+        raw: gzipSync(agentBody(Buffer.from([0xff, 0xfe]))),
+        headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+      });
+      expectError(r, 400, 'request body is not valid UTF-8');
+    });
+
+    it('refuses a text/plain policy holding \\xff\\xfe with 400 and stores nothing', async () => {
+      const rev = (await call('GET', `${a.engine}/healthz`, { key: null })).json.revision;
+      const r = await call('PUT', `${a.platform}/api/v1/policies/not-utf8`, {
+        raw: Buffer.concat([
+          Buffer.from('package authz.agent\n\n# '),
+          Buffer.from([0xff, 0xfe]),
+          Buffer.from('\nnot_utf8 := true\n'),
+        ]),
+        headers: { 'content-type': 'text/plain' },
+      });
+      expectError(r, 400, 'request body is not valid UTF-8');
+      expect((await call('GET', `${a.platform}/api/v1/policies/not-utf8`)).status).to.equal(404);
+      expect((await call('GET', `${a.engine}/healthz`, { key: null })).json.revision).to.equal(rev);
+    });
+
+    it('accepts U+FFFD itself when it is sent as UTF-8: the stored sha256 is that of the bytes sent', async () => {
+      const bytes = Buffer.from('package authz.agent\n\n# \ufffd \u00e9 \u{1F680}\nreplacement_ok := true\n');
+      const r = await call('PUT', `${a.platform}/api/v1/policies/replacement-char`, {
+        raw: bytes,
+        headers: { 'content-type': 'text/plain' },
+      });
+      expect(r.status, r.text).to.equal(201);
+      expect(r.json.sha256).to.equal(createHash('sha256').update(bytes).digest('hex'));
+      await call('DELETE', `${a.platform}/api/v1/policies/replacement-char`);
+    });
+  });
+
   // Path segments and query values reach the stores too (PostgreSQL text cannot hold U+0000).
   for (const [method, url] of [
     ['GET', '/v1/queue/%00'],

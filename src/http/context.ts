@@ -65,6 +65,13 @@ export interface RouteDef {
   handler: (ctx: Ctx) => Promise<void> | void;
 }
 
+declare module 'koa' {
+  interface Request {
+    /** The parsed body, set by the body middleware for routes that take one (src/http/body.ts). */
+    body?: unknown;
+  }
+}
+
 export interface State {
   requestId: string;
   traceId: string;

@@ -55,7 +55,7 @@ export function openApiDocument(
     responses['405'] = err('known path, other method (Allow lists the methods)');
     if (r.body !== 'none') {
       responses['413'] = err(`body larger than ${config.maxBodyBytes} bytes`);
-      responses['415'] = err('unsupported Content-Type');
+      responses['415'] = err('unsupported Content-Type or Content-Encoding');
     }
     // Answers of the HTTP layer itself, before any route: to any request.
     responses['408'] = err('the request was not received in time');
@@ -100,7 +100,12 @@ export function openApiDocument(
       const content: Record<string, unknown> = { 'application/json': { schema: asSchema(r.requestSchema) } };
       if (r.body === 'policy')
         content['text/plain'] = { schema: { type: 'string', description: 'Rego source' } };
-      op.requestBody = { required: r.body !== 'optional-object', content };
+      op.requestBody = {
+        description:
+          'UTF-8 (other bytes are 400). An empty body is no body, whether sent with Content-Length: 0 or chunked.',
+        required: r.body !== 'optional-object',
+        content,
+      };
     }
     (paths[r.template] ??= {})[r.method.toLowerCase()] = op;
   }
