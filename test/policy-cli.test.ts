@@ -147,6 +147,26 @@ onceOnly('arbiter policy check and test (no server)', () => {
     expect(r.stderr).to.contain(path.join(dir, 'data.json'));
   });
 
+  it('check: a .rego or data file that is not UTF-8 is exit 1 naming the file (not "ok")', () => {
+    for (const [file, head] of [
+      ['latin1.rego', 'package authz.agent\n\n# caf'],
+      ['data.json', '{"note": "caf'],
+      ['team/data.yaml', 'note: caf'],
+    ] as const) {
+      const dir = tempDir({ 'a.rego': HARMLESS });
+      mkdirSync(path.dirname(path.join(dir, file)), { recursive: true });
+      // "café" in Latin-1: 0xe9 alone is not UTF-8.
+      writeFileSync(
+        path.join(dir, file),
+        Buffer.concat([Buffer.from(head), Buffer.from([0xe9, 0x22, 0x7d, 0x0a])]),
+      );
+      const r = policy(['check', dir]);
+      expect(r.code, r.stdout + r.stderr).to.equal(1);
+      expect(r.stderr).to.contain(`${path.join(dir, file)}: not valid UTF-8`);
+      expect(r.stdout).to.not.match(/\bok\b/);
+    }
+  });
+
   it('test: runs the Rego tests with the built-in module (exit 0), a failing test is exit 1', () => {
     const ok = policy(['test', POLICIES]);
     expect(ok.code, ok.stdout + ok.stderr).to.equal(0);
@@ -283,6 +303,39 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     expect(r.code).to.equal(1);
     expect(r.stderr).to.match(/push refused: 400 .*policy cli-broken:\d+:\d+/);
     expect(await revision()).to.equal(before);
+  });
+
+  it('diff and push: a file that is not UTF-8 is exit 1 and nothing changes', async () => {
+    const before = await revision();
+    const dir = copyOfPolicies();
+    writeFileSync(
+      path.join(dir, 'cli-latin1.rego'),
+      Buffer.concat([
+        Buffer.from('package authz.agent\n\n# caf'),
+        Buffer.from([0xe9]),
+        Buffer.from('\nx := 1\n'),
+      ]),
+    );
+    for (const cmd of ['diff', 'push']) {
+      const r = policy([cmd, dir], env);
+      expect(r.code, r.stdout + r.stderr).to.equal(1);
+      expect(r.stderr).to.contain(`${path.join(dir, 'cli-latin1.rego')}: not valid UTF-8`);
+    }
+    expect(await revision()).to.equal(before);
+    expect(await names()).to.not.include('cli-latin1');
+  });
+
+  it('seeding: a policy directory holding a file that is not UTF-8 stops the start', async () => {
+    const dir = copyOfPolicies();
+    writeFileSync(path.join(dir, 'data.json'), Buffer.from([0x7b, 0x22, 0xff, 0x22, 0x3a, 0x31, 0x7d]));
+    let failed: Error | undefined;
+    try {
+      const b = await Arbiter.start({ ARBITER_POLICY_DIR: dir });
+      await b.close();
+    } catch (e) {
+      failed = e as Error;
+    }
+    expect(failed?.message).to.contain(`${path.join(dir, 'data.json')}: not valid UTF-8`);
   });
 
   it('push: a key without policies:write is exit 1; a bad key is exit 1; nothing changes', async () => {

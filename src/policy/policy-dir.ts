@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import YAML from 'yaml';
@@ -38,12 +39,12 @@ export async function readPolicyDir(dir: string): Promise<{
       if (!POLICY_NAME.test(name)) throw new Error(`${full}: ${name} is not a valid policy name`);
       modules.push({
         name,
-        rego: await readFile(full, 'utf8'),
+        rego: await readUtf8(full),
         description: `seeded from ${rel}`,
         file: rel,
       });
     } else if (/(^|\/)data\.(json|ya?ml)$/.test(rel)) {
-      const text = await readFile(full, 'utf8');
+      const text = await readUtf8(full);
       let value: unknown;
       try {
         value = rel.endsWith('.json') ? JSON.parse(text) : YAML.parse(text);
@@ -63,4 +64,14 @@ export async function readPolicyDir(dir: string): Promise<{
   }
   for (const d of data) checkDataPath(d.path);
   return { modules, data };
+}
+
+/**
+ * A file's text, refused when it is not UTF-8: decoding would put U+FFFD in place of the bad
+ * bytes, and the policy then stored (and its sha256) would not be the file in the directory.
+ */
+async function readUtf8(file: string): Promise<string> {
+  const bytes = await readFile(file);
+  if (!isUtf8(bytes)) throw new Error(`${file}: not valid UTF-8`);
+  return bytes.toString('utf8');
 }
