@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
-import { TOKEN_SAFE } from './common/validation.js';
+import { isTokenSafe } from './common/validation.js';
 
 /** Repository root: this file runs as dist/src/config.js. */
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -164,8 +164,10 @@ function publicUrl(raw: string, name: string): string | undefined {
 }
 function tenantId(raw: string, name: string): string {
   const v = str(raw, name);
-  if (v.length > 256 || !new RegExp(TOKEN_SAFE).test(v)) {
-    throw new ConfigError(`${name} must be a tenant id: at most 256 characters, no whitespace`);
+  if (v.length > 256 || !isTokenSafe(v)) {
+    throw new ConfigError(
+      `${name} must be a tenant id: at most 256 characters, no whitespace or control characters`,
+    );
   }
   return v;
 }

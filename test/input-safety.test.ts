@@ -33,6 +33,51 @@ onEveryBackend('unsafe input and edge answers', () => {
     expect(human.json.error).to.match(/^resource\.id must not contain whitespace/);
   });
 
+  // C1 controls (U+0080–U+009F) are not whitespace to JavaScript's \\s, yet NEL breaks a log line
+  // and CSI starts a terminal escape: they are refused as C0 controls are, and nothing is recorded.
+  it('refuses C1 control characters (NEL U+0085, CSI U+009B) in every token-safe field, recording nothing', async () => {
+    const before = (await call('GET', `${a.platform}/api/v1/audit/verify`)).json.checked as number;
+    const agent: [string, Record<string, unknown>][] = [
+      ['resource', { ...AGENT.allow, resource: 'repo/a\u0085b' }],
+      ['action', { ...AGENT.allow, action: 'read\u009b2J' }],
+      ['agent_id', { ...AGENT.allow, agent_id: '\u0080deploy-bot' }],
+      ['agent_id', { ...AGENT.allow, agent_id: 'deploy-bot\u009f' }],
+    ];
+    for (const [field, body] of agent) {
+      const r = await call('POST', a.engine + '/v1/agent/authorize', { body });
+      expectError(r, 400, `${field} must not contain whitespace or control characters`);
+    }
+    const human = await call('POST', a.engine + '/v1/authorize', {
+      body: { ...HUMAN.allow, resource: { type: 'project', id: 'p1\u0085admin' } },
+    });
+    expectError(human, 400, 'resource.id must not contain whitespace or control characters');
+    const minted = await call('POST', a.engine + '/v1/tokens/mint', {
+      body: { subject: 'ops-bot', scopes: ['read:repo/a\u0085deploy:prod'] },
+    });
+    expectError(minted, 400, 'scopes.0 must not contain whitespace or control characters');
+    expect((await call('GET', `${a.platform}/api/v1/audit/verify`)).json.checked).to.equal(before);
+    // Letters beyond ASCII are not controls: U+00A1 onwards still pass.
+    const accented = await call('POST', a.engine + '/v1/agent/authorize', {
+      body: { ...AGENT.allow, resource: 'repo/caf\u00e9' },
+    });
+    expect(accented.status, accented.text).to.equal(200);
+    // A key bound to an agent follows the agent id's rule: the CLI refuses a C1 binding.
+    const bound = a.cli([
+      'keys',
+      'create',
+      '--name',
+      'c1-bound',
+      '--scopes',
+      'authorize',
+      '--agent',
+      'bot\u0085x',
+    ]);
+    expect(bound.code).to.not.equal(0);
+    expect(bound.stderr).to.contain(
+      'agent must be 1-256 characters without whitespace or control characters',
+    );
+  });
+
   it('reserves the policy name authz, serves both agent paths on both APIs, keeps requested_by internal', async () => {
     const r = await call('PUT', a.platform + '/api/v1/policies/authz', {
       raw: 'package authz.agent\n\nallow if input.action == "x"\n',

@@ -22,9 +22,14 @@ export function isRfc3339(s: string): boolean {
 /**
  * Identifiers, actions and resources carry no whitespace or control characters: they end up in
  * token scopes (space-delimited, RFC 6749 §3.3) and in logs, where either would let one value
- * pass for several.
+ * pass for several. Control characters are C0, DEL and C1 (U+0080–U+009F: NEL is a line break to
+ * some log readers, CSI starts a terminal escape); JavaScript's `\s` covers none of C1.
  */
-export const TOKEN_SAFE = '^[^\\s\\x00-\\x1f\\x7f]+$';
+export const TOKEN_SAFE = '^[^\\s\\x00-\\x1f\\x7f-\\x9f]+$';
+const TOKEN_SAFE_RE = new RegExp(TOKEN_SAFE, 'u');
+
+/** TOKEN_SAFE outside a JSON Schema (settings, key bindings). */
+export const isTokenSafe = (s: string): boolean => TOKEN_SAFE_RE.test(s);
 
 export type JsonSchema = Record<string, unknown>;
 

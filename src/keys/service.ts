@@ -1,4 +1,5 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { isTokenSafe } from '../common/validation.js';
 import { conflict, invalid, notFound } from '../errors.js';
 import { newId } from '../ids.js';
 import { SCOPES, type ApiKeyRecord, type KeyStore, type Principal, type Scope } from './types.js';
@@ -10,7 +11,6 @@ import { SCOPES, type ApiKeyRecord, type KeyStore, type Principal, type Scope } 
  */
 const KEY_FORMAT = /^arb_([0-9a-f]{16})_[A-Za-z0-9_-]{43}$/;
 const NAME_FORMAT = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
-const BINDING_FORMAT = /^[^\s]{1,256}$/;
 
 const sha256 = (s: string): Buffer => createHash('sha256').update(s).digest();
 
@@ -52,8 +52,9 @@ export class KeyService {
       ['tenant', req.tenant],
       ['agent', req.agent],
     ] as const) {
-      if (v !== undefined && !BINDING_FORMAT.test(v))
-        throw invalid(`${field} must be 1-256 non-space characters`);
+      // A binding names a tenant or agent id, so it follows their rule (no binding could match otherwise).
+      if (v !== undefined && (v.length < 1 || v.length > 256 || !isTokenSafe(v)))
+        throw invalid(`${field} must be 1-256 characters without whitespace or control characters`);
     }
     if (await this.store.findByName(req.name)) throw conflict(`a key named ${req.name} already exists`);
     const id = randomBytes(8).toString('hex');

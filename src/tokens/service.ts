@@ -10,7 +10,7 @@ import {
 } from 'jose';
 import type { DecisionStore } from '../decisions/store.js';
 import { conflict, forbidden, internal, invalid, notFound } from '../errors.js';
-import { compileSchema } from '../common/validation.js';
+import { compileSchema, TOKEN_SAFE } from '../common/validation.js';
 import { newId } from '../ids.js';
 import { admits, checkAdmits } from '../keys/binding.js';
 import { hasScope } from '../keys/service.js';
@@ -68,7 +68,8 @@ export const mintRequestSchema = (maxTtl: number) => ({
         type: 'string',
         minLength: 1,
         maxLength: 1024,
-        pattern: '^\\S+$',
+        // A scope is signed into a space-delimited claim and logged: the identifiers' rule.
+        pattern: TOKEN_SAFE,
       },
     },
     ttl_seconds: { type: 'integer', minimum: 1, maximum: maxTtl },
