@@ -677,6 +677,48 @@ onEveryBackend('audit trail', () => {
       });
     });
 
+    // An offset can move an instant across a year boundary: the UTC form must still have four
+    // digits of year, or it is stored as +010000-… (not RFC 3339) and breaks filters and cursors.
+    it('refuses a time whose UTC instant falls outside years 0000-9999 (400, nothing stored)', async () => {
+      await rejected({ kind: 'edge.late', time: '9999-12-31T23:59:59-23:59' }, /^time must be an RFC 3339/);
+      await rejected({ kind: 'edge.early', time: '0000-01-01T00:00:00+00:01' }, /^time must be an RFC 3339/);
+      await rejected(
+        { events: [{ kind: 'ok' }, { kind: 'edge.late', time: '9999-12-31T23:30:00-01:00' }] },
+        /time/,
+      );
+      expectError(await audit(a, 'until=9999-12-31T23:59:59-23:59'), 400, /until/);
+      // The extremes that stay within them are accepted, and paging past them works.
+      const r = await ingest(
+        a,
+        {
+          events: [
+            { kind: 'edge.bounds', time: '9999-12-31T23:59:59Z' },
+            { kind: 'edge.bounds', time: '0000-01-01T00:00:00Z' },
+            { kind: 'edge.bounds', time: '9999-12-31T23:59:59+23:59' },
+          ],
+        },
+        writer,
+      );
+      expect(r.status, r.text).to.equal(202);
+      // A time window pages by time: each cursor carries the last event's time.
+      const times: string[] = [];
+      let cursor: string | null = null;
+      do {
+        const page: Response = await audit(
+          a,
+          `kind=edge.bounds&since=0000-01-01T00:00:00Z&limit=1${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`,
+        );
+        expect(page.status, page.text).to.equal(200);
+        times.push(...page.json.events.map((e: { time: string }) => e.time));
+        cursor = page.json.next_cursor;
+      } while (cursor !== null);
+      expect(times).to.deep.equal([
+        '9999-12-31T23:59:59.000Z',
+        '9999-12-31T00:00:59.000Z',
+        '0000-01-01T00:00:00.000Z',
+      ]);
+    });
+
     it('accepts a batch of 3 and stores them in order', async () => {
       const r = await ingest(
         a,

@@ -10,11 +10,18 @@ ajv.addFormat('date-time', { type: 'string', validate: isRfc3339 });
 
 const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
 
-/** An RFC 3339 date-time with a time zone, that is also a real instant (no Feb 30). */
+/**
+ * An RFC 3339 date-time with a time zone, that is also a real instant (no Feb 30) whose UTC form
+ * is RFC 3339 too: `9999-12-31T23:59:59-23:59` is year 10000 in UTC, and `0000-01-01T00:00:00+01:00`
+ * year -1, which toISOString writes as `+010000-…` / `-000001-…` (stored, compared as text and
+ * put in cursors, all of which expect four digits).
+ */
 export function isRfc3339(s: string): boolean {
   if (!RFC3339.test(s)) return false;
   const t = Date.parse(s);
   if (Number.isNaN(t)) return false;
+  const utcYear = new Date(t).getUTCFullYear();
+  if (utcYear < 0 || utcYear > 9999) return false;
   const [y, m, d] = s.slice(0, 10).split('-').map(Number) as [number, number, number];
   return d <= new Date(Date.UTC(y, m, 0)).getUTCDate();
 }
