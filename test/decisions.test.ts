@@ -84,15 +84,29 @@ onEveryBackend('decisions over HTTP (real compiler, real storage)', () => {
     });
   });
 
-  it('ignores a malformed traceparent and makes a new trace id', async () => {
-    const r = await call('POST', a.engine + '/v1/agent/authorize', {
-      body: AGENT.allow,
-      headers: { traceparent: '00-00000000000000000000000000000000-00f067aa0ba902b7-01' },
+  // W3C Trace Context §3.2: uppercase hex, version ff and an all-zero trace-id or parent-id are
+  // all invalid; an invalid header is ignored and a new trace id made.
+  for (const [what, traceparent] of [
+    ['an all-zero trace-id', '00-00000000000000000000000000000000-00f067aa0ba902b7-01'],
+    ['an all-zero parent-id', '00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01'],
+    ['uppercase hex', '00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01'],
+    ['uppercase hex in the parent-id only', '00-4bf92f3577b34da6a3ce929d0e0e4736-00F067AA0BA902B7-01'],
+    ['version ff', 'ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'],
+  ]) {
+    it(`ignores a traceparent with ${what} and makes a new trace id`, async () => {
+      const r = await call('POST', a.engine + '/v1/agent/authorize', {
+        body: AGENT.allow,
+        headers: { traceparent: traceparent as string },
+      });
+      expect(r.status).to.equal(200);
+      expect(r.json.trace_id)
+        .to.match(/^[0-9a-f]{32}$/)
+        .and.not.match(/^0+$/)
+        .and.not.equal('4bf92f3577b34da6a3ce929d0e0e4736');
+      const [ev] = await auditEvents(a.platform, { request_id: r.json.request_id });
+      expect(ev.trace_id).to.equal(r.json.trace_id);
     });
-    expect(r.json.trace_id)
-      .to.match(/^[0-9a-f]{32}$/)
-      .and.not.match(/^0+$/);
-  });
+  }
 
   describe('POST /v1/authorize (humans)', () => {
     it('answers 200, 202 and 403 as the RBAC policy says', async () => {

@@ -9,7 +9,11 @@ import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Api, BodyKind, RouteDef, State } from './context.js';
 
-const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+/**
+ * W3C Trace Context §3.2: lowercase hex only (uppercase is invalid, not to be folded), version ff
+ * and an all-zero trace-id or parent-id are invalid too.
+ */
+const TRACEPARENT = /^(?!ff)[0-9a-f]{2}-(?!0{32})([0-9a-f]{32})-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$/;
 
 const CALLER_REQUEST_ID = /^[\x21-\x7e]{1,255}$/;
 
@@ -20,13 +24,14 @@ export const echoRequestId: Middleware<State> = (ctx, next) => {
   return next();
 };
 
-/** Request id, trace id (from a valid W3C traceparent, else new), and the response headers. */
+/**
+ * Request id, trace id (from a valid W3C traceparent; an invalid one is ignored and a new trace
+ * id made), and the response headers.
+ */
 export const requestContext: Middleware<State> = async (ctx, next) => {
   ctx.state.started = process.hrtime.bigint();
   ctx.state.requestId = newId();
-  const tp = TRACEPARENT.exec(ctx.get('traceparent').trim().toLowerCase());
-  const incoming = tp && tp[1] !== 'ff' && !/^0+$/.test(tp[2] as string) ? (tp[2] as string) : undefined;
-  ctx.state.traceId = incoming ?? newTraceId();
+  ctx.state.traceId = TRACEPARENT.exec(ctx.get('traceparent').trim())?.[1] ?? newTraceId();
   ctx.set('X-Request-Id', ctx.state.requestId);
   ctx.set('traceparent', `00-${ctx.state.traceId}-${newSpanId()}-01`);
   await next();
