@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { onEveryBackend } from './helpers/backends.js';
-import { AGENT, Arbiter, call, HUMAN } from './helpers/harness.js';
+import { AGENT, Arbiter, auditCount, call, HUMAN } from './helpers/harness.js';
 import { expectError } from './helpers/expect-error.js';
 
 // These go through storage: every backend.
@@ -31,6 +31,47 @@ onEveryBackend('unsafe input and edge answers', () => {
     });
     expectError(human, 400);
     expect(human.json.error).to.match(/^resource\.id must not contain whitespace/);
+  });
+
+  it('refuses "." and ".." resource segments, which a normalising resource server would resolve elsewhere', async () => {
+    const recorded = async () => [await auditCount(a.platform), await a.count('decisions')];
+    const before = await recorded();
+    // Each passed the example policy's repo/** or staging/** rule (200 allow) and names prod/….
+    for (const resource of [
+      'repo/../prod/db',
+      'staging/../prod/db',
+      'repo/../prod/secrets/x',
+      'repo/./x',
+      '..',
+    ]) {
+      for (const path of ['/v1/agent/authorize', '/api/v1/authorize']) {
+        const r = await call('POST', a.engine + path, { body: { ...AGENT.deny, resource } });
+        expectError(r, 400, 'resource must not contain a "." or ".." path segment');
+      }
+    }
+    for (const [field, type, id] of [
+      ['type', '..', 'p1'],
+      ['type', 'project/.', 'p1'],
+      ['id', 'project', './p1'],
+      ['id', 'project', 'p1/../p2'],
+      ['id', 'project', '.'],
+    ]) {
+      const r = await call('POST', a.engine + '/v1/authorize', {
+        body: { ...HUMAN.allow, resource: { type, id } },
+      });
+      expectError(r, 400, `resource.${field} must not contain a "." or ".." path segment`);
+    }
+    expect(await recorded()).to.deep.equal(before);
+
+    // Dots that are not whole segments are ordinary characters.
+    for (const resource of ['repo/a.b', 'repo/.hidden', 'repo/...', 'repo/..x', 'repo/x..', 'repo/.../y']) {
+      const r = await call('POST', a.engine + '/v1/agent/authorize', { body: { ...AGENT.allow, resource } });
+      expect(r.status, `${resource}: ${r.text}`).to.equal(200);
+    }
+    const human = await call('POST', a.engine + '/v1/authorize', {
+      body: { ...HUMAN.allow, action: 'logs.read', resource: { type: '.project', id: '...' } },
+    });
+    expect(human.status, human.text).to.equal(200);
   });
 
   // C1 controls (U+0080–U+009F) are not whitespace to JavaScript's \\s, yet NEL breaks a log line
