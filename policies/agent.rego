@@ -16,6 +16,7 @@
 #   deploy-bot     read    repo/arbiter  0.95        allow              registered, >= "*" thresholds
 #   deploy-bot     deploy  prod/api      0.95        requires_approval  "deploy to production requires approval"
 #   deploy-bot     delete  prod/db       0.99        deny               "destructive action delete on production resource prod/db"
+#   deploy-bot     read    repo//x       0.95        deny               "resource repo//x has an empty path segment"
 #   deploy-bot     read    repo/arbiter  0.3         deny               confidence_below_deny_threshold (0.5)
 #   deploy-bot     read    repo/arbiter  0.85        requires_approval  confidence_below_approval_threshold (0.9)
 #   unknown-agent  read    repo/arbiter  0.99        deny               no policy allows (not registered)
@@ -167,6 +168,18 @@ deny contains concat("", ["resource ", str(input.resource), " is blocked"]) if {
 	some pattern in data.blocked_resources
 	matches(pattern, input.resource, "/")
 }
+
+# An empty segment ("repo//legacy-billing", "repo/legacy-billing/", "/prod/db") is not the path a
+# resource server that collapses slashes acts on, so it would slip past the literal and prefix
+# patterns above (prod//secrets/x is not under prod/secrets/**). The API already refuses "." and
+# ".." segments; empty ones are legitimate elsewhere (URLs, object keys), so this policy refuses them.
+deny contains concat("", ["resource ", str(input.resource), " has an empty path segment"]) if empty_segment
+
+empty_segment if contains(input.resource, "//")
+
+empty_segment if startswith(input.resource, "/")
+
+empty_segment if endswith(input.resource, "/")
 
 # Exfiltration guard: no agent may bulk-export personal data.
 deny contains concat("", ["export of PII resource ", str(input.resource), " is not permitted"]) if {

@@ -152,6 +152,14 @@ test_blocked_resource_denied if {
 	agent.deny == {"resource prod/secrets/db/password is blocked"} with input as req({"resource": "prod/secrets/db/password"})
 }
 
+test_empty_segment_denied if {
+	agent.deny == {"resource repo//legacy-billing has an empty path segment"} with input as req({"resource": "repo//legacy-billing"})
+	agent.deny == {"resource repo/legacy-billing/ has an empty path segment"} with input as req({"resource": "repo/legacy-billing/"})
+	agent.deny == {"resource prod//secrets/x has an empty path segment"} with input as req({"resource": "prod//secrets/x"})
+	"resource /prod/db has an empty path segment" in agent.deny with input as req({"resource": "/prod/db"})
+	count(agent.deny) == 0 with input as req({"resource": "repo/a.b/.hidden"})
+}
+
 test_blocked_resources_come_from_data if {
 	agent.deny == {"resource repo/arbiter is blocked"} with input as req({}) with data.blocked_resources as ["repo/*"]
 	count(agent.deny) == 0 with input as req({"resource": "repo/legacy-billing"}) with data.blocked_resources as []

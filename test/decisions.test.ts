@@ -61,6 +61,15 @@ onEveryBackend('decisions over HTTP (real compiler, real storage)', () => {
     expect(unknown.json.message).to.match(/no policy allows/);
   });
 
+  it('denies, in the example policy, a resource with an empty segment that hid a blocked one', async () => {
+    // Each was an allow: a resource server that collapses slashes acts on a blocked resource.
+    for (const resource of ['repo//legacy-billing', 'repo/legacy-billing/', 'prod//secrets/x', 'repo//x']) {
+      const r = await call('POST', a.engine + '/v1/agent/authorize', { body: { ...AGENT.allow, resource } });
+      expect(r.status, r.text).to.equal(403);
+      expect(r.json.message).to.equal(`resource ${resource} has an empty path segment`);
+    }
+  });
+
   it('applies per-action thresholds from the policy', async () => {
     // payments.transfer has deny_below 0.7 in policies/agent.rego; the default is 0.5.
     const r = await call('POST', a.engine + '/v1/agent/authorize', {
