@@ -207,6 +207,46 @@ onEveryBackend('scoped tokens', () => {
       expect((await mint({ request_id: id }, agentKey)).status).to.equal(201);
     });
 
+    /** The scope minted for a decision (decided by `key`, approved by the reviewer if need be). */
+    async function scopeOf(body: Record<string, unknown>, key?: string): Promise<string> {
+      const r = await decide(a, body, key);
+      if (r.status === 202) {
+        const ok = await call('POST', `${a.engine}/v1/queue/${r.json.request_id}/approve`, { key: reviewer });
+        expect(ok.status, ok.text).to.equal(200);
+      } else {
+        expect(r.status, r.text).to.equal(200);
+      }
+      const minted = await mint({ request_id: r.json.request_id }, key);
+      expect(minted.status, minted.text).to.equal(201);
+      const [scope] = minted.json.scopes as string[];
+      expect(decodeJwt(minted.json.token as string).scope).to.equal(scope);
+      return scope as string;
+    }
+
+    it('mints a scope that reads one way only, and the usual scope where nothing needs encoding', async () => {
+      const agent = (action: string, resource: string) =>
+        scopeOf({ ...AGENT.allow, action, resource }, agentKey);
+      const human = (action: string, type: string, id: string) =>
+        scopeOf({ ...HUMAN.allow, action, resource: { type, id } });
+      // Each pair gave one scope: `s3:Get:x`, `read:a/b/c`, `s3:Get:x/y`.
+      expect(await agent('s3:Get', 'x')).to.equal('s3%3AGet:x');
+      expect(await agent('s3', 'Get:x')).to.equal('s3:Get:x');
+      expect(await human('read', 'a/b', 'c')).to.equal('read:a%2Fb/c');
+      expect(await human('read', 'a', 'b/c')).to.equal('read:a/b/c');
+      expect(await human('s3:Get', 'x', 'y')).to.equal('s3%3AGet:x/y');
+      expect(await human('s3', 'Get:x', 'y')).to.equal('s3:Get%3Ax/y');
+      // `%` is encoded where the others are, so an encoded form cannot be sent as a plain one.
+      expect(await human('read', 'a%2Fb', 'c')).to.equal('read:a%252Fb/c');
+      expect(await human('100%', 'x', 'y')).to.equal('100%25:x/y');
+      // Everything else is as it was: ids and agent resources as sent, `:` and `%` included.
+      expect(await agent('read', 'repo/arbiter')).to.equal('read:repo/arbiter');
+      expect(await agent('logs.read', 'repo/arn:aws:s3:::bucket/100%')).to.equal(
+        'logs.read:repo/arn:aws:s3:::bucket/100%',
+      );
+      expect(await human('delete', 'project', 'p1')).to.equal('delete:project/p1');
+      expect(await human('read', 'doc', 'urn:x:a/b')).to.equal('read:doc/urn:x:a/b');
+    });
+
     it('allows free-form {subject, scopes} minting only with admin', async () => {
       expectError(await mint({ subject: 'ops-bot', scopes: ['read:repo/x'] }, agentKey), 403, /admin/);
       const r = await mint({ subject: 'ops-bot', scopes: ['read:repo/x', 'list:repo/y'] });

@@ -84,13 +84,24 @@ export const introspectRequestSchema = {
   properties: { token: { type: 'string', maxLength: 16384 } },
 };
 
-/** The scope a token carries for an exchanged decision: exactly that action on that resource. */
+/** `s` with each character `reserved` matches percent-encoded (`%` → `%25`, `:` → `%3A`, `/` → `%2F`). */
+const percentEncode = (s: string, reserved: RegExp): string =>
+  s.replace(reserved, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`);
+
+/**
+ * The scope a token carries for an exchanged decision: exactly that action on that resource,
+ * `<action>:<resource>` (humans: `<action>:<type>/<id>`), read one way only. Actions (`s3:GetObject`)
+ * and resources (ARNs) may hold `:`, and a human type may hold `/`, so the action has `%` and `:`
+ * percent-encoded and a human type `%`, `:` and `/`: the first `:` ends the action and the first
+ * `/` after it ends the type; the resource (or id) is the rest, as sent. Values without those
+ * characters read as they always did.
+ */
 export function decisionScope(action: string, resource: unknown): string {
   const r =
     typeof resource === 'string'
       ? resource
-      : `${(resource as { type: string }).type}/${(resource as { id: string }).id}`;
-  return `${action}:${r}`;
+      : `${percentEncode((resource as { type: string }).type, /[%:/]/g)}/${(resource as { id: string }).id}`;
+  return `${percentEncode(action, /[%:]/g)}:${r}`;
 }
 
 /**
