@@ -167,6 +167,21 @@ onceOnly('arbiter policy check and test (no server)', () => {
     }
   });
 
+  it('check: a root authz.rego of another package is exit 1 (its rules would never be pushed); the copy of the built-in is ignored', () => {
+    // The repository's own policies/ holds the copy of the built-in module (package authz): ok.
+    expect(policy(['check', POLICIES]).code).to.equal(0);
+    for (const text of [DENY_READ, '# only a comment\n', '']) {
+      const dir = tempDir({ 'a.rego': HARMLESS, 'authz.rego': text });
+      const r = policy(['check', dir]);
+      expect(r.code, r.stdout + r.stderr).to.equal(1);
+      expect(r.stderr).to.contain(`${path.join(dir, 'authz.rego')}: the root authz.rego is kept for a copy`);
+      expect(r.stdout).to.not.match(/\bok\b/);
+    }
+    // With a comment before it and one after the package name, as a hand-edited copy may have.
+    const copy = tempDir({ 'a.rego': HARMLESS, 'authz.rego': '# copy\npackage authz # built-in\n' });
+    expect(policy(['check', copy]).code).to.equal(0);
+  });
+
   it('test: runs the Rego tests with the built-in module (exit 0), a failing test is exit 1', () => {
     const ok = policy(['test', POLICIES]);
     expect(ok.code, ok.stdout + ok.stderr).to.equal(0);

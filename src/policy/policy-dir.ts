@@ -32,8 +32,19 @@ export async function readPolicyDir(dir: string): Promise<{
     const full = path.join(ent.parentPath, ent.name);
     const rel = path.relative(dir, full).split(path.sep).join('/');
     // The root authz.rego is the copy of the built-in module that makes the directory a complete
-    // OPA bundle for stock opa; the service always uses its own built-in module instead.
-    if (rel === BUNDLED_BUILTIN) continue;
+    // OPA bundle for stock opa; the service always uses its own built-in module instead. A file
+    // there of another package is someone's rules, which would never be pushed: refused.
+    if (rel === BUNDLED_BUILTIN) {
+      const declared = packageOf(await readUtf8(full));
+      if (declared !== 'authz') {
+        throw new Error(
+          `${full}: the root ${BUNDLED_BUILTIN} is kept for a copy of the built-in decision module ` +
+            `(package authz) and never pushed, but this one declares package ${declared ?? '(none)'}: ` +
+            'give it another file name',
+        );
+      }
+      continue;
+    }
     if (rel.endsWith('.rego') && !rel.endsWith('_test.rego')) {
       const name = rel.slice(0, -'.rego'.length).replace(/\//g, '.');
       if (!POLICY_NAME.test(name)) throw new Error(`${full}: ${name} is not a valid policy name`);
@@ -64,6 +75,16 @@ export async function readPolicyDir(dir: string): Promise<{
   }
   for (const d of data) checkDataPath(d.path);
   return { modules, data };
+}
+
+/** The package a Rego text declares: its first line that is not blank or a comment. */
+function packageOf(rego: string): string | undefined {
+  for (const line of rego.split('\n')) {
+    const code = line.replace(/#.*$/, '').trim();
+    if (code === '') continue;
+    return /^package\s+(\S+)$/.exec(code)?.[1];
+  }
+  return undefined;
 }
 
 /**
