@@ -7,7 +7,7 @@ import { EvaluationThread, type ThreadSet } from '../src/policy/eval-thread.js';
 import { Evaluator } from '../src/policy/evaluator.js';
 import { INLINE_MAX_MS, MAX_PROVING_DECISIONS, PROVING_DECISIONS } from '../src/policy/shadow-limits.js';
 import { ShadowRunner, type ShadowThread } from '../src/policy/shadow-runner.js';
-import { denyReadsSlowOn, SLOW_ITEMS } from './helpers/policies.js';
+import { denyReadsSlowOn, SLOW_ITEMS, SPIN, SPIN_ITEMS } from './helpers/policies.js';
 
 const opaBin = process.env.ARBITER_OPA_BIN || path.join(REPO, '.opa-bin', 'opa');
 const denying = (reason: string) =>
@@ -251,6 +251,7 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
         (this as { active: boolean }).active = false;
         return Promise.resolve();
       },
+      restart() {},
       evaluateTimed: () => Promise.resolve({ decision: ALLOW, ...(ms === undefined ? {} : { ms }) }),
     };
     const local = { lastMs: 0, evaluate: () => ALLOW } as unknown as Evaluator & { lastMs: number };
@@ -312,11 +313,15 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
     // A thread that answers at once, or never (a stuck or slow set with evaluations queued).
     let hang = true;
     let asked = 0;
+    let restarts = 0;
     const thread: ShadowThread = {
       active: true,
       load: () => Promise.resolve(undefined),
       clear() {},
       close: () => Promise.resolve(),
+      restart: () => {
+        restarts++;
+      },
       evaluateTimed: () => {
         asked++;
         return hang ? new Promise(() => {}) : Promise.resolve({ decision: ALLOW, ms: 0 });
@@ -330,6 +335,8 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
     expect(performance.now() - started).to.be.at.least(45);
     for (const d of [first, second]) expect(d.error).to.equal('the shadow set did not answer within 50 ms');
     expect(asked).to.equal(2);
+    // Its thread is restarted once, dropping what it held.
+    expect(restarts).to.equal(1);
     // Skipped: answered at once, without asking the thread.
     const skipped = runner.evaluate(READ);
     expect(skipped).to.not.be.instanceOf(Promise);
@@ -374,6 +381,54 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
       expect(d).to.not.be.instanceOf(Promise);
       expect((d as { error?: string }).error).to.equal('shadow evaluation failed: boom');
       expect(calls).to.equal(1);
+    } finally {
+      await runner.close();
+    }
+  });
+});
+
+// A real thread: the timeouts, the restart and the skip periods together.
+onceOnly('Shadow runner: a set that never finishes, on a real thread', () => {
+  const compiler = new RegoCompiler(opaBin);
+  let set: ThreadSet;
+  before(async () => {
+    await compiler.init();
+    set = {
+      module: await WebAssembly.compile(await compiler.compile([{ name: 'candidate', rego: SPIN }])),
+      data: { spin: { items: SPIN_ITEMS } },
+      revision: 1,
+      budgetMs: 250,
+    };
+  });
+  after(async () => {
+    await compiler.close();
+  });
+
+  it('fails the waiters together, restarts the thread, and skips 1 s then 2 s while it keeps timing out', async () => {
+    const local = await Evaluator.create(set.module, set.data, set.revision, set.budgetMs);
+    const runner = new ShadowRunner({ inline: true, waitMs: 300 });
+    try {
+      await runner.load(set, local);
+      const APPROVE = { ...READ, action: 'deploy' };
+      // Quick on anything but a read: the set answers (which resets nothing yet).
+      expect((await runner.evaluate(APPROVE)).error).to.equal(undefined);
+      // Three reads at once, each never finishing: every one of them is answered with an error
+      // in about the wait, the first by its own wait, the others by the restart.
+      const started = performance.now();
+      const first = await Promise.all([runner.evaluate(READ), runner.evaluate(READ), runner.evaluate(READ)]);
+      expect(performance.now() - started).to.be.below(1_250);
+      for (const d of first) expect(d.error).to.be.a('string');
+      expect(first.map((d) => d.error)).to.include('the shadow set did not answer within 300 ms');
+      expect((runner.evaluate(APPROVE) as { error?: string }).error).to.equal(
+        'not evaluated: the shadow set timed out and is skipped for 1 s',
+      );
+      // After the second, a new thread answers at once; reads time out again: twice as long.
+      await new Promise((r) => setTimeout(r, 1_050));
+      const again = await Promise.all([runner.evaluate(READ), runner.evaluate(READ)]);
+      for (const d of again) expect(d.error).to.be.a('string');
+      expect((runner.evaluate(APPROVE) as { error?: string }).error).to.equal(
+        'not evaluated: the shadow set timed out and is skipped for 2 s',
+      );
     } finally {
       await runner.close();
     }

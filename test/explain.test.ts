@@ -1,9 +1,11 @@
 import { expect } from 'chai';
 import Database from 'better-sqlite3';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
-import { onEveryBackend } from './helpers/backends.js';
+import { onceOnly, onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
-import { AGENT, Arbiter, auditCount, call, HUMAN } from './helpers/harness.js';
+import { AGENT, Arbiter, auditCount, call, HUMAN, REPO } from './helpers/harness.js';
 import { slowOn } from './helpers/policies.js';
 import { queryDatabase } from './helpers/postgres.js';
 
@@ -214,5 +216,39 @@ onEveryBackend('GET /api/v1/decisions/{request_id}/explain: OPA explains a recor
       409,
       `decision ${id} was made under revision ${r}, which policy history does not hold: it cannot be replayed`,
     );
+  });
+});
+
+// The explainer's own process handling, not storage: once.
+onceOnly('explain: an OPA that exits before reading its input', () => {
+  let a: Arbiter;
+  let dir: string;
+  before(async () => {
+    // Compiles with the real OPA, but `opa eval` exits at once without reading stdin, as an OPA
+    // that cannot start (or a bound that ends it early) does.
+    dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-opa-noeval-'));
+    const opa = path.join(dir, 'opa');
+    writeFileSync(
+      opa,
+      `#!/bin/sh\nif [ "$1" = eval ]; then echo 'failed to start' >&2; exit 3; fi\nexec '${path.join(REPO, '.opa-bin', 'opa')}' "$@"\n`,
+    );
+    chmodSync(opa, 0o755);
+    a = await Arbiter.start({ ARBITER_OPA_BIN: opa });
+  });
+  after(async () => {
+    await a.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('answers 503 and keeps serving when the write of a large input fails (EPIPE), never crashing', async () => {
+    // An input larger than a pipe's buffer (64 KiB): the write cannot finish before OPA exits.
+    const body = { ...AGENT.allow, context: { note: 'x'.repeat(300_000) } };
+    const r = await call('POST', `${a.engine}/v1/agent/authorize`, { body });
+    expect(r.status, r.text).to.equal(200);
+    for (let i = 0; i < 5; i++) {
+      const e = await call('GET', `${a.platform}/api/v1/decisions/${r.json.request_id}/explain`);
+      expectError(e, 503, 'the OPA explanation failed');
+    }
+    expect((await call('GET', `${a.engine}/healthz`)).status).to.equal(200);
   });
 });

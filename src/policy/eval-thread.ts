@@ -370,6 +370,17 @@ export class EvaluationThread {
     });
   }
 
+  /**
+   * Ends the current thread now: what it holds answers an error, as on a timeout, and the next
+   * evaluation starts a new thread with the current set. For a set that did not keep up: its
+   * backlog is dropped rather than evaluated for nobody, and nothing later waits behind it.
+   */
+  restart(): void {
+    const t = this.thread;
+    this.thread = undefined;
+    if (t) void t.terminate();
+  }
+
   /** Terminates every thread; evaluations still waiting answer an error. */
   async close(): Promise<void> {
     this.closed = true;

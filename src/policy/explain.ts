@@ -42,9 +42,13 @@ const EXPLAIN_MEMORY_MIB = 1024;
  * so this only bounds what this process holds should that ever change.
  */
 const MAX_TRACE_BYTES = 64 * MIB;
-/** How the Go runtime says it could not get memory (under RLIMIT_AS): on stderr, as it exits. */
+/**
+ * How the Go runtime says its heap could not grow (under RLIMIT_AS): on stderr, as it exits. Not
+ * the failures of a runtime that could not even start ("failed to reserve", "failed to create
+ * new OS thread"): those say nothing about the decision, and answer 503 like any failure to run.
+ */
 const GO_OUT_OF_MEMORY =
-  /^(fatal error: (.*out of memory|runtime: cannot allocate memory|failed to reserve)|runtime: (out of memory|failed to create new OS thread|cannot allocate memory))/m;
+  /^(fatal error: (runtime: )?(out of memory|cannot allocate memory)|runtime: (out of memory|cannot allocate memory))/m;
 
 /** The bounds of one explanation, as the API document states them. */
 export const EXPLAIN_BOUNDS = {
@@ -186,6 +190,10 @@ export class Explainer {
           resolve({ code: typeof err.code === 'number' ? err.code : -1, stdout, stderr });
         },
       );
+      // OPA may exit before it has read its input (it could not start, a bound ended it): the
+      // write then fails with EPIPE, which must not become an uncaught error that ends the
+      // process. How the child ended is reported by the callback above.
+      child.stdin?.on('error', () => undefined);
       child.stdin?.end(stdin);
     });
   }

@@ -9,7 +9,10 @@ import {
 } from './shadow-limits.js';
 
 /** What ShadowRunner uses of its set's thread. */
-export type ShadowThread = Pick<EvaluationThread, 'active' | 'load' | 'clear' | 'close' | 'evaluateTimed'>;
+export type ShadowThread = Pick<
+  EvaluationThread,
+  'active' | 'load' | 'clear' | 'close' | 'evaluateTimed' | 'restart'
+>;
 
 /**
  * Where the shadow set (SPEC §11) is evaluated. A new set starts on its own thread
@@ -23,10 +26,11 @@ export type ShadowThread = Pick<EvaluationThread, 'active' | 'load' | 'clear' | 
  *
  * On the thread, a decision waits for its shadow answer at most the thread's own allowance (the
  * eval budget plus EVAL_TIMEOUT_MARGIN_MS), counted from when it asked, however many evaluations
- * are queued ahead of it. A set that timed out (or whose thread failed) is then not evaluated for
+ * are queued ahead of it. A set that timed out is then not evaluated for
  * SKIP_MS, doubling while it keeps timing out (up to MAX_SKIP_MS): those decisions count a shadow
- * error at once. So an untested candidate that is slow or never finishes costs the decisions of
- * one such wait per skip period, not every decision (it used to cost each decision the full wait).
+ * error at once, and its thread is restarted (what it held is dropped). So an untested candidate
+ * that is slow or never finishes costs only the decisions that ask while one wait runs, once per
+ * skip period, not every decision (it used to cost each decision the full wait).
  *
  * What this leaves (docs/adr/0010): a proven set that never finishes on an input unlike every one
  * before it stalls the serving thread, as the live set would, until the stall watchdog ends the
@@ -136,8 +140,9 @@ export class ShadowRunner {
         if (!waiting) return;
         clearTimeout(timer);
         if (epoch === this.epoch) {
-          // Answered in time: a later timeout skips for the first period again.
-          this.skipMs = 0;
+          // The set answered in time: a later timeout skips for the first period again. (A thread
+          // failure is no answer of the set's, e.g. the waiters the restart below failed.)
+          if (ms !== undefined) this.skipMs = 0;
           if (!this.inline) this.prove(ms);
         }
         resolve(decision);
@@ -147,14 +152,16 @@ export class ShadowRunner {
 
   /**
    * The thread gave no answer in time: skip the set for a while, twice as long as last time if
-   * nothing was answered in time since. Decisions that were waiting together count once. (The
-   * thread's own timeout, which terminates it, runs from when it reaches the evaluation, so this
-   * wait, as long and counted from when the decision asked, always ends first.)
+   * the set answered nothing in time since, and restart its thread, dropping what it still holds
+   * (those decisions answer an error at once). Decisions that were waiting together count once.
+   * (The thread's own timeout runs from when it reaches the evaluation, so this wait, as long
+   * and counted from when the decision asked, ends first.)
    */
   private timedOut(epoch: number): void {
     if (epoch !== this.epoch || performance.now() < this.skipUntil) return;
     this.skipMs = this.skipMs === 0 ? SKIP_MS : Math.min(this.skipMs * 2, MAX_SKIP_MS);
     this.skipUntil = performance.now() + this.skipMs;
+    this.thread.restart();
   }
 
   /** Counts one answer of the thread: `ms` is undefined when the set itself gave none. */
