@@ -43,6 +43,9 @@ onEveryBackend('unsafe input and edge answers', () => {
       'repo/../prod/secrets/x',
       'repo/./x',
       '..',
+      'repo/%2e%2e/prod/db',
+      'repo/.%2E/x',
+      '%2E',
     ]) {
       for (const path of ['/v1/agent/authorize', '/api/v1/authorize']) {
         const r = await call('POST', a.engine + path, { body: { ...AGENT.deny, resource } });

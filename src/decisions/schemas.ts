@@ -5,12 +5,15 @@ const shortString = { type: 'string', minLength: 1, maxLength: 256, pattern: TOK
 
 /**
  * A `.` or `..` segment: the whole value, or a run between `/` separators or at either end
- * (`..`, `./x`, `a/../b`, `a/.`). Other dots (`logs.read`, `.hidden`, `...`) are not segments.
+ * (`..`, `./x`, `a/../b`, `a/.`), also with its dots percent-encoded (`%2e%2e`, `.%2E`), which
+ * RFC 3986 decodes before it removes dot-segments. Other dots (`logs.read`, `.hidden`, `...`)
+ * are not segments.
  */
-const DOT_SEGMENT = /(?:^|\/)\.{1,2}(?:\/|$)/;
+const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i;
 
 /** What the resource fields promise beyond their schema (the OpenAPI document shows this). */
-export const NO_DOT_SEGMENTS = 'no "." or ".." path segment (between "/" separators or at either end)';
+export const NO_DOT_SEGMENTS =
+  'no "." or ".." path segment (between "/" separators or at either end; its dots may be written %2e)';
 
 /**
  * Refuses a resource (or resource type or id) with a dot-segment. Policies match resources as
