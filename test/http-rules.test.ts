@@ -437,6 +437,39 @@ onEveryBackend('request bodies and headers Node or the body parser would mishand
     });
   }
 
+  it('answers (and counts) a compressed request whose client gives up halfway, never leaving it pending', async () => {
+    const counted = async () => {
+      const m = await call('GET', `${a.engine}/metrics`);
+      const line = new RegExp(
+        '^arbiter_http_requests_total\\{api="engine",route="/v1/agent/authorize",method="POST",status="400"\\} (\\d+)$',
+        'm',
+      ).exec(m.text);
+      return line ? Number(line[1]) : 0;
+    };
+    const before = await counted();
+    const half = gzipSync(Buffer.from(JSON.stringify(AGENT.allow))).subarray(0, 12);
+    await new Promise<void>((resolve, reject) => {
+      const url = new URL(a.engine);
+      const socket = connect(Number(url.port), url.hostname, () => {
+        socket.write(
+          `POST /v1/agent/authorize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${ADMIN_KEY}\r\n` +
+            'Content-Type: application/json\r\nContent-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n' +
+            `${half.length.toString(16)}\r\n`,
+        );
+        socket.write(half);
+        setTimeout(() => {
+          socket.destroy();
+          resolve();
+        }, 200);
+      });
+      socket.on('error', reject);
+    });
+    // The request is answered (nobody reads the answer) and counted like any other.
+    const until = Date.now() + 10_000;
+    while ((await counted()) === before && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+    expect(await counted()).to.equal(before + 1);
+  });
+
   it('accepts a body that really is gzip- or br-encoded', async () => {
     const text = Buffer.from('{"kind":"encoded.ok"}');
     expect((await ingestWith('gzip', gzipSync(text))).status).to.equal(202);

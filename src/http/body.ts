@@ -1,6 +1,6 @@
 import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage } from 'node:http';
-import type { Readable } from 'node:stream';
+import { pipeline, type Readable } from 'node:stream';
 import zlib from 'node:zlib';
 import getRawBody from 'raw-body';
 import { AppError, invalid } from '../errors.js';
@@ -25,8 +25,11 @@ export async function readBodyText(req: IncomingMessage, limit: number): Promise
       length: encoding === 'identity' && declared !== undefined ? Number(declared) : null,
     });
   } catch (e) {
-    // zlib's own errors (a body that is not what Content-Encoding says) carry no status.
+    // zlib's own errors (a body that is not what Content-Encoding says) carry no status; nor does
+    // the end of a compressed request its client gave up on (raw-body says "request aborted" for
+    // an identity body itself).
     const code = (e as { code?: unknown }).code;
+    if (code === 'ERR_STREAM_PREMATURE_CLOSE') throw invalid('request aborted');
     if ((e as { status?: unknown }).status === undefined && typeof code === 'string') {
       throw invalid(`request body is not valid ${encoding}`);
     }
@@ -38,16 +41,24 @@ export async function readBodyText(req: IncomingMessage, limit: number): Promise
   return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
 }
 
-/** The request's content with its Content-Encoding undone. */
+/**
+ * The request's content with its Content-Encoding undone. Through `pipeline`, not `pipe`: a
+ * request its client aborts then fails the decompressor too, so reading it ends (a `pipe` would
+ * leave the decompressor waiting for the rest, and the request unanswered for ever).
+ */
 function decoded(req: IncomingMessage, encoding: string): Readable {
+  const through = (inflate: zlib.Gunzip | zlib.Unzip | zlib.BrotliDecompress) => {
+    pipeline(req, inflate, () => undefined);
+    return inflate;
+  };
   switch (encoding) {
     case 'identity':
       return req;
     case 'gzip':
     case 'deflate':
-      return req.pipe(zlib.createUnzip());
+      return through(zlib.createUnzip());
     case 'br':
-      return req.pipe(zlib.createBrotliDecompress());
+      return through(zlib.createBrotliDecompress());
     default:
       throw new AppError('unsupported_media', `Unsupported Content-Encoding: ${encoding}`);
   }

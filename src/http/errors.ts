@@ -51,7 +51,7 @@ export function toHttpError(
       headers: { ...HEADERS[err.kind], ...(err instanceof HttpError ? err.headers : {}) },
     };
   }
-  // Errors of Koa's body parser (raw-body, co-body) carry an HTTP status of their own.
+  // Errors of the body reader (raw-body, src/http/body.ts) carry an HTTP status of their own.
   const e = err as { status?: number; expose?: boolean; message?: string };
   if (typeof e?.status === 'number' && e.status >= 400 && e.status < 500) {
     if (e.status === 413)

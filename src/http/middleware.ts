@@ -142,17 +142,25 @@ export function nestingExceeds(value: unknown, max: number): boolean {
   return false;
 }
 
+const unsupportedType = (allowed: string[], type: string) =>
+  new AppError('unsupported_media', `Content-Type must be ${allowed.join(' or ')}, got ${type || 'none'}`);
+
 /**
  * Parses the body the route expects; wrong type 415, too large 413, malformed or wrong shape 400.
- * An empty body is no body however it was framed (Content-Length: 0, or chunked with no data).
+ * An empty body is no body however it was framed (Content-Length: 0, or chunked with no data; an
+ * empty body that claims a Content-Encoding is not valid in it: 400). A body announced with a
+ * length and a type the route does not take is refused unread (415); a chunked one is read first
+ * (within the size limit), since only then is it known not to be empty.
  */
 export function bodyMiddleware(kind: BodyKind, maxBodyBytes: number): Middleware<State> {
   if (kind === 'none') return (_ctx, next) => next();
   const allowed = kind === 'policy' ? ['application/json', 'text/plain'] : ['application/json'];
   return async (ctx, next: Next) => {
-    const framed = Number(ctx.get('content-length') || '0') > 0 || ctx.get('transfer-encoding') !== '';
-    const text = framed ? await readBodyText(ctx.req, maxBodyBytes) : '';
     const type = ctx.request.type;
+    const length = Number(ctx.get('content-length') || '0');
+    if (length > 0 && !allowed.includes(type)) throw unsupportedType(allowed, type);
+    const framed = length > 0 || ctx.get('transfer-encoding') !== '';
+    const text = framed ? await readBodyText(ctx.req, maxBodyBytes) : '';
     if (text === '') {
       if (kind === 'optional-object') {
         ctx.request.body = {};
@@ -167,12 +175,7 @@ export function bodyMiddleware(kind: BodyKind, maxBodyBytes: number): Middleware
         kind === 'json' ? 'request body must be a JSON value' : 'request body must be a JSON object',
       );
     }
-    if (!allowed.includes(type)) {
-      throw new AppError(
-        'unsupported_media',
-        `Content-Type must be ${allowed.join(' or ')}, got ${type || 'none'}`,
-      );
-    }
+    if (!allowed.includes(type)) throw unsupportedType(allowed, type);
     const body = type === 'text/plain' ? text : parseJson(text);
     ctx.request.body = body;
     if (nestingExceeds(body, MAX_JSON_DEPTH)) {
