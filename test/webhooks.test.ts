@@ -1,10 +1,13 @@
 import { expect } from 'chai';
+import Database from 'better-sqlite3';
+import path from 'node:path';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditEvents, call } from './helpers/harness.js';
+import { queryDatabase } from './helpers/postgres.js';
 import { sleep } from './helpers/process.js';
 
 interface Received {
@@ -149,6 +152,41 @@ onEveryBackend('webhooks (SPEC §12)', function () {
         expectError(await call('GET', `${a.platform}/api/v1/webhooks/bad-hook`), 404);
       });
     }
+
+    it('never shows the password of a URL stored before credentials were refused, nor in a delivery error', async () => {
+      expect((await putHook(a, 'legacy', { url: rx.url, events: ['queue.pending'] })).status).to.equal(201);
+      // As an earlier version could store it: straight into the database.
+      const withPassword = rx.url.replace('http://', 'http://ops:hunter22@');
+      if (a.databaseUrl) {
+        await queryDatabase(a.databaseUrl, 'UPDATE webhooks SET url = $1 WHERE name = $2', [
+          withPassword,
+          'legacy',
+        ]);
+      } else {
+        const db = new Database(path.join(a.dataDir, 'arbiter.db'));
+        try {
+          db.prepare('UPDATE webhooks SET url = ? WHERE name = ?').run(withPassword, 'legacy');
+        } finally {
+          db.close();
+        }
+      }
+      const got = await call('GET', `${a.platform}/api/v1/webhooks/legacy`);
+      expect(got.status, got.text).to.equal(200);
+      expect(got.json.url).to.equal(rx.url.replace('http://', 'http://ops:***@'));
+      const list = await call('GET', `${a.platform}/api/v1/webhooks`);
+      expect(list.text).to.not.include('hunter22');
+      // fetch refuses such a URL, naming it: the recorded error does not carry the password.
+      const q = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
+      expect(q.status).to.equal(202);
+      let deliveries = '';
+      for (let i = 0; i < 100 && !deliveries.includes('credentials'); i++) {
+        await sleep(100);
+        deliveries = (await call('GET', `${a.platform}/api/v1/webhooks/legacy/deliveries`)).text;
+      }
+      expect(deliveries).to.include('credentials');
+      expect(deliveries).to.not.include('hunter22');
+      expect((await call('DELETE', `${a.platform}/api/v1/webhooks/legacy`)).status).to.equal(204);
+    });
 
     it('refuses a bad name (400), needs admin (403), and 404s the deliveries of an unknown webhook', async () => {
       expectError(await putHook(a, 'Bad_Name', { url: rx.url, events: ['queue.pending'] }), 400, /name/);

@@ -55,7 +55,14 @@ const validate = compileSchema<WebhookRequest>(webhookRequestSchema);
 
 /** A webhook as the API shows it: never its secret (shown once, when Arbiter generates it). */
 export type WebhookView = Omit<WebhookRecord, 'secret'>;
-export const webhookView = ({ secret: _secret, ...view }: WebhookRecord): WebhookView => view;
+/**
+ * A webhook as the API shows it: never its signing secret, nor a password in its URL (a URL with
+ * credentials is refused since 2026-11-24; one stored before shows `***` in its place).
+ */
+export const webhookView = ({ secret: _secret, url, ...view }: WebhookRecord): WebhookView => ({
+  ...view,
+  url: maskPassword(url),
+});
 
 export type DeliveryView = Omit<DeliveryRecord, 'payload'>;
 const deliveryView = ({ payload: _payload, ...view }: DeliveryRecord): DeliveryView => view;
@@ -266,8 +273,11 @@ export class WebhookService {
         : this.failure(d, res.status, `receiver answered ${res.status}`);
     } catch (e) {
       const err = e as Error;
+      // fetch names the URL in some of its errors: never with its credentials in the deliveries list.
       const reason =
-        err.name === 'TimeoutError' ? `no answer within ${ATTEMPT_TIMEOUT_MS / 1000} s` : err.message;
+        err.name === 'TimeoutError'
+          ? `no answer within ${ATTEMPT_TIMEOUT_MS / 1000} s`
+          : err.message.split(d.url).join(redact(d.url));
       result = this.failure(d, null, reason);
     }
     await this.store.settle(d.id, result);
@@ -331,6 +341,13 @@ export function slackMessage(m: SlackInput, publicUrl: string): { text: string; 
 /** Slack mrkdwn treats &, < and > as control characters. */
 function escapeSlack(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+}
+
+function maskPassword(url: string): string {
+  const u = new URL(url);
+  if (u.password === '') return url;
+  u.password = '***';
+  return u.toString();
 }
 
 /** A URL without its user-info (credentials never reach the audit trail). */
