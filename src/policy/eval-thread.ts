@@ -371,14 +371,21 @@ export class EvaluationThread {
   }
 
   /**
-   * Ends the current thread now: what it holds answers an error, as on a timeout, and the next
-   * evaluation starts a new thread with the current set. For a set that did not keep up: its
-   * backlog is dropped rather than evaluated for nobody, and nothing later waits behind it.
+   * Ends the current thread now: what it holds answers an error, as on a timeout, and a new
+   * thread starts loading the current set at once (so that a set slow to load is loaded while
+   * the shadow set is skipped, not while a decision waits for it). For a set that did not keep
+   * up: its backlog is dropped rather than evaluated for nobody, and nothing later waits behind it.
    */
   restart(): void {
     const t = this.thread;
     this.thread = undefined;
     if (t) void t.terminate();
+    if (!this.set || this.closed) return;
+    try {
+      this.thread = this.start().thread;
+    } catch {
+      // No thread can be started now: the next evaluation tries again (and answers an error).
+    }
   }
 
   /** Terminates every thread; evaluations still waiting answer an error. */
