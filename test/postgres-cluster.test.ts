@@ -3,7 +3,7 @@ import { createServer, Socket, type Server } from 'node:net';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditEvents, call, type Response } from './helpers/harness.js';
 import { onPostgresOnly } from './helpers/backends.js';
-import { createTestDatabase, type TestDatabase } from './helpers/postgres.js';
+import { createTestDatabase, queryDatabase, type TestDatabase } from './helpers/postgres.js';
 import { sleep } from './helpers/process.js';
 
 /**
@@ -308,5 +308,33 @@ onPostgresOnly('database unreachable (SPEC §10)', function () {
     expect(put.status, put.text).to.equal(201);
     await within(1_500, async () => (await authorize(a)).status === 403);
     expect((await call('GET', `${a.platform}/api/v1/audit/verify`)).json.ok).to.equal(true);
+  });
+
+  it('survives its connections being terminated mid-query (a restart or failover), answering 503 or the right answer', async () => {
+    const name = new URL(db.url).pathname.slice(1);
+    // The live policy's answer (the test before this one froze the set): that, or 503.
+    const answer = (await authorize(direct)).status;
+    expect(answer).to.be.oneOf([200, 403]);
+    for (let round = 0; round < 3; round++) {
+      // Decisions in flight on checked-out connections while the server ends every one of them.
+      const inFlight = Array.from({ length: 16 }, () => authorize(direct));
+      await sleep(5);
+      await queryDatabase(
+        db.url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'arbiter'",
+        [name],
+      );
+      for (const r of await Promise.all(inFlight)) {
+        expect([answer, 503], r.text).to.include(r.status);
+        if (r.status === 503) expect(Object.keys(r.json)).to.deep.equal(['error']);
+      }
+    }
+    // Still the same process, and it recovers by itself.
+    await within(
+      15_000,
+      async () => (await call('GET', `${direct.engine}/healthz`, { key: null })).status === 200,
+    );
+    await within(15_000, async () => (await authorize(direct)).status === answer);
+    expect((await call('GET', `${direct.platform}/api/v1/audit/verify`)).json.ok).to.equal(true);
   });
 });

@@ -30,8 +30,16 @@ export function clientConfig(url: string): pg.ClientConfig {
 
 export function createPool(url: string, size: number, log?: Logger): Pool {
   const pool = new pg.Pool({ ...clientConfig(url), max: size, idleTimeoutMillis: 30_000 });
-  // An idle client whose connection drops emits here; unhandled, it would end the process.
-  pool.on('error', (err) => log?.warn({ err: { message: err.message } }, 'database connection lost'));
+  // A connection that drops (a PostgreSQL restart, a failover, a reset) emits 'error' on its
+  // client, and an 'error' nobody hears ends the process. pg-pool hears it only while the client
+  // is idle (then it emits here, after the client's own listener below has logged it); while the
+  // client is checked out it hears nothing. So every client gets a listener of its own for life:
+  // the statement in flight fails anyway (503 at the edge), and pg-pool drops the client when it
+  // is released, since it is no longer queryable.
+  pool.on('connect', (client) => {
+    client.on('error', (err) => log?.warn({ err: { message: err.message } }, 'database connection lost'));
+  });
+  pool.on('error', () => undefined);
   return pool;
 }
 
