@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { onEveryBackend } from './helpers/backends.js';
-import { AGENT, Arbiter, call } from './helpers/harness.js';
+import { ADMIN_KEY, AGENT, Arbiter, call } from './helpers/harness.js';
 import { expectError } from './helpers/expect-error.js';
 
 // These go through storage: every backend.
@@ -23,6 +23,30 @@ onEveryBackend('bounded long-polls and traces', () => {
     expect(third.headers.get('retry-after')).to.equal('1');
     expect((await Promise.all(held)).map((r) => r.status)).to.deep.equal([200, 200]);
     expect((await call('GET', url)).status).to.equal(200);
+  });
+
+  it('frees the place of a long-poll whose client hung up, at once rather than when its wait ends', async () => {
+    const q = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.approval });
+    const url = a.engine + `/v1/queue/${q.json.request_id}`;
+    // Both places taken by waits of 30 s whose clients give up after 300 ms.
+    const hangUp = new AbortController();
+    const abandoned = [0, 1].map(() =>
+      fetch(`${url}?wait=30`, {
+        headers: { authorization: `Bearer ${ADMIN_KEY}` },
+        signal: hangUp.signal,
+      }).catch(() => 'aborted'),
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    expectError(await call('GET', `${url}?wait=1`), 429);
+    hangUp.abort();
+    expect(await Promise.all(abandoned)).to.deep.equal(['aborted', 'aborted']);
+    // The server notices the hang-ups within a moment, not after 30 s.
+    let status = 0;
+    for (let i = 0; i < 20 && status !== 200; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      status = (await call('GET', `${url}?wait=0.1`)).status;
+    }
+    expect(status).to.equal(200);
   });
 
   it('pages a trace that grew past the limit, oldest first, without gaps', async () => {

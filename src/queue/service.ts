@@ -169,8 +169,11 @@ export class QueueService {
     };
   }
 
-  /** One item as it is now; with `waitSeconds`, held until it leaves pending or time runs out. */
-  async get(principal: Principal, id: string, waitSeconds?: number): Promise<QueueItem> {
+  /**
+   * One item as it is now; with `waitSeconds`, held until it leaves pending, time runs out, or
+   * `gone` aborts (the caller hung up: its place among the long-polls is free again at once).
+   */
+  async get(principal: Principal, id: string, waitSeconds?: number, gone?: AbortSignal): Promise<QueueItem> {
     let item = await this.visible(principal, id);
     if (waitSeconds === undefined || item.status !== 'pending') return item;
     // Each held request re-reads the store while it waits: their number is bounded.
@@ -180,11 +183,13 @@ export class QueueService {
     this.longPolls++;
     try {
       const deadline = Date.now() + waitSeconds * 1000;
-      while (item.status === 'pending' && Date.now() < deadline && !this.stopping) {
+      while (item.status === 'pending' && Date.now() < deadline && !this.stopping && !gone?.aborted) {
         await this.sleepUntilWoken(
           id,
           Math.min(this.opts.notified ? POLL_MS.notified : POLL_MS.unnotified, deadline - Date.now()),
+          gone,
         );
+        if (gone?.aborted) break;
         item = await this.visible(principal, id);
       }
       return item;
@@ -289,17 +294,19 @@ export class QueueService {
     return now ?? { ...item, status: 'expired', decided_at: item.expires_at };
   }
 
-  private sleepUntilWoken(id: string, ms: number): Promise<void> {
+  private sleepUntilWoken(id: string, ms: number, gone?: AbortSignal): Promise<void> {
     return new Promise((resolve) => {
       let set = this.waiters.get(id);
       if (!set) this.waiters.set(id, (set = new Set()));
       const done = () => {
         clearTimeout(timer);
+        gone?.removeEventListener('abort', done);
         set.delete(done);
         if (set.size === 0) this.waiters.delete(id);
         resolve();
       };
       const timer = setTimeout(done, Math.max(ms, 1));
+      gone?.addEventListener('abort', done, { once: true });
       set.add(done);
     });
   }

@@ -147,7 +147,17 @@ export function queueRoutes(d: RouteDeps): RouteDef[] {
       summary: 'Get one queue item; ?wait=N (≤ 60 s) holds until it leaves pending',
       handler: async (ctx) => {
         const { wait } = queryOf(ctx, ITEM_QUERY);
-        ctx.body = present(await d.queue.get(principalOf(ctx), param(ctx, 'id'), wait));
+        // A client that hangs up before its answer gives its long-poll place back at once.
+        const gone = new AbortController();
+        const hungUp = () => {
+          if (!ctx.res.writableFinished) gone.abort();
+        };
+        ctx.res.once('close', hungUp);
+        try {
+          ctx.body = present(await d.queue.get(principalOf(ctx), param(ctx, 'id'), wait, gone.signal));
+        } finally {
+          ctx.res.off('close', hungUp);
+        }
       },
     },
     {
