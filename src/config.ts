@@ -59,20 +59,24 @@ const settings = {
   policyDir: { env: 'ARBITER_POLICY_DIR', def: './policies', parse: dir },
   opaBin: { env: 'ARBITER_OPA_BIN', def: path.join(repoRoot, '.opa-bin', 'opa'), parse: str },
   logLevel: { env: 'ARBITER_LOG_LEVEL', def: 'info', parse: logLevel },
-  queueTtlSeconds: { env: 'ARBITER_QUEUE_TTL_SECONDS', def: '3600', parse: positiveInt },
-  tokenTtlSeconds: { env: 'ARBITER_TOKEN_TTL_SECONDS', def: '300', parse: positiveInt },
-  tokenMaxTtlSeconds: { env: 'ARBITER_TOKEN_MAX_TTL_SECONDS', def: '3600', parse: positiveInt },
+  queueTtlSeconds: { env: 'ARBITER_QUEUE_TTL_SECONDS', def: '3600', parse: seconds },
+  tokenTtlSeconds: { env: 'ARBITER_TOKEN_TTL_SECONDS', def: '300', parse: seconds },
+  tokenMaxTtlSeconds: { env: 'ARBITER_TOKEN_MAX_TTL_SECONDS', def: '3600', parse: seconds },
   tokenExchangeWindowSeconds: {
     env: 'ARBITER_TOKEN_EXCHANGE_WINDOW_SECONDS',
     def: '300',
-    parse: positiveInt,
+    parse: seconds,
   },
   issuer: { env: 'ARBITER_ISSUER', def: 'arbiter', parse: str },
   metricsPublic: { env: 'ARBITER_METRICS_PUBLIC', def: 'false', parse: bool },
   maxBodyBytes: { env: 'ARBITER_MAX_BODY_BYTES', def: String(1024 * 1024), parse: positiveInt },
   evalBudgetMs: { env: 'ARBITER_EVAL_BUDGET_MS', def: '250', parse: positiveInt },
   shadowInline: { env: 'ARBITER_SHADOW_INLINE', def: 'true', parse: bool },
-  evalStallSeconds: { env: 'ARBITER_EVAL_STALL_SECONDS', def: '30', parse: nonNegativeInt },
+  evalStallSeconds: {
+    env: 'ARBITER_EVAL_STALL_SECONDS',
+    def: '30',
+    parse: (raw: string, name: string) => nonNegativeInt(raw, name, MAX_SECONDS),
+  },
   dbSync: { env: 'ARBITER_DB_SYNC', def: 'full', parse: dbSync },
   auditMaskFields: { env: 'ARBITER_AUDIT_MASK_FIELDS', def: '', parse: list },
   workers: { env: 'ARBITER_WORKERS', def: '1', parse: workers },
@@ -80,7 +84,7 @@ const settings = {
   databaseUrl: { env: 'ARBITER_DATABASE_URL', def: '', parse: databaseUrl },
   databasePool: { env: 'ARBITER_DATABASE_POOL', def: '10', parse: positiveInt },
   publicUrl: { env: 'ARBITER_PUBLIC_URL', def: '', parse: publicUrl },
-  webhookRetrySeconds: { env: 'ARBITER_WEBHOOK_RETRY_SECONDS', def: '5', parse: positiveInt },
+  webhookRetrySeconds: { env: 'ARBITER_WEBHOOK_RETRY_SECONDS', def: '5', parse: seconds },
   authzenDefaultTenant: { env: 'ARBITER_AUTHZEN_DEFAULT_TENANT', def: 'default', parse: tenantId },
 } as const;
 
@@ -105,19 +109,32 @@ function port(raw: string, name: string): number {
   }
   return n;
 }
-function positiveInt(raw: string, name: string): number {
+/**
+ * The largest count or millisecond value a setting may take: the longest delay a Node timer
+ * keeps (a longer one fires at once), far beyond any sensible limit.
+ */
+const MAX_INT = 2_147_483_647;
+/**
+ * The longest a seconds setting may be (ten years): its value becomes a date or a timer, and one
+ * beyond what those hold would answer 500 on every request that uses it, not stop the start.
+ */
+const MAX_SECONDS = 10 * 365 * 24 * 3600;
+function positiveInt(raw: string, name: string, max = MAX_INT): number {
   const n = Number(raw);
-  if (!/^\d+$/.test(raw.trim()) || n < 1 || !Number.isSafeInteger(n)) {
-    throw new ConfigError(`${name} must be a positive integer, got "${raw}"`);
+  if (!/^\d+$/.test(raw.trim()) || n < 1 || n > max) {
+    throw new ConfigError(`${name} must be a positive integer up to ${max}, got "${raw}"`);
   }
   return n;
 }
-function nonNegativeInt(raw: string, name: string): number {
+function nonNegativeInt(raw: string, name: string, max = MAX_INT): number {
   const n = Number(raw);
-  if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(n)) {
-    throw new ConfigError(`${name} must be 0 or a positive integer, got "${raw}"`);
+  if (!/^\d+$/.test(raw.trim()) || n > max) {
+    throw new ConfigError(`${name} must be 0 or a positive integer up to ${max}, got "${raw}"`);
   }
   return n;
+}
+function seconds(raw: string, name: string): number {
+  return positiveInt(raw, name, MAX_SECONDS);
 }
 function workers(raw: string, name: string): number {
   if (raw.trim() === 'auto') return os.availableParallelism();

@@ -59,6 +59,14 @@ onEveryBackend('process lifecycle', () => {
       ['ARBITER_PLATFORM_PORT', '-1', /ARBITER_PLATFORM_PORT/],
       ['ARBITER_LOG_LEVEL', 'loud', /ARBITER_LOG_LEVEL/],
       ['ARBITER_QUEUE_TTL_SECONDS', '0', /ARBITER_QUEUE_TTL_SECONDS/],
+      // Values a date or a timer cannot hold: refused at start, not a 500 on every use.
+      [
+        'ARBITER_QUEUE_TTL_SECONDS',
+        '9007199254740991',
+        /ARBITER_QUEUE_TTL_SECONDS must be .* up to 315360000/,
+      ],
+      ['ARBITER_TOKEN_MAX_TTL_SECONDS', '315360001', /ARBITER_TOKEN_MAX_TTL_SECONDS/],
+      ['ARBITER_EVAL_BUDGET_MS', '3000000000', /ARBITER_EVAL_BUDGET_MS must be .* up to 2147483647/],
       ['ARBITER_METRICS_PUBLIC', 'maybe', /ARBITER_METRICS_PUBLIC/],
       ['ARBITER_SHADOW_INLINE', 'sometimes', /ARBITER_SHADOW_INLINE/],
       ['ARBITER_EVAL_STALL_SECONDS', '-1', /ARBITER_EVAL_STALL_SECONDS/],
