@@ -2,7 +2,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { isReservedKind } from './audit/service.js';
 import path from 'node:path';
-import { repoRoot, type Config, type Role } from './config.js';
+import { ConfigError, repoRoot, type Config, type Role } from './config.js';
 import { VERSION } from './version.js';
 import type { Api } from './http/context.js';
 import { ConsoleAssets } from './http/console.js';
@@ -203,7 +203,15 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       const server = createApiServer(app, () => closing !== undefined);
       const port = api === 'engine' ? config.enginePort : config.platformPort;
       await new Promise<void>((resolve, reject) => {
-        server.once('error', reject);
+        // A port in use or a host that is no address of this machine: name the settings.
+        server.once('error', (err: NodeJS.ErrnoException) =>
+          reject(
+            new ConfigError(
+              `the ${api} API cannot listen on ${config.host}:${port} ` +
+                `(ARBITER_HOST, ARBITER_${api.toUpperCase()}_PORT): ${err.code ?? err.message}`,
+            ),
+          ),
+        );
         server.listen(port, config.host, () => resolve());
       });
       const actual = (server.address() as AddressInfo).port;

@@ -2,6 +2,7 @@ import Database from 'better-sqlite3';
 import { expect } from 'chai';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
+import { createServer, type AddressInfo } from 'node:net';
 import path from 'node:path';
 import pg from 'pg';
 import { onceOnly, onEveryBackend, onSqliteOnly } from './helpers/backends.js';
@@ -92,6 +93,28 @@ onEveryBackend('process lifecycle', () => {
       expect(r.code).to.not.equal(0);
       expect(r.stderr).to.match(
         /ARBITER_EVAL_STALL_SECONDS must be 0 \(off\) or at least ARBITER_EVAL_BUDGET_MS plus 1 s \(2\)/,
+      );
+    });
+
+    it('names the settings when it cannot listen: a port in use, a host that is not this machine', async () => {
+      const taken = createServer();
+      await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', () => resolve()));
+      try {
+        const port = String((taken.address() as AddressInfo).port);
+        const inUse = runSync(['serve'], baseEnv({ ARBITER_ENGINE_PORT: port }));
+        expect(inUse.signal).to.equal(null);
+        expect(inUse.code).to.equal(2);
+        expect(inUse.stderr).to.contain(
+          `invalid configuration: the engine API cannot listen on 127.0.0.1:${port} (ARBITER_HOST, ARBITER_ENGINE_PORT): EADDRINUSE`,
+        );
+      } finally {
+        await new Promise((resolve) => taken.close(resolve));
+      }
+      // 192.0.2.1 is TEST-NET-1: an address no machine here has.
+      const foreign = runSync(['serve'], baseEnv({ ARBITER_HOST: '192.0.2.1' }));
+      expect(foreign.code).to.equal(2);
+      expect(foreign.stderr).to.match(
+        /cannot listen on 192\.0\.2\.1:0 \(ARBITER_HOST, ARBITER_ENGINE_PORT\): EADDRNOTAVAIL/,
       );
     });
 
