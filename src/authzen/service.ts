@@ -1,9 +1,8 @@
 import { AppError, invalid } from '../errors.js';
 import { newId } from '../ids.js';
-import { compileSchema, TOKEN_SAFE, type JsonSchema } from '../common/validation.js';
+import { compileSchema, NO_DOT_SEGMENTS, TOKEN_SAFE, type JsonSchema } from '../common/validation.js';
 import { checkAdmits } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
-import { NO_DOT_SEGMENTS, refuseDotSegments } from '../decisions/schemas.js';
 import type { DecisionBody, DecisionResult, DecisionService, FlowIds } from '../decisions/service.js';
 
 /**
@@ -34,8 +33,8 @@ const resourceSchema: JsonSchema = {
   type: 'object',
   required: ['type', 'id'],
   properties: {
-    type: { ...name, description: NO_DOT_SEGMENTS },
-    id: { type: 'string', minLength: 1, maxLength: 1024, pattern: TOKEN_SAFE, description: NO_DOT_SEGMENTS },
+    type: { ...name, ...NO_DOT_SEGMENTS },
+    id: { type: 'string', minLength: 1, maxLength: 1024, pattern: TOKEN_SAFE, ...NO_DOT_SEGMENTS },
     properties,
   },
 };
@@ -121,9 +120,7 @@ export class AuthzenService {
 
   /** One evaluation; any error (bad input, binding, storage) is the caller's to answer. */
   async evaluate(body: unknown, principal: Principal, ids: FlowIds, idemKey?: string) {
-    const ev = validateOne(body);
-    refuseDotSegmentsIn(ev.resource, 'resource');
-    return this.decide(ev, principal, ids, idemKey);
+    return this.decide(validateOne(body), principal, ids, idemKey);
   }
 
   /**
@@ -140,11 +137,6 @@ export class AuthzenService {
     idemKey?: string,
   ): Promise<{ single: DecisionResult } | { batch: Outcome[] }> {
     const req = validateMany(body);
-    // Part of checking the whole payload first: a batch with one such resource records nothing.
-    refuseDotSegmentsIn(req.resource, 'resource');
-    for (const [i, item] of (req.evaluations ?? []).entries()) {
-      refuseDotSegmentsIn(item.resource, `evaluations.${i}.resource`);
-    }
     if (req.evaluations === undefined || req.evaluations.length === 0) {
       return { single: await this.decide(completeSingle(req), principal, ids, idemKey) };
     }
@@ -209,16 +201,6 @@ export class AuthzenService {
     };
     return this.decisions.authorizeHuman(request, principal, ids, idemKey, { authzen });
   }
-}
-
-/**
- * The decision path refuses dot-segments too, but an agent's resource reaches it as `type/id`,
- * and a batch item only once earlier items are recorded: this names the AuthZEN field, up front.
- */
-function refuseDotSegmentsIn(resource: Entity | undefined, at: string): void {
-  if (resource === undefined) return;
-  refuseDotSegments(`${at}.type`, resource.type);
-  refuseDotSegments(`${at}.id`, resource.id);
 }
 
 /** The top-level 4-tuple of a request with no evaluations; an incomplete one is a 400. */

@@ -38,6 +38,26 @@ const TOKEN_SAFE_RE = new RegExp(TOKEN_SAFE, 'u');
 /** TOKEN_SAFE outside a JSON Schema (settings, key bindings). */
 export const isTokenSafe = (s: string): boolean => TOKEN_SAFE_RE.test(s);
 
+/**
+ * A `.` or `..` path segment: the whole value, or a run between `/` separators or at either end
+ * (`..`, `./x`, `a/../b`, `a/.`), also with its dots percent-encoded (`%2e%2e`, `.%2E`), which
+ * RFC 3986 decodes before it removes dot-segments. Other dots (`logs.read`, `.hidden`, `...`)
+ * are not segments. (A JSON Schema pattern has no flags: hence `[eE]`.)
+ */
+const DOT_SEGMENT = '(?:^|/)(?:\\.|%2[eE]){1,2}(?:/|$)';
+
+/**
+ * Schema keywords of a resource, resource type or resource id: no dot-segment. Policies match
+ * resources as written, by prefix or glob, while a resource server that normalises the path acts
+ * on another one: `repo/../prod/db` passes a `repo/**` rule and names `prod/db`. Refusing the form
+ * is the only answer that is right for every policy.
+ */
+export const NO_DOT_SEGMENTS = {
+  not: { type: 'string', pattern: DOT_SEGMENT },
+  description:
+    'no "." or ".." path segment (between "/" separators or at either end; its dots may be written %2e)',
+} as const;
+
 export type JsonSchema = Record<string, unknown>;
 
 export function compileSchema<T>(schema: JsonSchema): (body: unknown) => T {
@@ -101,6 +121,10 @@ function describe(e: ErrorObject | undefined, body: unknown): string {
       return (e.params as { pattern: string }).pattern === TOKEN_SAFE
         ? `${where} must not contain whitespace or control characters`
         : `${where} must match ${(e.params as { pattern: string }).pattern}`;
+    case 'not':
+      return (e.parentSchema as { not?: { pattern?: string } }).not?.pattern === DOT_SEGMENT
+        ? `${where} must not contain a "." or ".." path segment`
+        : `${where} ${e.message ?? 'is invalid'}`;
     case 'enum':
       return `${where} must be one of ${((e.params as { allowedValues: unknown[] }).allowedValues ?? []).join(', ')}`;
     default:

@@ -1,37 +1,13 @@
-import { TOKEN_SAFE, type JsonSchema } from '../common/validation.js';
-import { invalid } from '../errors.js';
+import { NO_DOT_SEGMENTS, TOKEN_SAFE, type JsonSchema } from '../common/validation.js';
 
 const shortString = { type: 'string', minLength: 1, maxLength: 256, pattern: TOKEN_SAFE };
-
-/**
- * A `.` or `..` segment: the whole value, or a run between `/` separators or at either end
- * (`..`, `./x`, `a/../b`, `a/.`), also with its dots percent-encoded (`%2e%2e`, `.%2E`), which
- * RFC 3986 decodes before it removes dot-segments. Other dots (`logs.read`, `.hidden`, `...`)
- * are not segments.
- */
-const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i;
-
-/** What the resource fields promise beyond their schema (the OpenAPI document shows this). */
-export const NO_DOT_SEGMENTS =
-  'no "." or ".." path segment (between "/" separators or at either end; its dots may be written %2e)';
-
-/**
- * Refuses a resource (or resource type or id) with a dot-segment. Policies match resources as
- * written, by prefix or glob, while a resource server that normalises the path acts on another
- * one: `repo/../prod/db` passes a `repo/**` rule and names `prod/db`. Refusing the form is the
- * only answer that is right for every policy. Checked after the schema (which cannot say this
- * in a message that names the rule), before anything is evaluated or recorded.
- */
-export function refuseDotSegments(field: string, value: string): void {
-  if (DOT_SEGMENT.test(value)) throw invalid(`${field} must not contain a "." or ".." path segment`);
-}
 
 const resourceString = {
   type: 'string',
   minLength: 1,
   maxLength: 1024,
   pattern: TOKEN_SAFE,
-  description: NO_DOT_SEGMENTS,
+  ...NO_DOT_SEGMENTS,
 };
 
 /** Body of POST /v1/agent/authorize and POST /api/v1/authorize. */
@@ -69,7 +45,7 @@ export const humanRequestSchema: JsonSchema = {
       required: ['type', 'id'],
       additionalProperties: false,
       properties: {
-        type: { ...shortString, description: NO_DOT_SEGMENTS },
+        type: { ...shortString, ...NO_DOT_SEGMENTS },
         id: resourceString,
       },
     },

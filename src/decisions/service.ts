@@ -10,13 +10,7 @@ import type { PolicyService } from '../policy/service.js';
 import type { LimitDeclaration, LimitUse, QueueItem } from '../queue/types.js';
 import { requestDigest } from './digest.js';
 import { chargeAt, fromMicro, parseLimits } from './limits.js';
-import {
-  agentRequestSchema,
-  humanRequestSchema,
-  refuseDotSegments,
-  type AgentRequest,
-  type HumanRequest,
-} from './schemas.js';
+import { agentRequestSchema, humanRequestSchema, type AgentRequest, type HumanRequest } from './schemas.js';
 import type { DecisionRecord, DecisionStore, RecordOutcome } from './store.js';
 
 export interface FlowIds {
@@ -108,7 +102,6 @@ export class DecisionService {
     extras: DecisionExtras = {},
   ): Promise<DecisionResult> {
     const req = validateAgent(body);
-    refuseDotSegments('resource', req.resource);
     checkAdmits(principal, 'agent', req.agent_id, `cannot authorize as ${req.agent_id}`);
     const obo = req.on_behalf_of;
     if (obo) {
@@ -146,8 +139,6 @@ export class DecisionService {
     extras: DecisionExtras = {},
   ): Promise<DecisionResult> {
     const req = validateHuman(body);
-    refuseDotSegments('resource.type', req.resource.type);
-    refuseDotSegments('resource.id', req.resource.id);
     checkAdmits(principal, 'agent', null, 'cannot authorize human users');
     checkAdmits(principal, 'tenant', req.tenant_id, `cannot authorize in ${req.tenant_id}`);
     const resource = { type: req.resource.type, id: req.resource.id };
