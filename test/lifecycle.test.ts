@@ -118,6 +118,40 @@ onEveryBackend('process lifecycle', () => {
       );
     });
 
+    it('names the database setting when the database cannot be opened, without its password', async () => {
+      // A port nothing listens on: bound once, then closed.
+      const probe = createServer();
+      await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', () => resolve()));
+      const port = (probe.address() as AddressInfo).port;
+      await new Promise((resolve) => probe.close(resolve));
+      const down = runSync(
+        ['serve'],
+        baseEnv({ ARBITER_DATABASE_URL: `postgres://arbiter:pg-sekrit@127.0.0.1:${port}/arbiter` }),
+      );
+      expect(down.signal, 'arbiter did not exit on its own').to.equal(null);
+      expect(down.code).to.equal(1);
+      expect(down.stderr).to.contain(
+        `cannot open the PostgreSQL database of ARBITER_DATABASE_URL (postgres://arbiter:***@127.0.0.1:${port}/arbiter): `,
+      );
+      expect(down.stderr).to.match(/ECONNREFUSED/);
+      expect(down.stderr).to.not.include('pg-sekrit');
+
+      const file = path.join(tmp, 'a-file');
+      writeFileSync(file, '');
+      for (const [dir, error] of [
+        [path.join(file, 'data'), 'ENOTDIR'],
+        // mkdir answers ENOENT under /proc though /proc exists: Node's recursive mkdirSync never
+        // returned there.
+        ['/proc/arbiter-test/data', 'ENOENT'],
+      ] as const) {
+        const r = runSync(['serve'], baseEnv({ ARBITER_DATA_DIR: dir }));
+        expect(r.signal, `arbiter did not exit on its own for ${dir}`).to.equal(null);
+        expect(r.code).to.equal(1);
+        expect(r.stderr).to.contain(`cannot open the SQLite database in ARBITER_DATA_DIR (${dir}): ${error}`);
+        expect(r.stdout).to.not.match(/API listening/);
+      }
+    });
+
     it('does not echo a rejected admin key back in the error', () => {
       const r = runSync(['serve'], baseEnv({ ARBITER_ADMIN_KEY: 'sekrit' }));
       expect(r.code).to.not.equal(0);

@@ -21,23 +21,50 @@ export interface OpenOptions {
  * ARBITER_DATABASE_URL is set, else the embedded SQLite file in ARBITER_DATA_DIR.
  */
 export async function openStores(config: Config, opts: OpenOptions = {}): Promise<Stores> {
-  const stores = config.databaseUrl
-    ? await openPostgresStores({
-        url: config.databaseUrl,
-        poolSize: config.databasePool,
-        listen: opts.serving,
-        onAuditAppend: opts.onAuditAppend,
-        onBatch: opts.onBatch,
-        log: opts.log,
-      })
-    : openSqliteStores({
-        dataDir: config.dataDir,
-        sync: config.dbSync,
-        writerThread: opts.serving,
-        onAuditAppend: opts.onAuditAppend,
-        onBatch: opts.onBatch,
-      });
+  const url = config.databaseUrl;
+  let stores: Stores;
+  try {
+    stores = url
+      ? await openPostgresStores({
+          url,
+          poolSize: config.databasePool,
+          listen: opts.serving,
+          onAuditAppend: opts.onAuditAppend,
+          onBatch: opts.onBatch,
+          log: opts.log,
+        })
+      : openSqliteStores({
+          dataDir: config.dataDir,
+          sync: config.dbSync,
+          writerThread: opts.serving,
+          onAuditAppend: opts.onAuditAppend,
+          onBatch: opts.onBatch,
+        });
+  } catch (e) {
+    // An operator reading this at start needs the setting to look at, never the password.
+    const where = url
+      ? `the PostgreSQL database of ARBITER_DATABASE_URL (${withoutPassword(url)})`
+      : `the SQLite database in ARBITER_DATA_DIR (${config.dataDir})`;
+    throw new StorageOpenError(`cannot open ${where}: ${e instanceof Error ? e.message : String(e)}`, {
+      cause: e,
+    });
+  }
   return guarded(stores);
+}
+
+/** The database could not be opened (or migrated) at start; the message names the setting. */
+export class StorageOpenError extends Error {}
+
+/** `url` with its password, if any, replaced by `***`. */
+function withoutPassword(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    if (u.searchParams.has('password')) u.searchParams.set('password', '***');
+    return u.toString();
+  } catch {
+    return 'not a URL';
+  }
 }
 
 /**

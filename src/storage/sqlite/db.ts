@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { migrations } from './migrations.js';
 
@@ -10,7 +10,7 @@ export type Db = Database.Database;
  * up to date (unless `migrate: false`, for a second connection of a process that already did). WAL lets readers run beside the single writer and survives a kill mid-write.
  */
 export function openDatabase(dataDir: string, sync: 'full' | 'normal', opts: { migrate?: boolean } = {}): Db {
-  mkdirSync(dataDir, { recursive: true });
+  makeDirectory(dataDir);
   const db = new Database(path.join(dataDir, 'arbiter.db'));
   db.pragma('journal_mode = WAL');
   db.pragma(`synchronous = ${sync === 'full' ? 'FULL' : 'NORMAL'}`);
@@ -21,6 +21,20 @@ export function openDatabase(dataDir: string, sync: 'full' | 'normal', opts: { m
   // filtered audit queries pick the selective index.
   db.pragma('optimize=0x10002');
   return db;
+}
+
+/**
+ * Creates `dir` and any missing parents, one at a time. (Node's recursive mkdirSync never returns
+ * for a path under /proc, where mkdir answers ENOENT though the parent exists; this answers the
+ * error.)
+ */
+function makeDirectory(dir: string): void {
+  const missing: string[] = [];
+  for (let d = path.resolve(dir); !existsSync(d); d = path.dirname(d)) {
+    missing.unshift(d);
+    if (path.dirname(d) === d) break;
+  }
+  for (const d of missing) mkdirSync(d);
 }
 
 function migrate(db: Db): void {
