@@ -1,8 +1,12 @@
 import { expect } from 'chai';
 import Database from 'better-sqlite3';
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
+import { AppError } from '../src/errors.js';
+import { statusOfKind } from '../src/http/errors.js';
+import { Explainer } from '../src/policy/explain.js';
 import { onceOnly, onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditCount, call, HUMAN, REPO } from './helpers/harness.js';
@@ -250,5 +254,41 @@ onceOnly('explain: an OPA that exits before reading its input', () => {
       expectError(e, 503, 'the OPA explanation failed');
     }
     expect((await call('GET', `${a.engine}/healthz`)).status).to.equal(200);
+  });
+});
+
+onceOnly('explain: an `opa eval` that does not finish in time', () => {
+  let dir: string;
+  // A duration no other process here sleeps for, to find the one this OPA stand-in starts.
+  const SLEEP = 'sleep 41.25';
+  before(() => {
+    dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-opa-slow-'));
+    writeFileSync(path.join(dir, 'opa'), `#!/bin/sh\nexec ${SLEEP}\n`);
+    chmodSync(path.join(dir, 'opa'), 0o755);
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  const running = () => {
+    try {
+      return execFileSync('pgrep', ['-f', SLEEP], { encoding: 'utf8' }).trim();
+    } catch {
+      return ''; // pgrep exits 1 when nothing matches
+    }
+  };
+
+  it('is refused as unavailable (503) after the time limit, naming it, and the process is killed', async () => {
+    const explainer = new Explainer(path.join(dir, 'opa'), undefined, 1_000);
+    const started = Date.now();
+    let error: unknown;
+    try {
+      await explainer.explain([{ name: 'agent', rego: 'package authz.agent\n' }], {}, { action: 'read' });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).to.be.instanceOf(AppError);
+    expect(statusOfKind((error as AppError).kind)).to.equal(503);
+    expect((error as AppError).message).to.equal('the explanation did not finish within 1 s');
+    expect(Date.now() - started).to.be.below(10_000);
+    expect(running(), 'the timed-out OPA is still running').to.equal('');
   });
 });

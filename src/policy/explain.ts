@@ -90,6 +90,8 @@ export class Explainer {
   constructor(
     private readonly opaBin: string,
     private readonly log?: Logger,
+    /** How long one `opa eval` may run (ms): EXPLAIN_TIMEOUT_MS but in tests. */
+    private readonly timeoutMs = EXPLAIN_TIMEOUT_MS,
   ) {}
 
   async explain(modules: Module[], data: Record<string, unknown>, input: unknown): Promise<Explanation> {
@@ -171,7 +173,7 @@ export class Explainer {
       const child = execFile(
         '/bin/sh',
         ['-c', limit, this.opaBin, ...args],
-        { maxBuffer: MAX_TRACE_BYTES, timeout: EXPLAIN_TIMEOUT_MS, killSignal: 'SIGKILL' },
+        { maxBuffer: MAX_TRACE_BYTES, timeout: this.timeoutMs, killSignal: 'SIGKILL' },
         (err, stdout, stderr) => {
           if (!err) return resolve({ code: 0, stdout, stderr });
           // A bound on memory ends it the same way every time: a 409, not a 503 inviting a retry.
@@ -180,7 +182,7 @@ export class Explainer {
             return reject(conflict(`the explanation's trace was larger than ${EXPLAIN_BOUNDS.traceMib} MiB`));
           }
           if (err.killed) {
-            return reject(unavailable(`the explanation did not finish within ${EXPLAIN_BOUNDS.seconds} s`));
+            return reject(unavailable(`the explanation did not finish within ${this.timeoutMs / 1000} s`));
           }
           if (GO_OUT_OF_MEMORY.test(stderr)) {
             return reject(
