@@ -16,7 +16,7 @@ import { threadCpuSeconds } from './observability/thread-cpu.js';
 import { RegoCompiler } from './policy/compiler.js';
 import { guardEvaluations, unguardEvaluations } from './policy/evaluator.js';
 import { StallWatchdog } from './policy/stall-watchdog.js';
-import { openStores } from './storage/index.js';
+import { openStores, type Stores } from './storage/index.js';
 import { buildServices, type Services } from './services.js';
 
 /** In-flight requests get this long to finish at shutdown; then their connections are cut. */
@@ -132,7 +132,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     }
     await compiler.init();
     // Links in notifications point at ARBITER_PUBLIC_URL, else at this process's Engine API.
-    let engineUrl = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${config.enginePort}`;
+    let engineUrl = `http://${hostInUrl(config.host)}:${config.enginePort}`;
     const services = buildServices(config, stores, compiler, {
       metrics,
       policyChanged: (revision) => link?.changed(revision) ?? Promise.resolve(),
@@ -146,23 +146,8 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       { revision: started.revision, seeded: started.seeded, policyDir: config.policyDir },
       clustered ? 'worker loaded the policy set' : 'policy set loaded',
     );
-    const refresh = () =>
-      policies.refresh().catch((err: unknown) => log.error({ err }, 'policy refresh failed'));
-    let refresher: NodeJS.Timeout | undefined;
     if (clustered) link = new WorkerLink(() => policies.refresh(), log, metrics.registry);
-    if (clustered || stores.changes.crossProcess) {
-      refresher = setInterval(() => void refresh(), REFRESH_MS);
-      refresher.unref();
-    }
-    // Other processes' changes: a new revision to load, a decided item whose waiters can return.
-    const unsubscribe = stores.changes.subscribe((change) => {
-      if (change.topic === 'revision') void refresh();
-      else if (change.topic === 'queue') queue.wake(change.id);
-      else if (change.topic === 'resync') {
-        void refresh();
-        queue.wake();
-      }
-    });
+    const unfollow = followOtherProcesses(stores, services, clustered, log);
     queue.startSweeper(SWEEP_INTERVAL_MS);
     budgets.startSweeper(COUNTER_SWEEP_INTERVAL_MS, (err) =>
       log.warn({ err }, 'budget counter sweep failed; retried at the next'),
@@ -171,12 +156,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       queue.countPending(),
     );
     await tokens.init();
-    const health = async () => {
-      const revision = policies.evaluator?.revision ?? null;
-      if (!(await stores.ping())) return { ok: false, revision, error: 'storage is unusable' };
-      if (revision === null) return { ok: false, revision, error: 'no policy set is loaded' };
-      return { ok: true, revision };
-    };
+    const health = () => healthOf(stores, services);
     gaugeFrom(
       metrics,
       'arbiter_webhook_deliveries_pending',
@@ -201,27 +181,12 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     for (const api of apis) {
       const app = buildApp(api, routes, { keys, log, metrics, maxBodyBytes: config.maxBodyBytes });
       const server = createApiServer(app, () => closing !== undefined);
-      const port = api === 'engine' ? config.enginePort : config.platformPort;
-      await new Promise<void>((resolve, reject) => {
-        // A port in use or a host that is no address of this machine: name the settings.
-        server.once('error', (err: NodeJS.ErrnoException) =>
-          reject(
-            new ConfigError(
-              `the ${api} API cannot listen on ${config.host}:${port} ` +
-                `(ARBITER_HOST, ARBITER_${api.toUpperCase()}_PORT): ${err.code ?? err.message}`,
-            ),
-          ),
-        );
-        server.listen(port, config.host, () => resolve());
-      });
-      const actual = (server.address() as AddressInfo).port;
-      const host = config.host.includes(':') ? `[${config.host}]` : config.host;
-      const url = `http://${host}:${actual}`;
+      const listener = await listen(server, api, config);
       // A worker's listeners are announced once, by the primary, when every worker is ready.
-      if (!clustered) log.info({ api, port: actual, url }, `${api} API listening`);
+      if (!clustered) log.info({ api, port: listener.port, url: listener.url }, `${api} API listening`);
       servers.push({ api, server });
-      listeners.push({ api, url, port: actual });
-      if (api === 'engine') engineUrl = url;
+      listeners.push(listener);
+      if (api === 'engine') engineUrl = listener.url;
     }
     link?.listening(listeners);
     // The outbox is worked through in the background, never on a request's path.
@@ -234,8 +199,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
           queue.stop();
           await webhooks.stop();
           await budgets.stop();
-          if (refresher) clearInterval(refresher);
-          unsubscribe();
+          unfollow();
           await Promise.all(servers.map(({ server }) => drain(server)));
           try {
             await policies.close();
@@ -254,4 +218,65 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     await stores.close();
     throw e;
   }
+}
+
+/** `host` as a URL writes it (an IPv6 address in brackets). */
+const hostInUrl = (host: string) => (host.includes(':') ? `[${host}]` : host);
+
+/** Binds `server` to the API's port; a port in use or a host that is no address of this machine is a ConfigError naming the settings. */
+async function listen(server: Server, api: Api, config: Config): Promise<Listener> {
+  const port = api === 'engine' ? config.enginePort : config.platformPort;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (err: NodeJS.ErrnoException) =>
+      reject(
+        new ConfigError(
+          `the ${api} API cannot listen on ${config.host}:${port} ` +
+            `(ARBITER_HOST, ARBITER_${api.toUpperCase()}_PORT): ${err.code ?? err.message}`,
+        ),
+      ),
+    );
+    server.listen(port, config.host, () => resolve());
+  });
+  const actual = (server.address() as AddressInfo).port;
+  return { api, url: `http://${hostInUrl(config.host)}:${actual}`, port: actual };
+}
+
+/**
+ * Follows other processes' changes (cluster workers, or any process on PostgreSQL): a new revision
+ * to load, a decided item whose waiters can return; and re-reads the revision every REFRESH_MS in
+ * case a notice was missed. Returns what stops it.
+ */
+function followOtherProcesses(
+  stores: Stores,
+  { policies, queue }: Pick<Services, 'policies' | 'queue'>,
+  clustered: boolean,
+  log: Logger,
+): () => void {
+  const refresh = () =>
+    policies.refresh().catch((err: unknown) => log.error({ err }, 'policy refresh failed'));
+  let refresher: NodeJS.Timeout | undefined;
+  if (clustered || stores.changes.crossProcess) {
+    refresher = setInterval(() => void refresh(), REFRESH_MS);
+    refresher.unref();
+  }
+  const unsubscribe = stores.changes.subscribe((change) => {
+    if (change.topic === 'revision') void refresh();
+    else if (change.topic === 'queue') queue.wake(change.id);
+    else if (change.topic === 'resync') {
+      void refresh();
+      queue.wake();
+    }
+  });
+  return () => {
+    if (refresher) clearInterval(refresher);
+    unsubscribe();
+  };
+}
+
+/** What /healthz answers: storage usable and a policy set loaded. */
+async function healthOf(stores: Stores, { policies }: Pick<Services, 'policies'>) {
+  const revision = policies.evaluator?.revision ?? null;
+  if (!(await stores.ping())) return { ok: false, revision, error: 'storage is unusable' };
+  if (revision === null) return { ok: false, revision, error: 'no policy set is loaded' };
+  return { ok: true, revision };
 }
