@@ -98,7 +98,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
     policies,
     history,
     decisions,
-    authzen: new AuthzenService(decisions, config.authzenDefaultTenant),
+    authzen: new AuthzenService(decisions, config.authzenDefaultTenant, config.maxBodyBytes),
     audit,
     queue,
     tokens,

@@ -612,6 +612,18 @@ allow if authzen_conflict
       ],
       ['more than 100 evaluations', 'evaluations', many(101), 400, /evaluations must have at most 100 items/],
       [
+        // 22 KB of body; every item is recorded whole, so it would have been 60 × 22 KB of audit trail.
+        'a batch whose shared context, copied into each item, exceeds the body limit',
+        'evaluations',
+        {
+          ...AZ.allow,
+          context: { note: 'x'.repeat(22_000) },
+          evaluations: Array.from({ length: 60 }, () => ({})),
+        },
+        413,
+        /^the batch with its defaults applied to each of its 60 evaluations is \d+ bytes, more than the 1048576-byte body limit \(each evaluation is recorded whole\): send fewer evaluations, or a smaller shared context$/,
+      ],
+      [
         'an unknown semantic',
         'evaluations',
         { ...many(1), options: { evaluations_semantic: 'first_wins' } },
@@ -661,6 +673,19 @@ allow if authzen_conflict
       const r = await evaluations(many(100));
       expect(r.status, r.text).to.equal(200);
       expect(r.json.evaluations).to.have.length(100);
+    });
+
+    it('decides a batch whose shared context, copied into each item, stays within the body limit', async () => {
+      const events = await auditCount(a.platform);
+      const body = {
+        ...AZ.allow,
+        context: { note: 'x'.repeat(8_000) },
+        evaluations: Array.from({ length: 100 }, () => ({})),
+      };
+      const r = await evaluations(body);
+      expect(r.status, r.text).to.equal(200);
+      expect(r.json.evaluations).to.have.length(100);
+      expect(await auditCount(a.platform)).to.equal(events + 100);
     });
   });
 });

@@ -116,6 +116,12 @@ export class AuthzenService {
   constructor(
     private readonly decisions: DecisionService,
     private readonly defaultTenant: string,
+    /**
+     * The most bytes a batch may be with its defaults applied to every item (the body limit):
+     * each item is recorded whole, so a default context of 0.9 MB copied into 100 items would
+     * otherwise write 100 times the request to the audit trail.
+     */
+    private readonly maxExpandedBytes: number,
   ) {}
 
   /** One evaluation; any error (bad input, binding, storage) is the caller's to answer. */
@@ -142,6 +148,15 @@ export class AuthzenService {
     }
     const traceId = ids.traceId;
     const items = req.evaluations.map((item, i) => completeItem(req, item, i));
+    const expanded = Buffer.byteLength(JSON.stringify(items));
+    if (expanded > this.maxExpandedBytes) {
+      throw new AppError(
+        'too_large',
+        `the batch with its defaults applied to each of its ${items.length} evaluations is ${expanded} bytes, ` +
+          `more than the ${this.maxExpandedBytes}-byte body limit (each evaluation is recorded whole): ` +
+          'send fewer evaluations, or a smaller shared context',
+      );
+    }
     const semantic: Semantic = req.options?.evaluations_semantic ?? 'execute_all';
     const out: Outcome[] = [];
     for (const [i, item] of items.entries()) {

@@ -132,6 +132,15 @@ export function authzenRoutes(d: RouteDeps): RouteDef[] {
       },
       requestSchema: evaluationsRequestSchema,
       ...EVALUATION_ROUTE,
+      also: [
+        ...EVALUATION_ROUTE.also,
+        {
+          status: 413,
+          description:
+            `body larger than ${d.config.maxBodyBytes} bytes, or a batch larger than that with its ` +
+            'defaults applied to every evaluation (each is recorded whole); nothing is decided',
+        },
+      ],
       summary: 'AuthZEN access evaluations (batch, at most 100)',
       handler: async (ctx) => {
         const out = await authzen.evaluateAll(
