@@ -24,7 +24,7 @@ onEveryBackend('unsafe input and edge answers', () => {
     for (const body of cases) {
       const r = await call('POST', a.engine + '/v1/agent/authorize', { body });
       expectError(r, 400);
-      expect(r.json.error).to.match(/whitespace or control characters|U\+0000/);
+      expect(r.json.error).to.match(/whitespace, control or format characters|U\+0000/);
     }
     const human = await call('POST', a.engine + '/v1/authorize', {
       body: { ...HUMAN.allow, resource: { type: 'project', id: 'p1 admin:all' } },
@@ -89,16 +89,16 @@ onEveryBackend('unsafe input and edge answers', () => {
     ];
     for (const [field, body] of agent) {
       const r = await call('POST', a.engine + '/v1/agent/authorize', { body });
-      expectError(r, 400, `${field} must not contain whitespace or control characters`);
+      expectError(r, 400, `${field} must not contain whitespace, control or format characters`);
     }
     const human = await call('POST', a.engine + '/v1/authorize', {
       body: { ...HUMAN.allow, resource: { type: 'project', id: 'p1\u0085admin' } },
     });
-    expectError(human, 400, 'resource.id must not contain whitespace or control characters');
+    expectError(human, 400, 'resource.id must not contain whitespace, control or format characters');
     const minted = await call('POST', a.engine + '/v1/tokens/mint', {
       body: { subject: 'ops-bot', scopes: ['read:repo/a\u0085deploy:prod'] },
     });
-    expectError(minted, 400, 'scopes.0 must not contain whitespace or control characters');
+    expectError(minted, 400, 'scopes.0 must not contain whitespace, control or format characters');
     expect((await call('GET', `${a.platform}/api/v1/audit/verify`)).json.checked).to.equal(before);
     // Letters beyond ASCII are not controls: U+00A1 onwards still pass.
     const accented = await call('POST', a.engine + '/v1/agent/authorize', {
@@ -118,7 +118,56 @@ onEveryBackend('unsafe input and edge answers', () => {
     ]);
     expect(bound.code).to.not.equal(0);
     expect(bound.stderr).to.contain(
-      'agent must be 1-256 characters without whitespace or control characters',
+      'agent must be 1-256 characters without whitespace, control or format characters',
+    );
+  });
+
+  // Format characters are invisible: a right-to-left override makes "\u202Ebd/dorp" read as
+  // "prod/db" to a reviewer, while the approval and the token bind the characters as sent.
+  it('refuses Unicode format characters (bidi overrides, zero-width) in every token-safe field, recording nothing', async () => {
+    const before = (await call('GET', `${a.platform}/api/v1/audit/verify`)).json.checked as number;
+    const agent: [string, Record<string, unknown>][] = [
+      ['resource', { ...AGENT.allow, resource: '\u202Ebd/dorp' }],
+      ['resource', { ...AGENT.allow, resource: 'repo/\u2066arbiter\u2069' }],
+      ['action', { ...AGENT.allow, action: 'de\u200Bploy' }],
+      ['action', { ...AGENT.allow, action: 'read\u200D' }],
+      ['agent_id', { ...AGENT.allow, agent_id: '\uFEFFdeploy-bot' }],
+    ];
+    for (const [field, body] of agent) {
+      const r = await call('POST', a.engine + '/v1/agent/authorize', { body });
+      expectError(r, 400, `${field} must not contain whitespace, control or format characters`);
+    }
+    const human = await call('POST', a.engine + '/v1/authorize', {
+      body: { ...HUMAN.allow, resource: { type: 'pro\u200Eject', id: 'p1' } },
+    });
+    expectError(human, 400, 'resource.type must not contain whitespace, control or format characters');
+    const authzen = await call('POST', a.engine + '/access/v1/evaluation', {
+      body: {
+        subject: { type: 'user', id: 'alice\u202E' },
+        action: { name: 'read' },
+        resource: { type: 'doc', id: 'd1' },
+      },
+    });
+    expectError(authzen, 400, 'subject.id must not contain whitespace, control or format characters');
+    expect((await call('GET', `${a.platform}/api/v1/audit/verify`)).json.checked).to.equal(before);
+    // Visible characters beyond ASCII are unchanged: letters, marks, symbols.
+    for (const resource of ['repo/caf\u00e9', 'repo/\u65e5\u672c', 'repo/\u{1F680}', 'repo/e\u0301']) {
+      const r = await call('POST', a.engine + '/v1/agent/authorize', { body: { ...AGENT.allow, resource } });
+      expect(r.status, `${resource}: ${r.text}`).to.equal(200);
+    }
+    const bound = a.cli([
+      'keys',
+      'create',
+      '--name',
+      'cf-bound',
+      '--scopes',
+      'authorize',
+      '--agent',
+      'bot\u200B',
+    ]);
+    expect(bound.code).to.not.equal(0);
+    expect(bound.stderr).to.contain(
+      'agent must be 1-256 characters without whitespace, control or format characters',
     );
   });
 
