@@ -315,6 +315,18 @@ onEveryBackend('authentication and scopes (SPEC §2)', () => {
       expect(r.stdout).to.not.match(/arb_/);
     });
 
+    it("refuses the name admin (any case): decisions and approvals would read as ARBITER_ADMIN_KEY's", async () => {
+      for (const name of ['admin', 'Admin']) {
+        const r = a.cli(['keys', 'create', '--name', name, '--scopes', 'queue:read,queue:review']);
+        expect(r.code, r.stdout).to.not.equal(0);
+        expect(r.stderr).to.include(`key name ${name} is reserved for ARBITER_ADMIN_KEY's principal`);
+        expect(r.stdout).to.not.match(/arb_/);
+      }
+      const created = await auditEvents(a.platform, { kind: 'key.create' });
+      expect(created.map((e) => String(e.resource).toLowerCase())).to.not.include('admin');
+      expect(a.cli(['keys', 'create', '--name', 'admin-2', '--scopes', 'authorize']).code).to.equal(0);
+    });
+
     it('refuses an unknown scope with a non-zero exit and a message naming it', async () => {
       const r = a.cli(['keys', 'create', '--name', 'bad-scope', '--scopes', 'authorize,queue:explode']);
       expect(r.code).to.not.equal(0);

@@ -107,8 +107,10 @@ onEveryBackend('Idempotency-Key on authorize', () => {
     expect(third.headers.get('idempotent-replayed')).to.equal(null);
   });
 
-  it('rejects an Idempotency-Key of 256 characters or with a space with 400', async () => {
+  it('rejects an Idempotency-Key that is empty, of 256 characters or with a space with 400', async () => {
     const before = await counts();
+    // Sent empty, it is a key the client meant to use: refused, not taken for no key.
+    expectError(await authorize(AGENT.allow, ''), 400, /Idempotency-Key/i);
     expectError(await authorize(AGENT.allow, 'k'.repeat(256)), 400, /Idempotency-Key/i);
     expectError(await authorize(AGENT.allow, 'has space'), 400, /Idempotency-Key/i);
     expect(await counts()).to.deep.equal(before);

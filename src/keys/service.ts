@@ -42,6 +42,11 @@ export class KeyService {
   /** Creates a key; the returned `key` is the only time the secret exists outside the caller. */
   async create(req: NewKey, actor: string): Promise<{ key: string; record: ApiKeyRecord }> {
     if (!NAME_FORMAT.test(req.name)) throw invalid('key name must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}');
+    // Decisions, approvals and audit events name the key that acted: a key called "admin" would
+    // read as ARBITER_ADMIN_KEY's own principal.
+    if (req.name.toLowerCase() === ADMIN_PRINCIPAL.name) {
+      throw invalid(`key name ${req.name} is reserved for ARBITER_ADMIN_KEY's principal`);
+    }
     if (req.scopes.length === 0) throw invalid(`at least one scope is required (${SCOPES.join(', ')})`);
     for (const s of req.scopes) {
       if (!(SCOPES as readonly string[]).includes(s)) {

@@ -33,8 +33,9 @@ const idempotencyKeyFormat = new RegExp(IDEMPOTENCY_KEY_PATTERN);
 
 /** The request's Idempotency-Key, if it sent one; a malformed one is a 400. */
 export function idempotencyKey(ctx: Ctx): string | undefined {
+  // An empty header is a key the client meant to send, not its absence: refused, not ignored.
+  if (ctx.request.headers['idempotency-key'] === undefined) return undefined;
   const k = ctx.get('idempotency-key');
-  if (k === '') return undefined;
   if (!idempotencyKeyFormat.test(k)) {
     throw invalid('Idempotency-Key must be 1 to 255 visible ASCII characters');
   }
