@@ -156,6 +156,22 @@ onEveryBackend('agent governance (SPEC §13)', function () {
         for (const reason of reasons) expect(r.json.message).to.include(reason);
         expect(event.details.on_behalf_of).to.deep.equal({ tenant_id: 'acme', user_id: user });
         expect(event.tenant_id).to.equal('acme');
+        // Found among what was done as the user, and as the agent.
+        expect(event.user_id).to.equal(user);
+        expect(event.agent_id).to.equal('gov-bot');
+        const asUser = await auditEvents(a.platform, { kind: 'decision', user_id: user });
+        expect(asUser.map((e) => e.request_id)).to.include(r.json.request_id);
+        if (expected === 'requires_approval') {
+          // The admin key approves (the agent's own key may not): the approval is done as the user too.
+          const approved = await call('POST', `${a.engine}/v1/queue/${r.json.request_id}/approve`, {});
+          expect(approved.status, approved.text).to.equal(200);
+          const [approval] = await auditEvents(a.platform, {
+            kind: 'queue.approve',
+            request_id: r.json.request_id,
+          });
+          expect(approval.user_id).to.equal(user);
+          expect(approval.agent_id).to.equal('gov-bot');
+        }
       });
     }
 

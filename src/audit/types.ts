@@ -49,3 +49,13 @@ export type NewAuditEvent = Partial<Omit<AuditEvent, 'id' | 'hash' | 'prev_hash'
   kind: string;
   id?: string;
 };
+
+/**
+ * The user an event about a request concerns: the human of a human decision, or the user an
+ * agent acted on behalf of (SPEC §13), so that `GET /api/v1/audit?user_id=` finds everything done
+ * as them; `details.on_behalf_of` says which.
+ */
+export const eventUserId = (s: {
+  user_id: string | null;
+  on_behalf_of?: { user_id: string } | null;
+}): string | null => s.user_id ?? s.on_behalf_of?.user_id ?? null;

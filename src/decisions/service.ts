@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { canonicalJson } from '../common/canonical-json.js';
-import type { NewAuditEvent } from '../audit/types.js';
+import { eventUserId, type NewAuditEvent } from '../audit/types.js';
 import { unavailable, unprocessable } from '../errors.js';
 import { checkAdmits } from '../keys/binding.js';
 import { compileSchema } from '../common/validation.js';
@@ -430,7 +430,7 @@ function decisionEvent(
     request_id: ids.requestId,
     actor: principal.name,
     agent_id: subject.agent_id,
-    user_id: subject.user_id,
+    user_id: eventUserId(subject),
     tenant_id: subject.tenant_id,
     action: subject.action,
     resource: subject.resource,

@@ -1,4 +1,4 @@
-import type { AuditEvent, NewAuditEvent } from '../audit/types.js';
+import { eventUserId, type AuditEvent, type NewAuditEvent } from '../audit/types.js';
 import { busy, conflict, forbidden, notFound } from '../errors.js';
 import { boundTo, checkBinding, narrowToBinding } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
@@ -227,7 +227,7 @@ export class QueueService {
         request_id: it.id,
         actor: principal.name,
         agent_id: it.agent_id,
-        user_id: it.user_id,
+        user_id: eventUserId(it),
         tenant_id: it.tenant_id,
         action: it.action,
         resource: it.resource,
@@ -330,7 +330,7 @@ function expireEvent(it: QueueItem): NewAuditEvent {
     request_id: it.id,
     actor: 'system',
     agent_id: it.agent_id,
-    user_id: it.user_id,
+    user_id: eventUserId(it),
     tenant_id: it.tenant_id,
     action: it.action,
     resource: it.resource,
