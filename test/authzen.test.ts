@@ -235,6 +235,25 @@ onEveryBackend('AuthZEN Authorization API 1.0 (SPEC §14)', () => {
       expect(await auditCount(a.platform)).to.equal(events + 1);
     });
 
+    it('replays a batch retried with its Idempotency-Key item by item, saying so when every item is a replay', async () => {
+      const headers = { 'Idempotency-Key': 'authzen-batch-retry-1' };
+      const body = { evaluations: [AZ.allow, AZ.deny] };
+      const events = await auditCount(a.platform);
+      const first = await evaluations(body, { headers });
+      expect(first.status, first.text).to.equal(200);
+      expect(first.headers.get('idempotent-replayed')).to.equal(null);
+      const again = await evaluations(body, { headers });
+      expect(again.status).to.equal(200);
+      expect(again.headers.get('idempotent-replayed')).to.equal('true');
+      expect(again.json).to.deep.equal(first.json);
+      expect(await auditCount(a.platform)).to.equal(events + 2);
+      // One more item: the first two are replays, the third a new decision, so not the whole batch.
+      const longer = await evaluations({ evaluations: [AZ.allow, AZ.deny, AZ.allow] }, { headers });
+      expect(longer.status).to.equal(200);
+      expect(longer.headers.get('idempotent-replayed')).to.equal(null);
+      expect(await auditCount(a.platform)).to.equal(events + 3);
+    });
+
     it('holds a tenant-bound key to its tenant (403), recording nothing', async () => {
       const key = a.createKey('authzen-globex', ['authorize'], { tenant: 'globex' });
       const events = await auditCount(a.platform);

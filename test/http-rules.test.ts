@@ -200,6 +200,15 @@ onEveryBackend('common HTTP rules (SPEC §3) on both listeners', () => {
       describe(`POST ${path} (agents)`, () => {
         refuse('answers 400 for malformed JSON', path, json('{"agent_id": "deploy-bot",'), 400, /JSON/);
         refuse('answers 400 for a JSON array', path, json(JSON.stringify([AGENT.allow])), 400);
+        refuse(
+          'answers 400 naming a "__proto__" member (valid JSON, refused as a hardening), not "malformed"',
+          path,
+          json(
+            '{"agent_id":"deploy-bot","action":"read","resource":"repo/x","confidence":0.9,"context":{"__proto__":{"admin":true}}}',
+          ),
+          400,
+          'JSON body must not contain a "__proto__" member: it would become a prototype when copied',
+        );
         refuse('answers 400 for a JSON string', path, json('"deploy-bot"'), 400);
         refuse('answers 400 for JSON null', path, json('null'), 400);
         refuse('answers 400 for no body at all', path, {}, 400);

@@ -77,7 +77,7 @@ export function parseJson(text: string): unknown {
     throw invalid(`malformed JSON body: ${(e as Error).message}`);
   }
   if (MAY_HOLD_PROTO.test(text) && holdsProtoKey(value)) {
-    throw invalid('malformed JSON body: Object contains forbidden prototype property');
+    throw invalid('JSON body must not contain a "__proto__" member: it would become a prototype when copied');
   }
   return value;
 }

@@ -154,6 +154,10 @@ export function authzenRoutes(d: RouteDeps): RouteDef[] {
           if (out.single.replayed) ctx.set('Idempotent-Replayed', 'true');
           ctx.body = present(base, out.single.decision);
         } else {
+          // A retried batch is replayed item by item; the header says so only if every item was.
+          if (out.batch.length > 0 && out.batch.every((o) => 'decision' in o && o.replayed)) {
+            ctx.set('Idempotent-Replayed', 'true');
+          }
           ctx.body = { evaluations: out.batch.map((o) => presentOutcome(base, o)) };
         }
       },
