@@ -123,7 +123,9 @@ async function keys(args: string[]): Promise<void> {
       const { positionals } = parseArgs({ args: rest, options: {}, allowPositionals: true, strict: true });
       if (positionals.length !== 1) throw new UsageError('keys revoke needs exactly one key name');
       const r = await service.revoke(positionals[0] as string, actor);
-      console.log(JSON.stringify({ name: r.name, revoked_at: r.revoked_at }));
+      console.log(
+        JSON.stringify({ name: r.key.name, revoked_at: r.key.revoked_at, tokens_revoked: r.tokensRevoked }),
+      );
     } else {
       throw new UsageError(`unknown keys command ${sub ?? '(none)'}`);
     }

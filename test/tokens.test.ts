@@ -385,6 +385,36 @@ onEveryBackend('scoped tokens', () => {
       expectError(await call('DELETE', `${a.engine}/v1/tokens/${randomUUID()}`, { key: security }), 404);
     });
   });
+
+  describe('revoking the API key that minted them', () => {
+    it('revokes its unexpired tokens with it, in its audit event, and no other key’s', async () => {
+      const leaked = a.createKey('leaked-bot-key', ['authorize', 'tokens:mint'], { agent: 'deploy-bot' });
+      const minted: string[] = [];
+      for (let i = 0; i < 2; i++) {
+        const r = await decide(a, AGENT.allow, leaked);
+        const m = await mint({ request_id: r.json.request_id }, leaked);
+        expect(m.status, m.text).to.equal(201);
+        minted.push(m.json.token as string);
+      }
+      const bystander = await mint({ request_id: await allowed() }, agentKey);
+      expect(bystander.status, bystander.text).to.equal(201);
+      for (const t of minted) expect((await introspect(t)).json.active).to.equal(true);
+
+      const r = a.cli(['keys', 'revoke', 'leaked-bot-key']);
+      expect(r.code, r.stderr).to.equal(0);
+      expect(JSON.parse(r.stdout)).to.include({ name: 'leaked-bot-key', tokens_revoked: 2 });
+      for (const t of minted) expect((await introspect(t)).json).to.deep.equal({ active: false });
+      expect((await introspect(bystander.json.token)).json.active).to.equal(true);
+      const [event] = (await auditEvents(a.platform, { kind: 'key.revoke' })).filter(
+        (e) => e.resource === 'leaked-bot-key',
+      );
+      expect(event.details).to.deep.equal({ tokens_revoked: 2 });
+      // Again: nothing more to revoke, nothing written.
+      const again = a.cli(['keys', 'revoke', 'leaked-bot-key']);
+      expect(again.code, again.stderr).to.equal(0);
+      expect(JSON.parse(again.stdout)).to.include({ tokens_revoked: 0 });
+    });
+  });
 });
 
 onEveryBackend('scoped tokens across a restart', () => {

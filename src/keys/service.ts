@@ -93,14 +93,20 @@ export class KeyService {
     return this.store.list();
   }
 
-  async revoke(name: string, actor: string): Promise<ApiKeyRecord> {
-    const r = await this.store.revoke(name, new Date().toISOString(), {
+  /**
+   * Revokes the key and the unexpired tokens it minted: a key revoked because it leaked must not
+   * leave the tokens it obtained usable until they expire (as RFC 7009 §2.1 asks of a revoked
+   * grant's tokens). Offline verifiers of a JWT see this only through introspection.
+   */
+  async revoke(name: string, actor: string): Promise<{ key: ApiKeyRecord; tokensRevoked: number }> {
+    const r = await this.store.revoke(name, new Date().toISOString(), (tokensRevoked) => ({
       kind: 'key.revoke',
       actor,
       outcome: 'success',
       resource: name,
       request_id: newId(),
-    });
+      details: { tokens_revoked: tokensRevoked },
+    }));
     if (!r) throw notFound(`no key named ${name}`);
     return r;
   }

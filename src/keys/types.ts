@@ -44,6 +44,14 @@ export interface KeyStore {
   findById(id: string): Promise<ApiKeyRecord | undefined>;
   findByName(name: string): Promise<ApiKeyRecord | undefined>;
   list(): Promise<ApiKeyRecord[]>;
-  /** Marks the key revoked; returns it, or undefined if no such key. */
-  revoke(name: string, at: string, event: NewAuditEvent): Promise<ApiKeyRecord | undefined>;
+  /**
+   * Marks the key revoked and, in the same transaction, every token it minted that is unrevoked
+   * and unexpired at `at`; `event` is told how many tokens that was. Returns the key and that
+   * count (0 when the key was already revoked: nothing is written), or undefined if no such key.
+   */
+  revoke(
+    name: string,
+    at: string,
+    event: (tokensRevoked: number) => NewAuditEvent,
+  ): Promise<{ key: ApiKeyRecord; tokensRevoked: number } | undefined>;
 }

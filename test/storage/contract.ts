@@ -583,11 +583,33 @@ export function storageContract(backend: Backend): void {
         expect(await stores.keys.findById(k.id)).to.deep.equal(k);
         expect(await stores.keys.findByName('ci-bot')).to.deep.equal(k);
         expect((await stores.keys.list()).map((x) => x.name)).to.deep.equal(['ci-bot']);
-        const revoked = await stores.keys.revoke('ci-bot', iso(), { kind: 'key.revoke' });
-        expect(revoked?.revoked_at).to.be.a('string');
-        expect((await stores.keys.findById(k.id))?.revoked_at).to.equal(revoked?.revoked_at);
-        expect(await stores.keys.revoke('nobody', iso(), { kind: 'key.revoke' })).to.equal(undefined);
-        expect(await verifyChain(stores)).to.deep.equal({ ok: true, checked: 2 });
+        // Tokens the key minted: live, expired, already revoked; and one another key minted.
+        const live = token({ minted_by: 'ci-bot' });
+        const expired = token({ minted_by: 'ci-bot', issued_at: iso(-2 * HOUR), expires_at: iso(-HOUR) });
+        const earlier = iso(-1000);
+        const alreadyRevoked = token({ minted_by: 'ci-bot', revoked_at: earlier });
+        const others = token({ minted_by: 'other-bot' });
+        for (const t of [live, expired, alreadyRevoked, others])
+          await stores.tokens.insert(t, { kind: 'token.mint' });
+        const told: number[] = [];
+        const revoked = await stores.keys.revoke('ci-bot', iso(), (n) => {
+          told.push(n);
+          return { kind: 'key.revoke', details: { tokens_revoked: n } };
+        });
+        expect(revoked?.key.revoked_at).to.be.a('string');
+        expect(revoked?.tokensRevoked).to.equal(1);
+        expect(told).to.deep.equal([1]);
+        expect(await stores.tokens.revokedAt(live.id)).to.equal(revoked?.key.revoked_at);
+        expect(await stores.tokens.revokedAt(expired.id)).to.equal(null);
+        expect(await stores.tokens.revokedAt(alreadyRevoked.id)).to.equal(earlier);
+        expect(await stores.tokens.revokedAt(others.id)).to.equal(null);
+        expect((await stores.keys.findById(k.id))?.revoked_at).to.equal(revoked?.key.revoked_at);
+        // Revoking again writes nothing and revokes nothing.
+        const again = await stores.keys.revoke('ci-bot', iso(), () => ({ kind: 'key.revoke' }));
+        expect(again?.tokensRevoked).to.equal(0);
+        expect(again?.key.revoked_at).to.equal(revoked?.key.revoked_at);
+        expect(await stores.keys.revoke('nobody', iso(), () => ({ kind: 'key.revoke' }))).to.equal(undefined);
+        expect(await verifyChain(stores)).to.deep.equal({ ok: true, checked: 6 });
       });
     });
 

@@ -48,18 +48,28 @@ export class PgKeyStore implements KeyStore {
     return (await rows<Row>(this.pool, 'SELECT * FROM api_keys ORDER BY created_at, name')).map(keyFromRow);
   }
 
-  async revoke(name: string, at: string, event: NewAuditEvent): Promise<ApiKeyRecord | undefined> {
+  async revoke(
+    name: string,
+    at: string,
+    event: (tokensRevoked: number) => NewAuditEvent,
+  ): Promise<{ key: ApiKeyRecord; tokensRevoked: number } | undefined> {
     return tx(this.pool, async (c) => {
       const head = await this.chain.lockHead(c);
       const r = await one<Row>(c, 'SELECT * FROM api_keys WHERE name = $1', [name]);
       if (!r) return undefined;
+      let tokensRevoked = 0;
       if (r.revoked_at === null) {
         await c.query('UPDATE api_keys SET revoked_at = $1 WHERE name = $2', [at, name]);
-        await this.chain.appendAfter(c, head, [event]);
+        const revoked = await c.query(
+          'UPDATE tokens SET revoked_at = $1 WHERE minted_by = $2 AND expires_at > $1 AND revoked_at IS NULL',
+          [at, name],
+        );
+        tokensRevoked = revoked.rowCount ?? 0;
+        await this.chain.appendAfter(c, head, [event(tokensRevoked)]);
         await notify(c, { topic: 'keys' });
         r.revoked_at = at;
       }
-      return keyFromRow(r);
+      return { key: keyFromRow(r), tokensRevoked };
     });
   }
 }

@@ -127,6 +127,14 @@ export const migrations: readonly { version: number; name: string; sql: string }
       CREATE INDEX shadow_samples_by_generation ON shadow_samples (generation, seq);
     `,
   },
+  {
+    version: 7,
+    name: 'tokens by the key that minted them',
+    sql: `
+      -- Revoking an API key revokes the unexpired tokens it minted, in the key's transaction.
+      CREATE INDEX tokens_by_minter ON tokens (minted_by, expires_at);
+    `,
+  },
 ];
 
 /** Any fixed number: the key of the advisory lock that serializes migrations across processes. */

@@ -71,7 +71,11 @@ export class SqliteKeyStore implements KeyStore {
     );
   }
 
-  async revoke(name: string, at: string, event: NewAuditEvent): Promise<ApiKeyRecord | undefined> {
+  async revoke(
+    name: string,
+    at: string,
+    event: (tokensRevoked: number) => NewAuditEvent,
+  ): Promise<{ key: ApiKeyRecord; tokensRevoked: number } | undefined> {
     // This connection's own commit does not change its data_version: forget every cached key,
     // whether or not the transaction commits (synchronous: no request runs in between).
     try {
@@ -81,17 +85,27 @@ export class SqliteKeyStore implements KeyStore {
     }
   }
 
-  private revokeInTx(name: string, at: string, event: NewAuditEvent): ApiKeyRecord | undefined {
+  private revokeInTx(
+    name: string,
+    at: string,
+    event: (tokensRevoked: number) => NewAuditEvent,
+  ): { key: ApiKeyRecord; tokensRevoked: number } | undefined {
     return this.db
       .transaction(() => {
         const r = this.db.prepare('SELECT * FROM api_keys WHERE name = ?').get(name) as Row | undefined;
         if (!r) return undefined;
+        let tokensRevoked = 0;
         if (r.revoked_at === null) {
           this.db.prepare('UPDATE api_keys SET revoked_at = ? WHERE name = ?').run(at, name);
-          this.writer.appendInTx([event]);
+          tokensRevoked = this.db
+            .prepare(
+              'UPDATE tokens SET revoked_at = ? WHERE minted_by = ? AND expires_at > ? AND revoked_at IS NULL',
+            )
+            .run(at, name, at).changes;
+          this.writer.appendInTx([event(tokensRevoked)]);
           r.revoked_at = at;
         }
-        return keyFromRow(r);
+        return { key: keyFromRow(r), tokensRevoked };
       })
       .immediate();
   }

@@ -439,4 +439,12 @@ export const migrations: readonly Migration[] = [
       CREATE INDEX shadow_samples_by_generation ON shadow_samples (generation, seq);
     `,
   },
+  {
+    version: 14,
+    name: 'tokens by the key that minted them',
+    sql: `
+      -- Revoking an API key revokes the unexpired tokens it minted, in the key's transaction.
+      CREATE INDEX tokens_by_minter ON tokens (minted_by, expires_at);
+    `,
+  },
 ];
