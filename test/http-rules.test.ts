@@ -113,6 +113,35 @@ onEveryBackend('common HTTP rules (SPEC §3) on both listeners', () => {
         expect(new Set(ids).size).to.equal(3);
       });
 
+      it('answers with Cache-Control: no-store and nosniff: decisions, errors, tokens; the JWKS may be cached', async () => {
+        const answers = [
+          await call('POST', base(api) + '/api/v1/authorize', { body: AGENT.allow }),
+          await call('POST', base(api) + '/api/v1/authorize', {
+            raw: '{',
+            headers: { 'content-type': 'application/json' },
+          }),
+          await call('POST', base(api) + '/api/v1/authorize', { key: 'arb_wrong', body: AGENT.allow }),
+          await call('GET', base(api) + '/no/such/path'),
+          await call('GET', base(api) + '/healthz', { key: null }),
+        ];
+        if (api === 'engine') {
+          const allowed = answers[0]!;
+          expect(allowed.status, allowed.text).to.equal(200);
+          const minted = await call('POST', a.engine + '/v1/tokens/mint', {
+            body: { request_id: allowed.json.request_id },
+          });
+          expect(minted.status, minted.text).to.equal(201);
+          answers.push(minted);
+        }
+        for (const r of answers) {
+          expect(r.headers.get('cache-control'), `${r.status} ${r.text}`).to.equal('no-store');
+          expect(r.headers.get('x-content-type-options')).to.equal('nosniff');
+        }
+        const jwks = await call('GET', base(api) + '/.well-known/jwks.json', { key: null });
+        expect(jwks.status).to.equal(200);
+        expect(jwks.headers.get('cache-control')).to.equal('public, max-age=300');
+      });
+
       it('does not echo a client-supplied X-Request-Id', async () => {
         const r = await call('GET', base(api) + '/healthz', { headers: { 'x-request-id': 'forged-id' } });
         expect(r.headers.get('x-request-id')).to.match(UUID_V7);

@@ -34,6 +34,11 @@ export const requestContext: Middleware<State> = async (ctx, next) => {
   ctx.state.traceId = TRACEPARENT.exec(ctx.get('traceparent').trim())?.[1] ?? newTraceId();
   ctx.set('X-Request-Id', ctx.state.requestId);
   ctx.set('traceparent', `00-${ctx.state.traceId}-${newSpanId()}-01`);
+  // Answers carry tokens, decisions and audit data: never stored by a cache on the way (RFC 6749
+  // §5.1 asks it of token responses), never sniffed as anything but their type. A route whose
+  // answer may be cached (the JWKS, the console's assets) says so itself.
+  ctx.set('Cache-Control', 'no-store');
+  ctx.set('X-Content-Type-Options', 'nosniff');
   await next();
 };
 
