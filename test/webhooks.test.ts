@@ -51,6 +51,11 @@ class Receiver {
     this.port = (this.server.address() as AddressInfo).port;
   }
 
+  /** Requests held without an answer while `hang` is set. */
+  get held(): number {
+    return this.hanging.size;
+  }
+
   get url(): string {
     return `http://127.0.0.1:${this.port}/hook`;
   }
@@ -350,6 +355,58 @@ onEveryBackend('webhooks (SPEC §12)', function () {
     } finally {
       await call('DELETE', `${a.platform}/api/v1/webhooks/slack`);
       await slack.stop();
+    }
+  });
+});
+
+// Claiming and leasing differ per backend: every backend.
+onEveryBackend('webhook deliveries: a receiver that never answers holds back no other', function () {
+  this.timeout(90_000);
+
+  it("delivers to a healthy receiver promptly while another's attempts time out, and retries those", async () => {
+    const stuck = new Receiver();
+    stuck.hang = true;
+    const healthy = new Receiver();
+    await stuck.start();
+    await healthy.start();
+    const a = await Arbiter.start({ ARBITER_WEBHOOK_RETRY_SECONDS: '1' });
+    try {
+      for (const [name, rx] of [
+        ['stuck', stuck],
+        ['healthy', healthy],
+      ] as const) {
+        expect((await putHook(a, name, { url: rx.url, events: ['queue.pending'] })).status).to.equal(201);
+      }
+      // More than one webhook's share in flight (8): some of stuck's wait for room, and retries.
+      const created = new Map<string, number>();
+      for (let i = 0; i < 12; i++) {
+        const q = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
+        expect(q.status).to.equal(202);
+        created.set(q.json.request_id as string, Date.now());
+        await sleep(100);
+      }
+      // Each within 5 s of its item, well inside the 10 s the stuck receiver's attempts wait.
+      await healthy.waitFor(() => healthy.messages('queue.pending').length >= created.size, 5_000);
+      for (const r of healthy.got) {
+        const id = (JSON.parse(r.body) as { data: { id: string } }).data.id;
+        expect(r.at - created.get(id)!, `notice of ${id}`).to.be.lessThan(5_000);
+      }
+      // The stuck receiver holds no more than its share.
+      expect(stuck.held).to.be.within(1, 8);
+      // Its attempts time out, are recorded, and its deliveries are tried again.
+      await stuck.waitFor(() => stuck.held > 8, 20_000).catch(() => undefined);
+      expect(stuck.held, 'attempts the stuck receiver got').to.be.greaterThan(8);
+      const list = await call('GET', `${a.platform}/api/v1/webhooks/stuck/deliveries?limit=50`);
+      expect(list.status).to.equal(200);
+      const timedOut = list.json.deliveries.filter(
+        (d: { status: string; attempts: number; last_error: string | null }) =>
+          d.status === 'pending' && d.attempts >= 1 && /no answer within 10 s/.test(d.last_error ?? ''),
+      );
+      expect(timedOut.length, list.text).to.be.greaterThan(0);
+    } finally {
+      await stuck.stop(); // its held attempts fail at once: the instance need not wait them out
+      await a.close();
+      await healthy.stop();
     }
   });
 });

@@ -83,8 +83,13 @@ export const GIVE_UP_AFTER_MS = 24 * 3600 * 1000;
 /** A receiver has this long to answer one attempt. */
 export const ATTEMPT_TIMEOUT_MS = 10_000;
 const MAX_BACKOFF_MS = 3600 * 1000;
-/** Deliveries taken per sweep, and sent at once. */
-const BATCH = 16;
+/**
+ * Deliveries in flight at once in this process, and of any one webhook: a receiver that never
+ * answers holds at most its own share for the 10 s of an attempt, while the others' deliveries
+ * keep going out.
+ */
+export const MAX_IN_FLIGHT = 64;
+export const MAX_IN_FLIGHT_PER_WEBHOOK = 8;
 
 function checkName(name: string): void {
   if (!POLICY_NAME.test(name)) {
@@ -121,7 +126,12 @@ function checkUrl(raw: string): string {
 export class WebhookService {
   private timer: NodeJS.Timeout | undefined;
   private sweeping: Promise<void> | undefined;
+  /** A poke came while a sweep was running: sweep again when it ends. */
+  private again = false;
   private stopped = false;
+  /** Attempts under way, and how many of them are each webhook's. */
+  private readonly inFlight = new Set<Promise<void>>();
+  private readonly inFlightOf = new Map<string, number>();
 
   constructor(
     private readonly store: WebhookStore,
@@ -218,13 +228,19 @@ export class WebhookService {
     this.poke();
   }
 
-  /** Runs a sweep now unless one is running. */
+  /** Runs a sweep now, or once more after the one running (which may have missed what is due now). */
   poke(): void {
-    if (this.stopped || this.sweeping) return;
+    if (this.stopped) return;
+    if (this.sweeping) {
+      this.again = true;
+      return;
+    }
+    this.again = false;
     this.sweeping = this.sweep()
       .catch((err: unknown) => this.log?.warn({ err }, 'webhook delivery sweep failed'))
       .finally(() => {
         this.sweeping = undefined;
+        if (this.again) this.poke();
       });
   }
 
@@ -233,20 +249,44 @@ export class WebhookService {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     await this.sweeping;
+    await Promise.all(this.inFlight);
   }
 
+  /**
+   * Takes due deliveries while there is room in flight, and starts each at once without waiting
+   * for the others: an attempt that ends makes room and pokes, so one receiver's 10 s timeout never
+   * holds back another's deliveries. The lease keeps a delivery from being taken twice meanwhile.
+   */
   private async sweep(): Promise<void> {
-    for (;;) {
+    while (!this.stopped) {
+      const room = MAX_IN_FLIGHT - this.inFlight.size;
+      if (room <= 0) return;
       const now = Date.now();
       // A lease longer than one attempt: a process that dies mid-send leaves it to be retried.
       const due = await this.store.claimDue(
         new Date(now).toISOString(),
         new Date(now + ATTEMPT_TIMEOUT_MS * 3).toISOString(),
-        BATCH,
+        room,
+        { perWebhook: MAX_IN_FLIGHT_PER_WEBHOOK, inFlight: Object.fromEntries(this.inFlightOf) },
       );
-      if (due.length === 0 || this.stopped) return;
-      await Promise.all(due.map((d) => this.attempt(d)));
+      if (due.length === 0) return;
+      for (const d of due) this.send(d);
     }
+  }
+
+  /** Starts one attempt, counted in flight until it is settled. */
+  private send(d: DueDelivery): void {
+    this.inFlightOf.set(d.webhook, (this.inFlightOf.get(d.webhook) ?? 0) + 1);
+    const sending: Promise<void> = this.attempt(d)
+      .catch((err: unknown) => this.log?.warn({ err, delivery: d.id }, 'webhook delivery attempt failed'))
+      .finally(() => {
+        this.inFlight.delete(sending);
+        const left = (this.inFlightOf.get(d.webhook) ?? 1) - 1;
+        if (left > 0) this.inFlightOf.set(d.webhook, left);
+        else this.inFlightOf.delete(d.webhook);
+        this.poke();
+      });
+    this.inFlight.add(sending);
   }
 
   private async attempt(d: DueDelivery): Promise<void> {

@@ -44,6 +44,13 @@ export interface DeliveryRecord {
 /** A delivery handed to the sender, with what it needs of its webhook. */
 export type DueDelivery = DeliveryRecord & Pick<WebhookRecord, 'url' | 'format' | 'secret'>;
 
+/** How many deliveries of one webhook a claim may take: `perWebhook` less those already in flight. */
+export interface ClaimShare {
+  perWebhook: number;
+  /** Deliveries in flight per webhook name (absent: none). */
+  inFlight: Record<string, number>;
+}
+
 export type DeliveryResult =
   | { delivered: true; at: string; status: number }
   | { delivered: false; status: number | null; error: string; retryAt: string | null };
@@ -58,11 +65,12 @@ export interface WebhookStore {
   /** Deliveries of one webhook, newest first, those with an id below `before` when given. */
   deliveries(name: string, before: string | undefined, limit: number): Promise<DeliveryRecord[]>;
   /**
-   * Takes up to `limit` pending deliveries due at `now` for sending, leasing each until
-   * `leaseUntil` (a sender that dies mid-send leaves it to be retried then). On PostgreSQL two
-   * processes never take the same delivery at once.
+   * Takes up to `limit` pending deliveries due at `now` for sending, longest due first, leasing
+   * each until `leaseUntil` (a sender that dies mid-send leaves it to be retried then); with
+   * `share`, no more of one webhook than its share allows. On PostgreSQL two processes never take
+   * the same delivery at once.
    */
-  claimDue(now: string, leaseUntil: string, limit: number): Promise<DueDelivery[]>;
+  claimDue(now: string, leaseUntil: string, limit: number, share?: ClaimShare): Promise<DueDelivery[]>;
   settle(id: string, result: DeliveryResult): Promise<void>;
   countPending(): Promise<number>;
 }

@@ -713,6 +713,35 @@ export function storageContract(backend: Backend): void {
           await other.close();
         }
       });
+
+      it("takes no more of one webhook's due deliveries than its share, and the others' first", async () => {
+        await stores.webhooks.put(hook('busy', ['policy.changed']), { kind: 'webhook.put' });
+        await stores.webhooks.put(hook('idle', ['policy.changed']), { kind: 'webhook.put' });
+        let rev = 0;
+        for (let i = 0; i < 5; i++) {
+          await stores.policies.commit(
+            change({ expectedRevision: rev, putPolicies: [rego(`s${i}`)] }),
+            () => [{ kind: 'policy.put' }],
+          );
+          rev++;
+        }
+        const lease = iso(60_000);
+        // A share of 3: busy has 2 in flight, so one more of it; idle three of its five.
+        const first = await stores.webhooks.claimDue(iso(1000), lease, 10, {
+          perWebhook: 3,
+          inFlight: { busy: 2 },
+        });
+        const count = (ds: { webhook: string }[], w: string) => ds.filter((d) => d.webhook === w).length;
+        expect([count(first, 'busy'), count(first, 'idle')]).to.deep.equal([1, 3]);
+        // Up to the limit, longest due first: busy's second and third (idle's fourth came later).
+        const next = await stores.webhooks.claimDue(iso(1000), lease, 2, { perWebhook: 3, inFlight: {} });
+        expect(next.map((d) => d.webhook)).to.deep.equal(['busy', 'busy']);
+        const rest = await stores.webhooks.claimDue(iso(1000), lease, 10);
+        expect([count(rest, 'busy'), count(rest, 'idle')]).to.deep.equal([2, 2]);
+        expect(await stores.webhooks.claimDue(iso(1000), lease, 10)).to.have.length(0);
+        await stores.webhooks.delete('busy', { kind: 'webhook.delete' });
+        await stores.webhooks.delete('idle', { kind: 'webhook.delete' });
+      });
     });
 
     describe('policy revisions and history', () => {

@@ -1,5 +1,6 @@
 import type { NewAuditEvent } from '../../audit/types.js';
 import type {
+  ClaimShare,
   DeliveryRecord,
   DeliveryResult,
   DueDelivery,
@@ -60,17 +61,27 @@ export class PgWebhookStore implements WebhookStore {
     );
   }
 
-  async claimDue(now: string, leaseUntil: string, limit: number): Promise<DueDelivery[]> {
-    // SKIP LOCKED: processes sending at once take different deliveries.
+  async claimDue(now: string, leaseUntil: string, limit: number, share?: ClaimShare): Promise<DueDelivery[]> {
+    // SKIP LOCKED: processes sending at once take different deliveries. A webhook's due
+    // deliveries are ranked after those it has in flight; ranks past its share are left. The due
+    // condition is repeated on d so that a row another process leased meanwhile is re-checked.
     return rows<DueDelivery>(
       this.pool,
-      `WITH due AS (
-         SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1
-         ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+      `WITH busy AS (
+         SELECT key AS webhook, value::int AS n FROM jsonb_each_text($5::jsonb)),
+       ranked AS (
+         SELECT d.id, COALESCE(b.n, 0)
+           + row_number() OVER (PARTITION BY d.webhook ORDER BY d.next_attempt_at, d.id) AS slot
+         FROM webhook_deliveries d LEFT JOIN busy b ON b.webhook = d.webhook
+         WHERE d.status = 'pending' AND d.next_attempt_at <= $1),
+       due AS (
+         SELECT d.id FROM webhook_deliveries d JOIN ranked r ON r.id = d.id
+         WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND ($4::int IS NULL OR r.slot <= $4)
+         ORDER BY d.next_attempt_at LIMIT $3 FOR UPDATE OF d SKIP LOCKED)
        UPDATE webhook_deliveries d SET next_attempt_at = $2 FROM due, webhooks w
        WHERE d.id = due.id AND w.name = d.webhook
        RETURNING d.*, w.url, w.format, w.secret`,
-      [now, leaseUntil, limit],
+      [now, leaseUntil, limit, share?.perWebhook ?? null, JSON.stringify(share?.inFlight ?? {})],
     );
   }
 

@@ -1,5 +1,6 @@
 import type { NewAuditEvent } from '../../audit/types.js';
 import type {
+  ClaimShare,
   DeliveryRecord,
   DeliveryResult,
   DueDelivery,
@@ -62,15 +63,25 @@ export class SqliteWebhookStore implements WebhookStore {
       .all(name, before ?? null, before ?? null, limit) as DeliveryRecord[];
   }
 
-  async claimDue(now: string, leaseUntil: string, limit: number): Promise<DueDelivery[]> {
+  async claimDue(now: string, leaseUntil: string, limit: number, share?: ClaimShare): Promise<DueDelivery[]> {
     return this.db
       .transaction(() => {
-        const due = this.db
+        // Read lazily, longest due first, skipping the deliveries of a webhook past its share.
+        const taken = new Map(Object.entries(share?.inFlight ?? {}));
+        const due: DueDelivery[] = [];
+        const rows = this.db
           .prepare(
             `SELECT d.*, w.url, w.format, w.secret FROM webhook_deliveries d JOIN webhooks w ON w.name = d.webhook
-             WHERE d.status = 'pending' AND d.next_attempt_at <= ? ORDER BY d.next_attempt_at LIMIT ?`,
+             WHERE d.status = 'pending' AND d.next_attempt_at <= ? ORDER BY d.next_attempt_at`,
           )
-          .all(now, limit) as DueDelivery[];
+          .iterate(now) as IterableIterator<DueDelivery>;
+        for (const d of rows) {
+          if (due.length >= limit) break;
+          const n = taken.get(d.webhook) ?? 0;
+          if (share && n >= share.perWebhook) continue;
+          taken.set(d.webhook, n + 1);
+          due.push(d);
+        }
         const lease = this.db.prepare('UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id = ?');
         for (const d of due) lease.run(leaseUntil, d.id);
         return due;
