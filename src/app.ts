@@ -195,12 +195,15 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       listeners,
       close: () =>
         (closing ??= (async () => {
-          // Stop accepting, let in-flight requests finish, then close storage.
+          // Stop accepting at once (SPEC §1), before anything is waited for: a webhook send in
+          // flight may take its full 10 s, and a listener left open meanwhile would keep taking
+          // requests (and its port from a replacement process). In-flight requests, sends and
+          // sweeps then finish together; storage closes after all of them.
+          const drained = Promise.all(servers.map(({ server }) => drain(server)));
           queue.stop();
-          await webhooks.stop();
-          await budgets.stop();
+          const finished = Promise.all([webhooks.stop(), budgets.stop()]);
           unfollow();
-          await Promise.all(servers.map(({ server }) => drain(server)));
+          await Promise.all([drained, finished]);
           try {
             await policies.close();
             await compiler.close();

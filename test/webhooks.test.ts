@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import Database from 'better-sqlite3';
 import path from 'node:path';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
@@ -407,6 +407,66 @@ onEveryBackend('webhook deliveries: a receiver that never answers holds back no 
       await stuck.stop(); // its held attempts fail at once: the instance need not wait them out
       await a.close();
       await healthy.stop();
+    }
+  });
+});
+
+// The send's outcome is recorded after the listeners closed: every backend.
+onEveryBackend('webhook sends at shutdown', function () {
+  this.timeout(90_000);
+
+  /** Whether a new connection to `url`'s port is refused now (true) or accepted (false). */
+  const refused = (url: string) =>
+    new Promise<boolean>((resolve, reject) => {
+      const { hostname, port } = new URL(url);
+      const s = connect({ host: hostname, port: Number(port) }, () => {
+        s.destroy();
+        resolve(false);
+      });
+      s.on('error', (err: NodeJS.ErrnoException) =>
+        err.code === 'ECONNREFUSED' ? resolve(true) : reject(err),
+      );
+    });
+
+  it('stops accepting at once on SIGTERM while a delivery is in flight, and records it before exiting', async () => {
+    const rx = new Receiver();
+    rx.hang = true;
+    await rx.start();
+    const a = await Arbiter.start({ ARBITER_WEBHOOK_RETRY_SECONDS: '1' });
+    try {
+      expect((await putHook(a, 'slow', { url: rx.url, events: ['queue.pending'] })).status).to.equal(201);
+      expect(
+        (await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval })).status,
+      ).to.equal(202);
+      await rx.waitFor(() => rx.held === 1);
+      const engine = a.engine;
+      expect(await refused(engine)).to.equal(false);
+      let exited = false;
+      const signalled = Date.now();
+      const stopped = a.stop().then((code) => {
+        exited = true;
+        return code;
+      });
+      while (!(await refused(engine))) {
+        if (Date.now() - signalled > 3_000) throw new Error('still accepting connections 3 s after SIGTERM');
+        await sleep(50);
+      }
+      // Within about a second, while the send it waits for (up to 10 s) is still in flight.
+      expect(Date.now() - signalled).to.be.lessThan(1_000);
+      expect(exited, 'exited before its delivery attempt ended').to.equal(false);
+      await sleep(500);
+      expect(exited).to.equal(false);
+      // The receiver goes away: the attempt fails, is recorded (storage still open), and it exits.
+      await rx.stop();
+      expect(await stopped).to.equal(0);
+      const [d] = await a.stored<{ status: string; attempts: number; last_error: string | null }>(
+        'SELECT status, attempts, last_error FROM webhook_deliveries',
+      );
+      expect(d).to.include({ status: 'pending', attempts: 1 });
+      expect(d!.last_error).to.be.a('string');
+    } finally {
+      await rx.stop();
+      await a.close();
     }
   });
 });
