@@ -143,6 +143,23 @@ onEveryBackend('webhooks (SPEC §12)', function () {
         { url: 'http://x/', events: ['queue.pending'], secret: 'hunter2' },
         /secret/,
       ],
+      // Node decodes these leniently; Python's base64 and the Standard Webhooks libraries refuse them.
+      ...(
+        [
+          ['of 33 base64 characters (not a multiple of 4)', `whsec_${'A'.repeat(33)}`],
+          ['of 43 base64 characters without its padding', `whsec_${'A'.repeat(43)}`],
+          ['with padding that does not fit its length', `whsec_${'A'.repeat(42)}=`],
+          ['with too much padding', `whsec_${'A'.repeat(43)}==`],
+          ['with padding in the middle', `whsec_${'A'.repeat(20)}=${'A'.repeat(23)}`],
+          ['with unused bits set in its last character', `whsec_${'A'.repeat(42)}B=`],
+          ['of 20 bytes (fewer than 24)', `whsec_${Buffer.alloc(20, 1).toString('base64')}`],
+          ['in base64url', `whsec_${'-_'.repeat(22)}`],
+        ] as const
+      ).map(([what, secret]): [string, unknown, RegExp] => [
+        `a secret ${what}`,
+        { url: 'http://x/', events: ['queue.pending'], secret },
+        /^secret /,
+      ]),
       ['an unknown field', { url: 'http://x/', events: ['queue.pending'], retries: 3 }, /retries/],
       ['a missing url', { events: ['queue.pending'] }, /url/],
       [
@@ -157,6 +174,16 @@ onEveryBackend('webhooks (SPEC §12)', function () {
         expectError(await call('GET', `${a.platform}/api/v1/webhooks/bad-hook`), 404);
       });
     }
+
+    it('accepts a secret in canonical base64 of 24 bytes or more', async () => {
+      for (const bytes of [24, 32, 64, 25, 26]) {
+        const secret = `whsec_${Buffer.alloc(bytes, bytes).toString('base64')}`;
+        const r = await putHook(a, `given-${bytes}`, { url: rx.url, events: ['queue.expired'], secret });
+        expect(r.status, `${secret}: ${r.text}`).to.equal(201);
+        expect(r.json).to.not.have.property('secret');
+        expect((await call('DELETE', `${a.platform}/api/v1/webhooks/given-${bytes}`)).status).to.equal(204);
+      }
+    });
 
     it('never shows the password of a URL stored before credentials were refused, nor in a delivery error', async () => {
       expect((await putHook(a, 'legacy', { url: rx.url, events: ['queue.pending'] })).status).to.equal(201);

@@ -38,8 +38,11 @@ export const webhookRequestSchema = {
     format: { type: 'string', enum: ['json', 'slack'], description: 'default json' },
     secret: {
       type: 'string',
-      pattern: '^whsec_[A-Za-z0-9+/]{32,}={0,2}$',
-      description: 'Standard Webhooks secret (whsec_ + base64 of at least 24 bytes); generated when absent',
+      // Canonical base64 only: Python's base64 and the Standard Webhooks libraries refuse a length
+      // that is not a multiple of 4 or stray padding, which Node's decoder lets through.
+      pattern: '^whsec_(?:[A-Za-z0-9+/]{4}){8,}(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$',
+      description:
+        'Standard Webhooks secret (whsec_ + canonical, padded base64 of at least 24 bytes); generated when absent',
     },
   },
 };
@@ -97,6 +100,19 @@ function checkName(name: string): void {
   }
 }
 
+/**
+ * The pattern leaves one non-canonical form: unused bits of the last character that are not zero
+ * (`…B=` for `…A=`), which some decoders refuse. Canonical is what encoding the key gives back.
+ */
+function checkSecret(secret: string): void {
+  const b64 = secret.slice('whsec_'.length);
+  if (Buffer.from(b64, 'base64').toString('base64') !== b64) {
+    throw invalid(
+      'secret must be whsec_ followed by canonical base64: its last character has unused bits set',
+    );
+  }
+}
+
 function checkUrl(raw: string): string {
   let url: URL;
   try {
@@ -149,6 +165,7 @@ export class WebhookService {
     checkName(name);
     const req = validate(body);
     const url = checkUrl(req.url);
+    if (req.secret !== undefined) checkSecret(req.secret);
     const existing = await this.store.get(name);
     const generated =
       req.secret === undefined && !existing ? `whsec_${randomBytes(32).toString('base64')}` : undefined;
