@@ -90,6 +90,20 @@ class Receiver {
 const putHook = (a: Arbiter, name: string, body: unknown, key?: string) =>
   call('PUT', `${a.platform}/api/v1/webhooks/${name}`, { body, ...(key ? { key } : {}) });
 
+/** Writes straight into an instance's database, as an earlier version (or a test) could. */
+async function writeDatabase(a: Arbiter, sql: string, params: unknown[]): Promise<void> {
+  if (a.databaseUrl) {
+    await queryDatabase(a.databaseUrl, sql, params);
+    return;
+  }
+  const db = new Database(path.join(a.dataDir, 'arbiter.db'));
+  try {
+    db.prepare(sql.replace(/\$\d+/g, '?')).run(...params);
+  } finally {
+    db.close();
+  }
+}
+
 // The outbox is written by each backend's transactions: every backend.
 onEveryBackend('webhooks (SPEC §12)', function () {
   this.timeout(90_000);
@@ -494,6 +508,80 @@ onEveryBackend('webhook sends at shutdown', function () {
     } finally {
       await rx.stop();
       await a.close();
+    }
+  });
+});
+
+// Each backend stores the settled delivery (and migrates old rows) itself: every backend.
+onEveryBackend('webhook deliveries: a settled one has no next attempt', function () {
+  this.timeout(90_000);
+
+  it('shows and stores next_attempt_at null once delivered or given up, also for rows settled before', async () => {
+    const rx = new Receiver();
+    await rx.start();
+    const a = await Arbiter.start({ ARBITER_WEBHOOK_RETRY_SECONDS: '1' });
+    type Row = { id: string; status: string; attempts: number; next_attempt_at: string | null };
+    const listed = async () =>
+      (await call('GET', `${a.platform}/api/v1/webhooks/settled/deliveries`)).json.deliveries as Row[];
+    const stored = async (id: string) =>
+      (await a.stored<Row>('SELECT * FROM webhook_deliveries WHERE id = $1', [id]))[0]!;
+    const until = async (pred: () => Promise<boolean>) => {
+      for (let i = 0; !(await pred()); i++) {
+        if (i > 200) throw new Error(`not settled: ${JSON.stringify(await listed())}`);
+        await sleep(100);
+      }
+    };
+    try {
+      expect((await putHook(a, 'settled', { url: rx.url, events: ['queue.pending'] })).status).to.equal(201);
+      await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
+      await until(async () => (await listed()).some((d) => d.status === 'delivered'));
+      const delivered = (await listed()).find((d) => d.status === 'delivered')!;
+      expect(delivered).to.include({ attempts: 1, next_attempt_at: null });
+      expect((await stored(delivered.id)).next_attempt_at).to.equal(null);
+
+      // A delivery past its 24 h whose next attempt fails is given up: no next attempt either.
+      rx.failing.set('give-up-probe', 100);
+      const old = new Date(Date.now() - 25 * 3600 * 1000).toISOString();
+      await writeDatabase(
+        a,
+        `INSERT INTO webhook_deliveries (id, webhook, type, payload, status, attempts, next_attempt_at, created_at)
+         VALUES ($1, 'settled', 'queue.pending', $2, 'pending', 0, $3, $4)`,
+        [
+          'dlv-give-up-probe',
+          JSON.stringify({
+            id: 'dlv-give-up-probe',
+            type: 'queue.pending',
+            time: old,
+            data: { note: 'give-up-probe' },
+          }),
+          old,
+          old,
+        ],
+      );
+      await until(async () => (await listed()).some((d) => d.status === 'failed'));
+      expect((await listed()).find((d) => d.id === 'dlv-give-up-probe')).to.include({
+        status: 'failed',
+        attempts: 1,
+        next_attempt_at: null,
+      });
+      expect((await stored('dlv-give-up-probe')).next_attempt_at).to.equal(null);
+
+      // Rows settled by an earlier version kept their last lease time: the migration clears it.
+      await a.stop();
+      const future = new Date(Date.now() + 3600_000).toISOString();
+      await writeDatabase(a, "UPDATE webhook_deliveries SET next_attempt_at = $1 WHERE status <> 'pending'", [
+        future,
+      ]);
+      await writeDatabase(a, 'DELETE FROM schema_migrations WHERE version = $1', [a.databaseUrl ? 8 : 15]);
+      await a.restart();
+      const after = await listed();
+      expect(after.map((d) => [d.status, d.next_attempt_at])).to.have.deep.members([
+        ['delivered', null],
+        ['failed', null],
+      ]);
+    } finally {
+      await a.close();
+      await rx.stop();
     }
   });
 });

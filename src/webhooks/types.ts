@@ -34,7 +34,8 @@ export interface DeliveryRecord {
   payload: string;
   status: DeliveryStatus;
   attempts: number;
-  next_attempt_at: string;
+  /** When it is due (or leased until, while an attempt runs); null once delivered or given up. */
+  next_attempt_at: string | null;
   last_status: number | null;
   last_error: string | null;
   created_at: string;
@@ -71,6 +72,7 @@ export interface WebhookStore {
    * the same delivery at once.
    */
   claimDue(now: string, leaseUntil: string, limit: number, share?: ClaimShare): Promise<DueDelivery[]>;
+  /** Records an attempt: delivered or given up (no next attempt), or due again at `retryAt`. */
   settle(id: string, result: DeliveryResult): Promise<void>;
   countPending(): Promise<number>;
 }

@@ -703,6 +703,10 @@ export function storageContract(backend: Backend): void {
           expect(byId.get(ids[0]!)).to.include({ status: 'delivered', attempts: 1, last_status: 204 });
           expect(byId.get(ids[1]!)).to.include({ status: 'pending', attempts: 1, last_error: 'boom' });
           expect(byId.get(ids[2]!)).to.include({ status: 'failed', attempts: 1 });
+          // Delivered or given up: no next attempt; a retry is due at its retry time.
+          expect(byId.get(ids[0]!)!.next_attempt_at).to.equal(null);
+          expect(byId.get(ids[2]!)!.next_attempt_at).to.equal(null);
+          expect(byId.get(ids[1]!)!.next_attempt_at! <= iso()).to.equal(true);
           expect((await stores.webhooks.claimDue(iso(1000), lease, 10)).map((d) => d.id)).to.deep.equal([
             ids[1],
           ]);

@@ -33,7 +33,10 @@ const deliverySchema = exact({
   type: { type: 'string', enum: [...WEBHOOK_EVENTS] },
   status: { type: 'string', enum: ['pending', 'delivered', 'failed'] },
   attempts: { type: 'integer' },
-  next_attempt_at: DATE_TIME,
+  next_attempt_at: {
+    ...NULLABLE_DATE_TIME,
+    description: 'when it is tried next (while pending); null once delivered or failed',
+  },
   last_status: { type: ['integer', 'null'] },
   last_error: NULLABLE_STRING,
   created_at: DATE_TIME,

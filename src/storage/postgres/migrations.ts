@@ -135,6 +135,15 @@ export const migrations: readonly { version: number; name: string; sql: string }
       CREATE INDEX tokens_by_minter ON tokens (minted_by, expires_at);
     `,
   },
+  {
+    version: 8,
+    name: 'no next attempt for a settled webhook delivery',
+    sql: `
+      -- A delivered or failed delivery has no next attempt (it kept the lease time of its last).
+      ALTER TABLE webhook_deliveries ALTER COLUMN next_attempt_at DROP NOT NULL;
+      UPDATE webhook_deliveries SET next_attempt_at = NULL WHERE status <> 'pending';
+    `,
+  },
 ];
 
 /** Any fixed number: the key of the advisory lock that serializes migrations across processes. */

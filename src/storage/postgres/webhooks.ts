@@ -89,13 +89,14 @@ export class PgWebhookStore implements WebhookStore {
     if (r.delivered) {
       await this.pool.query(
         `UPDATE webhook_deliveries SET status = 'delivered', attempts = attempts + 1, delivered_at = $1,
-           last_status = $2, last_error = NULL WHERE id = $3`,
+           last_status = $2, last_error = NULL, next_attempt_at = NULL WHERE id = $3`,
         [r.at, r.status, id],
       );
     } else {
+      // Given up (no retryAt): no next attempt, rather than the lease of the last one.
       await this.pool.query(
         `UPDATE webhook_deliveries SET status = $1, attempts = attempts + 1, last_status = $2, last_error = $3,
-           next_attempt_at = COALESCE($4, next_attempt_at) WHERE id = $5`,
+           next_attempt_at = $4 WHERE id = $5`,
         [r.retryAt === null ? 'failed' : 'pending', r.status, r.error, r.retryAt, id],
       );
     }

@@ -447,4 +447,34 @@ export const migrations: readonly Migration[] = [
       CREATE INDEX tokens_by_minter ON tokens (minted_by, expires_at);
     `,
   },
+  {
+    version: 15,
+    name: 'no next attempt for a settled webhook delivery',
+    sql: `
+      -- A delivered or failed delivery has no next attempt: next_attempt_at becomes nullable (a
+      -- STRICT table is rebuilt for that), and settled rows lose the lease time they kept.
+      CREATE TABLE webhook_deliveries_v15 (
+        id              TEXT PRIMARY KEY,
+        webhook         TEXT NOT NULL,
+        type            TEXT NOT NULL,
+        payload         TEXT NOT NULL,
+        status          TEXT NOT NULL,
+        attempts        INTEGER NOT NULL,
+        next_attempt_at TEXT,
+        last_status     INTEGER,
+        last_error      TEXT,
+        created_at      TEXT NOT NULL,
+        delivered_at    TEXT
+      ) STRICT;
+      INSERT INTO webhook_deliveries_v15
+        SELECT id, webhook, type, payload, status, attempts,
+          CASE WHEN status = 'pending' THEN next_attempt_at END,
+          last_status, last_error, created_at, delivered_at
+        FROM webhook_deliveries;
+      DROP TABLE webhook_deliveries;
+      ALTER TABLE webhook_deliveries_v15 RENAME TO webhook_deliveries;
+      CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';
+      CREATE INDEX webhook_deliveries_by_hook ON webhook_deliveries (webhook, id);
+    `,
+  },
 ];

@@ -94,14 +94,15 @@ export class SqliteWebhookStore implements WebhookStore {
       this.db
         .prepare(
           `UPDATE webhook_deliveries SET status = 'delivered', attempts = attempts + 1, delivered_at = ?,
-             last_status = ?, last_error = NULL WHERE id = ?`,
+             last_status = ?, last_error = NULL, next_attempt_at = NULL WHERE id = ?`,
         )
         .run(r.at, r.status, id);
     } else {
+      // Given up (no retryAt): no next attempt, rather than the lease of the last one.
       this.db
         .prepare(
           `UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1, last_status = ?, last_error = ?,
-             next_attempt_at = COALESCE(?, next_attempt_at) WHERE id = ?`,
+             next_attempt_at = ? WHERE id = ?`,
         )
         .run(r.retryAt === null ? 'failed' : 'pending', r.status, r.error, r.retryAt, id);
     }
