@@ -289,6 +289,30 @@ onEveryBackend('agent governance (SPEC §13)', function () {
       expect((await limitsOf(other))[0]).to.include({ used: 8, max: 10, remaining: 2 });
     });
 
+    it('rounds costs up and maxima down to 6 decimals, never in the caller’s favour', async () => {
+      const allowed = async (limits: Limit[], n: number) => {
+        const rs: number[] = [];
+        for (let i = 0; i < n; i++) rs.push((await authorize(spend('spend', limits))).status);
+        return rs.filter((s) => s === 200).length;
+      };
+      // A cost below half a micro-unit is one micro-unit, not free.
+      const crumbs = `k-${randomUUID()}`;
+      expect(await allowed([{ key: crumbs, window: '1h', max: 0, cost: 4e-7 }], 3)).to.equal(0);
+      expect(await limitsOf(crumbs)).to.deep.equal([]);
+      // 1.4e-6 costs 2e-6: pieces pay at least what they spend.
+      const pieces = `k-${randomUUID()}`;
+      expect(await allowed([{ key: pieces, window: '1h', max: 0.000004, cost: 1.4e-6 }], 4)).to.equal(2);
+      expect((await limitsOf(pieces))[0]).to.include({ used: 0.000004, max: 0.000004, remaining: 0 });
+      // A maximum of 2.9e-6 allows 2e-6.
+      const cap = `k-${randomUUID()}`;
+      expect(await allowed([{ key: cap, window: '1h', max: 0.0000029, cost: 0.000001 }], 4)).to.equal(2);
+      expect((await limitsOf(cap))[0]).to.include({ used: 0.000002, max: 0.000002, remaining: 0 });
+      // Amounts written with 6 decimals or fewer are taken as written.
+      const exact = `k-${randomUUID()}`;
+      expect(await allowed([{ key: exact, window: '1h', max: 0.7, cost: 0.1 }], 8)).to.equal(7);
+      expect((await limitsOf(exact))[0]).to.include({ used: 0.7, max: 0.7, remaining: 0 });
+    });
+
     it('keeps one counter per window length of a key, and starts again when a window rolls over', async () => {
       const key = `k-${randomUUID()}`;
       const limits = [{ key, window: '5s', max: 1 }];

@@ -4,7 +4,8 @@ import { parseDurationNs } from '../policy/host-builtins.js';
 /**
  * Budgets as policies declare them (SPEC §13): `limits contains {"key": k, "window": "1h",
  * "max": n, "cost": c}`, checked here before the engine charges them. Amounts become integer
- * micro-units (6 decimal places), so sums stay exact across processes and backends.
+ * micro-units (6 decimal places; costs round up, maxima down), so sums stay exact across
+ * processes and backends.
  */
 const MICRO = 1_000_000;
 /** A window from one second to 366 days: fixed windows aligned to the Unix epoch. */
@@ -14,13 +15,22 @@ const MAX_LIMITS = 16;
 
 export class LimitError extends Error {}
 
-function amount(v: unknown, what: string, key: string): number {
+/**
+ * An amount in micro-units, rounded against the caller: a cost up (never charged less than
+ * declared, or costs below 5e-7 would be free and a cost split into pieces would pay less than it
+ * spends), a maximum down (never more allowed than declared). `micro / MICRO` compared with `v`
+ * decides, so a number written with 6 decimals or fewer (0.1, whose double is not exactly a tenth)
+ * is taken as written rather than nudged by floating-point noise.
+ */
+function amount(v: unknown, what: 'cost' | 'max', key: string): number {
   if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) {
     throw new LimitError(
       `limit ${JSON.stringify(key)}: ${what} must be a number ≥ 0, got ${JSON.stringify(v) ?? String(v)}`,
     );
   }
-  const micro = Math.round(v * MICRO);
+  let micro = Math.round(v * MICRO);
+  if (what === 'cost' && micro / MICRO < v) micro += 1;
+  if (what === 'max' && micro / MICRO > v) micro -= 1;
   if (!Number.isSafeInteger(micro))
     throw new LimitError(`limit ${JSON.stringify(key)}: ${what} is too large`);
   return micro;
