@@ -313,6 +313,50 @@ onEveryBackend('agent governance (SPEC §13)', function () {
       expect((await limitsOf(exact))[0]).to.include({ used: 0.7, max: 0.7, remaining: 0 });
     });
 
+    it('charges a counter declared twice the sum of its costs, within every maximum declared for it', async () => {
+      // One counter (key and window length) with two maxima: the decision's total must fit both.
+      const key = `k-${randomUUID()}`;
+      const twice = [
+        { key, window: '1h', max: 1, cost: 1 },
+        { key, window: '1h', max: 100, cost: 1 },
+      ];
+      const r = await authorize(spend('spend', twice));
+      expect(r.status).to.equal(403);
+      expect(r.json.message).to.include(`"${key}"`).and.include('allows 1 per 1h');
+      expect(await limitsOf(key)).to.deep.equal([]);
+      // Within both: charged the sum; the counter keeps the smallest maximum, whatever the order
+      // and however its window is written.
+      const both = `k-${randomUUID()}`;
+      const declared = [
+        { key: both, window: '60m', max: 10, cost: 2 },
+        { key: both, window: '1h', max: 4, cost: 1 },
+      ];
+      expect((await authorize(spend('spend', declared))).status).to.equal(200);
+      const usage = await limitsOf(both);
+      expect(usage).to.have.length(1);
+      expect(usage[0]).to.include({ window: '1h', used: 3, max: 4, remaining: 1 });
+      const over = await authorize(spend('spend', [...declared].reverse()));
+      expect(over.status).to.equal(403);
+      expect(over.json.message).to.include('allows 4 per 1h');
+      expect((await limitsOf(both))[0]).to.include({ used: 3, max: 4 });
+      // An approval charges by the same rule: refused, the item stays pending.
+      const queued = `k-${randomUUID()}`;
+      const item = await authorize(
+        spend(
+          'spend',
+          twice.map((l) => ({ ...l, key: queued })),
+          { agent: 'approve' },
+        ),
+      );
+      expect(item.status).to.equal(202);
+      expectError(
+        await call('POST', `${a.engine}/v1/queue/${item.json.request_id}/approve`, { body: {} }),
+        409,
+        /budget exhausted.*allows 1 per 1h.*stays pending/,
+      );
+      expect(await limitsOf(queued)).to.deep.equal([]);
+    });
+
     it('keeps one counter per window length of a key, and starts again when a window rolls over', async () => {
       const key = `k-${randomUUID()}`;
       const limits = [{ key, window: '5s', max: 1 }];

@@ -92,3 +92,36 @@ export function chargeAt(limits: readonly LimitDeclaration[], atMs: number): Lim
 
 /** Micro-units back to the number a policy wrote. */
 export const fromMicro = (micro: number): number => micro / MICRO;
+
+/** The counter a charge goes to: one per key, window length and window start. */
+export const counterOf = (l: Pick<LimitUse, 'key' | 'windowMs' | 'windowStart'>): string =>
+  `${l.key}\n${l.windowMs}\n${l.windowStart}`;
+
+/**
+ * How one decision (or approval) charges its limits, given what each counter has used so far: the
+ * rule both stores apply in their transaction. A counter declared more than once in the decision
+ * (the same key and window length, maybe with different maxima) is charged the sum of its costs,
+ * and every declaration's maximum must hold for the counter's total after the whole decision:
+ * checking each against the running total of the declarations before it let the later, larger
+ * maximum allow what the earlier one forbids. Answers the first declaration that would be
+ * exceeded (nothing is then consumed), or one charge per counter: its cost the sum, its maximum
+ * the smallest declared (what the counter stores and GET /api/v1/limits shows; first declared on
+ * a tie, with its window as written).
+ */
+export function chargesOf(
+  limits: readonly LimitUse[],
+  usedOf: (l: LimitUse) => number,
+): { exhausted: LimitUse } | { charges: LimitUse[] } {
+  const charges = new Map<string, LimitUse>();
+  for (const l of limits) {
+    const c = charges.get(counterOf(l));
+    if (!c) charges.set(counterOf(l), { ...l });
+    else {
+      c.cost += l.cost;
+      if (l.max < c.max) Object.assign(c, { max: l.max, window: l.window });
+    }
+  }
+  const totals = new Map([...charges].map(([k, c]) => [k, usedOf(c) + c.cost]));
+  const exhausted = limits.find((l) => (totals.get(counterOf(l)) ?? 0) > l.max);
+  return exhausted ? { exhausted } : { charges: [...charges.values()] };
+}

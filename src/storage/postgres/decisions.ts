@@ -11,6 +11,7 @@ import type {
   ShadowTally,
 } from '../../decisions/store.js';
 import type { LimitUse, QueueItem } from '../../queue/types.js';
+import { chargesOf, counterOf } from '../../decisions/limits.js';
 import { recordedEvent, SHADOW_SAMPLES, shadowedOf, shadowMarksOf } from '../../decisions/store.js';
 import { decisionFromRow, decisionToRow, queueToRow, type Row } from '../rows.js';
 import { GroupCommit } from '../group-commit.js';
@@ -130,7 +131,8 @@ async function recordShadow(c: Client, recorded: Parameters<typeof shadowMarksOf
 
 /**
  * Budget counters in the caller's transaction (which holds the chain head, so no other writer of
- * any process consumes between check and write): all or nothing, the first exhausted one reported.
+ * any process consumes between check and write): all or nothing, the first exhausted one reported,
+ * by the rule of chargesOf (the same on SQLite).
  */
 export async function tryConsume(c: Client, limits: readonly LimitUse[]): Promise<LimitUse | undefined> {
   if (limits.length === 0) return undefined;
@@ -140,14 +142,15 @@ export async function tryConsume(c: Client, limits: readonly LimitUse[]): Promis
      (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[]))`,
     [limits.map((l) => l.key), limits.map((l) => l.windowMs), limits.map((l) => l.windowStart)],
   );
-  const used = new Map(current.map((r) => [`${r.key}\n${r.window_ms}\n${r.window_start}`, r.used]));
-  for (const l of limits) {
-    const k = `${l.key}\n${l.windowMs}\n${l.windowStart}`;
-    const now = used.get(k) ?? 0;
-    if (now + l.cost > l.max) return l;
-    used.set(k, now + l.cost);
-  }
-  for (const l of limits) {
+  const used = new Map(
+    current.map((r) => [
+      counterOf({ key: r.key, windowMs: r.window_ms, windowStart: r.window_start }),
+      r.used,
+    ]),
+  );
+  const r = chargesOf(limits, (l) => used.get(counterOf(l)) ?? 0);
+  if ('exhausted' in r) return r.exhausted;
+  for (const l of r.charges) {
     await c.query(
       `INSERT INTO limit_counters (key, window_ms, window_start, "window", max, used) VALUES ($1, $2, $3, $4, $5, $6)
        ON CONFLICT (key, window_ms, window_start) DO UPDATE SET used = limit_counters.used + excluded.used,

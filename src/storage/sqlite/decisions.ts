@@ -11,6 +11,7 @@ import type {
   ShadowSample,
   ShadowTally,
 } from '../../decisions/store.js';
+import { chargesOf } from '../../decisions/limits.js';
 import { recordedEvent, SHADOW_SAMPLES, shadowedOf, shadowMarksOf } from '../../decisions/store.js';
 import type { LimitUse } from '../../queue/types.js';
 import { GroupCommit } from '../group-commit.js';
@@ -24,7 +25,7 @@ export type RecordArgs = DecisionToRecord;
 /**
  * Budget counters: check and consume within the caller's IMMEDIATE transaction, so no other
  * writer (thread or process) can consume between the check and the write. All or nothing: the
- * first exhausted limit is reported and nothing is consumed.
+ * first exhausted limit is reported and nothing is consumed (chargesOf, the same on PostgreSQL).
  */
 export class LimitWriter {
   private readonly used: Statement;
@@ -40,18 +41,14 @@ export class LimitWriter {
     );
   }
 
-  /** Consumes every limit, or none and returns the first that cannot take its cost. */
+  /** Consumes every limit, or none and returns the first that cannot take its cost (chargesOf). */
   tryConsume(limits: readonly LimitUse[]): LimitUse | undefined {
-    for (const l of limits) {
-      const used = (this.used.get(l.key, l.windowMs, l.windowStart) as number | undefined) ?? 0;
-      // The same counter named twice in one decision is charged twice.
-      const alsoHere = limits
-        .slice(0, limits.indexOf(l))
-        .filter((o) => o.key === l.key && o.windowMs === l.windowMs)
-        .reduce((n, o) => n + o.cost, 0);
-      if (used + alsoHere + l.cost > l.max) return l;
-    }
-    for (const l of limits) this.consume.run(l);
+    const r = chargesOf(
+      limits,
+      (l) => (this.used.get(l.key, l.windowMs, l.windowStart) as number | undefined) ?? 0,
+    );
+    if ('exhausted' in r) return r.exhausted;
+    for (const c of r.charges) this.consume.run(c);
     return undefined;
   }
 }
