@@ -779,3 +779,76 @@ onEveryBackend('the example governance policies (policies/)', function () {
     expect(usage.json.limits[0]).to.include({ window: '1h', used: 1, max: 1000 });
   });
 });
+
+// Engines whose clocks disagree (test/fixtures/skew-clock.mjs), on one database, one after the
+// other: the sweep the test needs is the one at start, and it runs the same on either backend.
+onEveryBackend('budgets across engines with skewed clocks (SPEC §13)', function () {
+  this.timeout(120_000);
+  const HOUR_MS = 3600_000;
+  let dir: string;
+  const started: Arbiter[] = [];
+
+  before(() => {
+    dir = policyDir();
+  });
+  after(async () => {
+    // The first instance owns the data directory and the database: closed last.
+    for (const x of started.reverse()) await x.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** An engine whose clock is `offsetMs` ahead of this machine's, over `dataDir` if given. */
+  const engine = async (offsetMs: number, dataDir?: string) => {
+    const env = {
+      ARBITER_POLICY_DIR: dir,
+      NODE_OPTIONS: `--import=${path.join(REPO, 'test', 'fixtures', 'skew-clock.mjs')}`,
+      TEST_CLOCK_OFFSET_MS: String(offsetMs),
+    };
+    const x = await Arbiter.start(env, dataDir);
+    started.push(x);
+    return x;
+  };
+
+  it('keeps a superseded window for an engine 10 minutes behind: a 1h budget of 3 allows 3', async () => {
+    // `ahead` is 6 minutes into an hour, `behind` 10 minutes behind it, in the hour before.
+    const boundary = Math.ceil(Date.now() / HOUR_MS) * HOUR_MS;
+    const aheadBy = boundary + 6 * 60_000 - Date.now();
+    const key = `skew-${randomUUID()}`;
+    const charge = (x: Arbiter, limits: Limit[]) =>
+      call('POST', `${x.engine}/v1/agent/authorize`, { body: spend('spend', limits) });
+    const hourly = [{ key, window: '1h', max: 3 }];
+
+    const behind = await engine(aheadBy - 10 * 60_000);
+    const first = await Promise.all([1, 2, 3, 4].map(() => charge(behind, hourly)));
+    expect(tally(first)).to.deep.equal({ 200: 3, 403: 1 });
+    await behind.stop();
+
+    // The engine ahead starts the next hour's counter, and one in 1 s windows that its next
+    // start's sweep must delete (so the test knows that sweep has run).
+    const ahead = await engine(aheadBy, behind.dataDir);
+    expect((await charge(ahead, hourly)).status).to.equal(200);
+    const canary = `${key}~canary`;
+    expect((await charge(ahead, [{ key: canary, window: '1s', max: 1 }])).status).to.equal(200);
+    await sleep(1_100);
+    expect((await charge(ahead, [{ key: canary, window: '1s', max: 1 }])).status).to.equal(200);
+    await sleep(1_100);
+    const counters = (k: string) =>
+      ahead.stored<{ window_start: string; used: number | string }>(
+        'SELECT window_start, used FROM limit_counters WHERE key = $1 ORDER BY window_start',
+        [k],
+      );
+    await ahead.restart();
+    for (const deadline = Date.now() + 30_000; (await counters(canary)).length > 1 && Date.now() < deadline;)
+      await sleep(100);
+    expect(await counters(canary)).to.have.length(1);
+    await sleep(500);
+    // The previous hour's counter is kept: its successor began 6 minutes ago, less than a window.
+    expect((await counters(key)).map((c) => Number(c.used))).to.deep.equal([3_000_000, 1_000_000]);
+    await ahead.stop();
+
+    // So the engine behind, still in that hour by its clock, finds it exhausted.
+    const again = await engine(aheadBy - 10 * 60_000, behind.dataDir);
+    const second = await Promise.all([1, 2, 3].map(() => charge(again, hourly)));
+    expect(tally(second)).to.deep.equal({ 403: 3 });
+  });
+});

@@ -15,8 +15,6 @@ export interface BudgetUsage {
   remaining: number;
 }
 
-/** A superseded counter is kept this long after its successor began (clock skew between engines). */
-const SUPERSEDED_GRACE_MS = 5 * 60_000;
 /** Keys swept per batch: short statements beside the decision path, a turn of the loop between. */
 const SWEEP_KEYS = 500;
 
@@ -36,9 +34,14 @@ export class BudgetService {
 
   /**
    * Deletes the counters of windows that a newer window of the same (key, window) replaced at
-   * least one window length (at most SUPERSEDED_GRACE_MS) ago, so that an engine whose clock lags
-   * by less still finds the window it charges (with a larger skew than a window, budgets are
-   * inexact anyway: each engine charges the window its own clock says). Walks the keys in order,
+   * least one whole window length ago by this engine's clock: an engine whose clock is behind by
+   * less than a window charges a window that ends after that, never a deleted one, so counters
+   * stay exact for any skew smaller than a window (a 5-minute grace once let an engine 10 minutes
+   * behind charge an hour's budget again from zero). With a skew of a window or more, budgets are
+   * inexact anyway: each engine charges the window its own clock says. The cost is one row more
+   * per (key, window) after a sweep at most, the window before the newest, kept up to one window
+   * length (366 days for the longest); 1 s windows still go 1 s after their successor began (rows
+   * of short windows pile up between sweeps, as they always did). Walks the keys in order,
    * SWEEP_KEYS at a time. Returns how many it deleted. One sweep at a time per process.
    */
   sweep(): Promise<number> {
@@ -50,7 +53,7 @@ export class BudgetService {
         const range = await this.store.counterKeys(after, SWEEP_KEYS);
         if (!range) return deleted;
         for (const windowMs of range.windowLengths) {
-          const since = new Date(now - Math.min(windowMs, SUPERSEDED_GRACE_MS)).toISOString();
+          const since = new Date(now - windowMs).toISOString();
           deleted += await this.store.pruneSuperseded(range, windowMs, since);
         }
         after = range.last;

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { checkStoredEvent, GENESIS_HASH } from '../../src/audit/chain.js';
 import type { NewAuditEvent } from '../../src/audit/types.js';
+import { BudgetService } from '../../src/decisions/budgets.js';
 import type { DecisionRecord } from '../../src/decisions/store.js';
 import { newId } from '../../src/ids.js';
 import type { ApiKeyRecord } from '../../src/keys/types.js';
@@ -411,6 +412,87 @@ export function storageContract(backend: Backend): void {
           windowStart: nextWindow,
           used: 600_000,
         });
+      });
+    });
+
+    describe('budget counter sweep', () => {
+      const HOUR_MS = 3600_000;
+      const YEAR_MS = 366 * 24 * HOUR_MS;
+      const at = (ms: number) => new Date(ms).toISOString();
+      /** Window starts are aligned to the epoch: T0 to the hour, Y0 to 366 days. */
+      const T0 = Date.UTC(2030, 0, 1);
+      const Y0 = Math.floor(T0 / YEAR_MS) * YEAR_MS;
+      const charge = async (l: Partial<LimitUse>) => {
+        const d = decision();
+        const denial = {
+          decision: { ...d, status: 'deny' as const },
+          event: event({ ...d, status: 'deny' }),
+        };
+        const limit: LimitUse = {
+          key: 'sweep:hourly',
+          window: '1h',
+          windowMs: HOUR_MS,
+          windowStart: at(T0),
+          max: 1_000_000,
+          cost: 1_000_000,
+          ...l,
+        };
+        const r = await stores.decisions.record({
+          decision: d,
+          event: event(d),
+          idemSince: iso(-HOUR),
+          charge: { limits: [limit], denials: [denial] },
+        });
+        return 'recorded' in r ? r.decision.status : 'replay';
+      };
+
+      it('keeps a superseded counter until its successor began one whole window ago', async () => {
+        let now = 0;
+        const budgets = new BudgetService(stores.limits, () => now);
+        for (const n of [0, 1, 2])
+          expect(await charge({ windowStart: at(T0 + n * HOUR_MS) })).to.equal('allow');
+        const year = { key: 'sweep:yearly', window: '8784h', windowMs: YEAR_MS };
+        for (const n of [0, 1])
+          expect(await charge({ ...year, windowStart: at(Y0 + n * YEAR_MS) })).to.equal('allow');
+        // 6 minutes into hour 2 (and 200 days into year 1): hour 0 goes, hour 1 stays, so an
+        // engine whose clock lags by less than an hour still finds it used up.
+        now = T0 + 2 * HOUR_MS + 6 * 60_000;
+        expect(await budgets.sweep()).to.equal(1);
+        expect(await charge({ windowStart: at(T0 + HOUR_MS) })).to.equal('deny');
+        // (Hour 0 starts from zero again: a clock two hours behind is beyond what budgets hold.)
+        expect(await charge({ windowStart: at(T0) })).to.equal('allow');
+        // Up to exactly one window after its successor began, hour 1 stays (hour 0 goes again);
+        // then it goes.
+        now = T0 + 3 * HOUR_MS;
+        expect(await budgets.sweep()).to.equal(1);
+        expect(await charge({ windowStart: at(T0 + HOUR_MS) })).to.equal('deny');
+        now = T0 + 3 * HOUR_MS + 1;
+        expect(await budgets.sweep()).to.equal(1);
+        // A 366-day window is kept for 366 days after its successor began.
+        now = Y0 + 2 * YEAR_MS;
+        expect(await budgets.sweep()).to.equal(0);
+        expect(await charge({ ...year, windowStart: at(Y0) })).to.equal('deny');
+        now = Y0 + 2 * YEAR_MS + 1;
+        expect(await budgets.sweep()).to.equal(1);
+        // The newest counter of each stays for ever.
+        now = Y0 + 100 * YEAR_MS;
+        expect(await budgets.sweep()).to.equal(0);
+        expect((await stores.limits.latest(undefined)).map((c) => [c.key, c.windowStart])).to.deep.equal([
+          ['sweep:hourly', at(T0 + 2 * HOUR_MS)],
+          ['sweep:yearly', at(Y0 + YEAR_MS)],
+        ]);
+      });
+
+      it('deletes 1 s windows once their successor is 1 s old', async () => {
+        let now = 0;
+        const budgets = new BudgetService(stores.limits, () => now);
+        const second_ = { key: 'sweep:secondly', window: '1s', windowMs: 1_000 };
+        for (let n = 0; n < 5; n++)
+          expect(await charge({ ...second_, windowStart: at(T0 + n * 1_000) })).to.equal('allow');
+        now = T0 + 4_500;
+        // Windows 0 to 2 have a successor that began a second or more ago; 3 and 4 stay.
+        expect(await budgets.sweep()).to.equal(3);
+        expect(await charge({ ...second_, windowStart: at(T0 + 3_000) })).to.equal('deny');
       });
     });
 
