@@ -459,6 +459,27 @@ onEveryBackend('agent governance (SPEC §13)', function () {
       expect(await limitsOf(good)).to.deep.equal([]);
     });
 
+    it('takes a max and a cost up to 9007199254.74099 and denies a larger one, naming the ceiling', async () => {
+      const key = `k-${randomUUID()}`;
+      const top = 9007199254.74099;
+      expect((await authorize(spend('spend', [{ key, window: '1h', max: top, cost: top }]))).status).to.equal(
+        200,
+      );
+      expect((await limitsOf(key))[0]).to.include({ used: top, max: top, remaining: 0 });
+      for (const l of [
+        { key, window: '1h', max: 9007199254.740992, cost: 0 },
+        { key, window: '1h', max: 1e12, cost: 0 },
+        { key, window: '1h', max: top, cost: 1e10 },
+      ]) {
+        const r = await authorize(spend('spend', [l]));
+        expect(r.status, JSON.stringify(l)).to.equal(403);
+        expect(r.json.message).to.match(
+          /^invalid limit: .*(max|cost) is too large \(at most 9007199254\.74099\)/,
+        );
+      }
+      expect((await limitsOf(key))[0]).to.include({ used: top });
+    });
+
     it('allows exactly min(N, M) of N concurrent requests against a budget of M', async () => {
       for (const [n, m] of [
         [40, 7],

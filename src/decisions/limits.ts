@@ -12,6 +12,12 @@ const MICRO = 1_000_000;
 const MIN_WINDOW_MS = 1_000;
 const MAX_WINDOW_MS = 366 * 24 * 3600 * 1000;
 const MAX_LIMITS = 16;
+/**
+ * The largest max or cost: counters hold micro-units in a JavaScript number, exact up to 2^53 − 1
+ * (9007199254.740991 units), and the largest double at or below that with 6 decimals is this one
+ * (the next, 9007199254.740992, is 2^53 micro-units). Larger is a malformed limit: a deny.
+ */
+export const MAX_AMOUNT = 9_007_199_254.74099;
 
 export class LimitError extends Error {}
 
@@ -28,11 +34,14 @@ function amount(v: unknown, what: 'cost' | 'max', key: string): number {
       `limit ${JSON.stringify(key)}: ${what} must be a number ≥ 0, got ${JSON.stringify(v) ?? String(v)}`,
     );
   }
+  if (v > MAX_AMOUNT) {
+    throw new LimitError(
+      `limit ${JSON.stringify(key)}: ${what} is too large (at most ${MAX_AMOUNT}), got ${v}`,
+    );
+  }
   let micro = Math.round(v * MICRO);
   if (what === 'cost' && micro / MICRO < v) micro += 1;
   if (what === 'max' && micro / MICRO > v) micro -= 1;
-  if (!Number.isSafeInteger(micro))
-    throw new LimitError(`limit ${JSON.stringify(key)}: ${what} is too large`);
   return micro;
 }
 
