@@ -1,6 +1,6 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { isReservedKind } from './audit/service.js';
+import { isReservedKind } from './audit/kinds.js';
 import path from 'node:path';
 import { ConfigError, repoRoot, type Config, type Role } from './config.js';
 import { VERSION } from './version.js';

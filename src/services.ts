@@ -71,7 +71,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
     { transitioned: (to) => m?.queueTransitions.inc({ status: to }) },
     {
       maxLongPolls: config.maxLongPolls,
-      trail: (id, q) => audit.requestTrail(id, q),
+      trail: (id, tenant, q) => audit.requestTrail(id, tenant, q),
       notified: stores.changes.crossProcess,
     },
   );

@@ -846,6 +846,49 @@ onEveryBackend('audit trail', () => {
       expectError(await ingest(a, { kind: 'no.scope' }, reader), 403);
       expect(await auditCount(a.platform)).to.equal(before);
     });
+
+    it('adds to a queue item’s trail only events of the item’s own tenant', async () => {
+      const queued = async (body: Record<string, unknown>, key?: string) => {
+        const r = await decide(a, body, { key });
+        expect(r.status, r.text).to.equal(202);
+        return r.json.request_id as string;
+      };
+      // Three pending items: one of acme, one of globex (where bob is an editor), one of no tenant.
+      const acmeItem = await queued(HUMAN.approval, acmeKey);
+      const globexItem = await queued({ ...HUMAN.approval, tenant_id: 'globex', user_id: 'bob' });
+      const agentItem = await queued(AGENT.approval, agentKey);
+      const acmeWriter = a.createKey('acme-edge', ['audit:write'], { tenant: 'acme' });
+      const globexReviewer = a.createKey('globex-reviewer', ['queue:read'], { tenant: 'globex' });
+      const acmeReviewer = a.createKey('acme-reviewer', ['queue:read'], { tenant: 'acme' });
+      // A forged approval of each item: by the acme-bound key (its tenant is filled in), and by
+      // an unbound key naming the item's tenant, and naming none.
+      const forge = async (key: string, request_id: string, tenant_id?: string) => {
+        const body = { kind: 'Approved', outcome: 'approved', request_id, message: 'forged', tenant_id };
+        const r = await ingest(a, body, key);
+        expect(r.status, r.text).to.equal(202);
+        return r.json.ids[0] as string;
+      };
+      const acmeOnAcme = await forge(acmeWriter, acmeItem);
+      const acmeOnGlobex = await forge(acmeWriter, globexItem);
+      const acmeOnAgent = await forge(acmeWriter, agentItem);
+      const unboundOnGlobex = await forge(writer, globexItem, 'globex');
+      const unboundUntenantedOnGlobex = await forge(writer, globexItem);
+      const unboundOnAgent = await forge(writer, agentItem);
+
+      const trail = async (id: string, key: string) => {
+        const r = await call('GET', `${a.engine}/v1/queue/${id}/events`, { key });
+        expect(r.status, r.text).to.equal(200);
+        return (r.json.events as { id: string; kind: string; tenant_id: string | null }[]).map((e) =>
+          e.kind === 'decision' ? e.kind : e.id,
+        );
+      };
+      expect(await trail(globexItem, globexReviewer)).to.deep.equal(['decision', unboundOnGlobex]);
+      expect(await trail(acmeItem, acmeReviewer)).to.deep.equal(['decision', acmeOnAcme]);
+      expect(await trail(agentItem, reviewer)).to.deep.equal(['decision', unboundOnAgent]);
+      // Still in the audit log itself, where audit:read sees every tenant's events.
+      const logged = (await auditEvents(a, 'kind=Approved')).map((e) => e.id as string);
+      expect(logged).to.include.members([acmeOnGlobex, acmeOnAgent, unboundUntenantedOnGlobex]);
+    });
   });
 });
 

@@ -5,7 +5,7 @@ import { createHash } from 'node:crypto';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { sha256Hex } from '../src/audit/chain.js';
 import { canonicalJson } from '../src/common/canonical-json.js';
-import { isReservedKind } from '../src/audit/service.js';
+import { isReservedKind } from '../src/audit/kinds.js';
 import type { AuditEvent } from '../src/audit/types.js';
 import { ADMIN_KEY, AGENT, Arbiter, call, HUMAN } from './helpers/harness.js';
 import { checkAnswer } from './helpers/openapi-check.js';

@@ -11,6 +11,7 @@ import { compileSchema } from '../common/validation.js';
 import { admits, narrow } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
 import { checkStoredEvent, GENESIS_HASH } from './chain.js';
+import { isReservedKind } from './kinds.js';
 import type { AuditFilter, AuditStore } from './store.js';
 import type { AuditEvent, NewAuditEvent } from './types.js';
 
@@ -30,25 +31,6 @@ export const OUTCOMES = [
 ] as const;
 
 export const MAX_INGEST_BATCH = 1000;
-
-/**
- * The namespaces of the events Arbiter writes itself: an ingested event cannot use them, so it
- * cannot pass for a decision, a transition or a change (nor make a webhook announce one).
- */
-export const RESERVED_KIND_PREFIXES = [
-  'queue.',
-  'token.',
-  'policy.',
-  'data.',
-  'key.',
-  'webhook.',
-  'shadow.',
-  'limit.',
-];
-
-export function isReservedKind(kind: string): boolean {
-  return kind === 'decision' || RESERVED_KIND_PREFIXES.some((p) => kind.startsWith(p));
-}
 
 const str = (max: number) => ({ type: ['string', 'null'], maxLength: max });
 
@@ -176,10 +158,19 @@ export class AuditService {
   }
 
   /**
-   * Every event of one request (decision, queue transition, token mint and revoke), oldest first,
-   * paginated like a trace. No binding check here: the caller has shown the request is visible.
+   * The events of one request (decision, queue transition, token mint and revoke), oldest first,
+   * paginated like a trace. No binding check here: the caller has shown the request is visible,
+   * and passes the request's tenant. Only events of that tenant are its story: any `audit:write`
+   * key can ingest an event naming any request_id, and one of another tenant (a tenant-bound
+   * key's, even on an untenanted request) must not show to this tenant's reviewers as part of it.
+   * An unbound key may ingest for any tenant, so its events of the request's tenant are included;
+   * they stay ingested events (a kind that is not reserved), which the console marks as reports.
    */
-  async requestTrail(requestId: string, q: PageQuery = {}): Promise<Page<AuditEvent>> {
+  async requestTrail(
+    requestId: string,
+    tenantId: string | null,
+    q: PageQuery = {},
+  ): Promise<Page<AuditEvent>> {
     let after = 0;
     if (q.cursor !== undefined) {
       const m = readCursor(q.cursor, 'request', /^(.+)\|([1-9]\d{0,15})$/);
@@ -188,7 +179,7 @@ export class AuditService {
     }
     const page = await fetchPage(
       q,
-      (limit) => this.store.byRequest(requestId, after, limit),
+      (limit) => this.store.byRequest(requestId, after, limit, { tenant_id: tenantId }),
       (last) => encodeCursor('request', `${requestId}|${last.seq}`),
     );
     return {

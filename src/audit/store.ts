@@ -45,11 +45,15 @@ export interface AuditStore {
   query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent }[]>;
   /** Up to `limit` events of one trace after sequence number `afterSeq`, oldest first. */
   trace(traceId: string, afterSeq: number, limit: number): Promise<{ seq: number; event: AuditEvent }[]>;
-  /** Up to `limit` events of one request (its decision, queue transition, tokens) after `afterSeq`, oldest first. */
+  /**
+   * Up to `limit` events of one request (its decision, queue transition, tokens) after `afterSeq`,
+   * oldest first; with `only`, just those of that tenant (null: of no tenant).
+   */
   byRequest(
     requestId: string,
     afterSeq: number,
     limit: number,
+    only?: { tenant_id: string | null },
   ): Promise<{ seq: number; event: AuditEvent }[]>;
   /** Up to `limit` stored rows after sequence number `afterSeq`, in chain order (verification). */
   chunk(afterSeq: number, limit: number): Promise<StoredEvent[]>;

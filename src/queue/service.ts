@@ -57,8 +57,15 @@ export interface QueueListQuery extends PageQuery {
   until?: string | undefined;
 }
 
-/** Reads the audit events of one request (the audit service's, so the queue needs no audit store). */
-export type RequestTrail = (requestId: string, q: PageQuery) => Promise<Page<AuditEvent>>;
+/**
+ * Reads the audit events of one request of one tenant (the audit service's, so the queue needs no
+ * audit store).
+ */
+export type RequestTrail = (
+  requestId: string,
+  tenantId: string | null,
+  q: PageQuery,
+) => Promise<Page<AuditEvent>>;
 
 export interface QueueObserver {
   transitioned(to: 'approved' | 'denied' | 'expired'): void;
@@ -146,7 +153,8 @@ export class QueueService {
 
   /**
    * The audit trail of one item, oldest first: its decision (with the policy's reasons), its
-   * approval, denial or expiry, and the tokens minted for it. Visible to whoever may see the item.
+   * approval, denial or expiry, and the tokens minted for it, and events ingested about it for
+   * its own tenant. Visible to whoever may see the item.
    */
   async events(
     principal: Principal,
@@ -160,7 +168,7 @@ export class QueueService {
   }> {
     const item = await this.visible(principal, id);
     if (!this.opts.trail) throw new Error('QueueService was built without an audit trail reader');
-    const trail = await this.opts.trail(item.id, q);
+    const trail = await this.opts.trail(item.id, item.tenant_id, q);
     return {
       id: item.id,
       trace_id: item.trace_id,

@@ -159,12 +159,21 @@ export class PgAuditStore implements AuditStore {
     requestId: string,
     afterSeq: number,
     limit: number,
+    only?: { tenant_id: string | null },
   ): Promise<{ seq: number; event: AuditEvent }[]> {
-    const r = await rows<Row>(
-      this.pool,
-      'SELECT seq, body, hash FROM audit_events WHERE request_id = $1 AND seq > $2 ORDER BY seq LIMIT $3',
-      [requestId, afterSeq, limit],
-    );
+    const r =
+      only === undefined
+        ? await rows<Row>(
+            this.pool,
+            'SELECT seq, body, hash FROM audit_events WHERE request_id = $1 AND seq > $2 ORDER BY seq LIMIT $3',
+            [requestId, afterSeq, limit],
+          )
+        : await rows<Row>(
+            this.pool,
+            `SELECT seq, body, hash FROM audit_events
+              WHERE request_id = $1 AND seq > $2 AND tenant_id IS NOT DISTINCT FROM $4 ORDER BY seq LIMIT $3`,
+            [requestId, afterSeq, limit, only.tenant_id],
+          );
     return r.map(fromRow);
   }
 

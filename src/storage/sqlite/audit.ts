@@ -81,6 +81,7 @@ export class SqliteAuditStore implements AuditStore {
   private readonly byTrace: Statement;
   private readonly chunkStmt: Statement;
   private readonly byRequestId: Statement;
+  private readonly byRequestOfTenant: Statement;
   constructor(
     private readonly db: Db,
     private readonly writer: AuditWriter,
@@ -91,6 +92,10 @@ export class SqliteAuditStore implements AuditStore {
     this.chunkStmt = db.prepare(`SELECT ${AUDIT_ROW} FROM audit_events WHERE seq > ? ORDER BY seq LIMIT ?`);
     this.byRequestId = db.prepare(
       'SELECT seq, body, hash FROM audit_events WHERE request_id = ? AND seq > ? ORDER BY seq LIMIT ?',
+    );
+    // `IS` compares as equality that also matches NULL to NULL (an untenanted request).
+    this.byRequestOfTenant = db.prepare(
+      'SELECT seq, body, hash FROM audit_events WHERE request_id = ? AND seq > ? AND tenant_id IS ? ORDER BY seq LIMIT ?',
     );
   }
 
@@ -151,8 +156,13 @@ export class SqliteAuditStore implements AuditStore {
     requestId: string,
     afterSeq: number,
     limit: number,
+    only?: { tenant_id: string | null },
   ): Promise<{ seq: number; event: AuditEvent }[]> {
-    return (this.byRequestId.all(requestId, afterSeq, limit) as Row[]).map(auditFromRow);
+    const found =
+      only === undefined
+        ? this.byRequestId.all(requestId, afterSeq, limit)
+        : this.byRequestOfTenant.all(requestId, afterSeq, only.tenant_id, limit);
+    return (found as Row[]).map(auditFromRow);
   }
 
   async head(): Promise<ChainHead> {
