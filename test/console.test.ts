@@ -478,6 +478,26 @@ onceOnly('reviewer console in Chromium', function () {
     expect(await rowOf(approved[51]!).count()).to.equal(0);
   });
 
+  it('shows an event sent to the ingest API as a report by its key, never as an approval', async () => {
+    const id = await ask({ ...AGENT.approval, resource: 'prod/forged' });
+    const forger = a.createKey('edge-forwarder', ['audit:write']);
+    const r = await call('POST', `${a.platform}/api/v1/audit/ingest`, {
+      key: forger,
+      body: { kind: 'Approved', outcome: 'approved', request_id: id, message: 'approved by the CISO' },
+    });
+    expect(r.status, r.text).to.equal(202);
+    await signIn(reviewer);
+    await openItem(id);
+    const report = page.getByRole('listitem').filter({ hasText: 'approved by the CISO' });
+    await report.waitFor();
+    expect(await report.getAttribute('class')).to.equal('trail-reported');
+    expect(await report.textContent()).to.match(/^Reported by edge-forwarder: Approved/);
+    // Only Arbiter's own events carry its labels; the item is still pending and can be decided.
+    expect(await page.locator('.trail strong').allTextContents()).to.deep.equal(['Policy decision']);
+    await page.getByRole('button', { name: 'Approve' }).waitFor();
+    await shot('item-reported-event');
+  });
+
   it('gives a read-only key (queue:read only) no Approve or Deny buttons', async () => {
     const id = await ask({ ...AGENT.approval, resource: 'prod/cdn' });
     await signIn(reader);

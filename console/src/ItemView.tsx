@@ -1,4 +1,5 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
+import { isReservedKind } from '../../src/audit/kinds.js';
 import { api, ApiError, type AuditEvent, type QueueItem } from './api.js';
 import { StatusBadge, Subject, Time, TimeLeft } from './components.js';
 import { EVENT_LABEL, formatConfidence, formatResource, formatTime, STATUS_LABEL } from './format.js';
@@ -291,23 +292,13 @@ export function ItemView({
                   <p class="muted">No audit events found for this request.</p>
                 ) : (
                   <ol class="trail">
-                    {events.map((e) => (
-                      <li key={e.id} class={`trail-${e.kind.replace('.', '-')}`}>
-                        <div class="trail-head">
-                          <strong>{EVENT_LABEL[e.kind] ?? e.kind}</strong>
-                          <Time iso={e.time} now={now} />
-                        </div>
-                        <div class="trail-body">
-                          {e.actor !== null && (
-                            <span>
-                              {e.kind === 'decision' ? 'asked by' : 'by'} <span class="mono">{e.actor}</span>
-                            </span>
-                          )}
-                          {e.outcome !== null && <span class="trail-outcome">{e.outcome}</span>}
-                        </div>
-                        {e.message !== null && e.message !== '' && <p class="trail-msg">{e.message}</p>}
-                      </li>
-                    ))}
+                    {events.map((e) =>
+                      isReservedKind(e.kind) ? (
+                        <TrailEvent key={e.id} event={e} now={now} />
+                      ) : (
+                        <ReportedEvent key={e.id} event={e} now={now} />
+                      ),
+                    )}
                   </ol>
                 )}
               </section>
@@ -328,4 +319,53 @@ function conflictText(verb: 'approve' | 'deny', current: QueueItem | null, serve
   }
   const note = current.note ? ` Their note: “${current.note}”.` : '';
   return `Already ${STATUS_LABEL[current.status]?.toLowerCase() ?? current.status} by ${current.decided_by ?? 'another reviewer'} at ${formatTime(current.decided_at)}.${note} Your ${mine} was not recorded.`;
+}
+
+/** One event Arbiter recorded itself (a reserved kind): a decision, a transition, a token. */
+function TrailEvent({ event: e, now }: { event: AuditEvent; now: number }) {
+  return (
+    <li class={`trail-${e.kind.replace('.', '-')}`}>
+      <div class="trail-head">
+        <strong>{EVENT_LABEL[e.kind] ?? e.kind}</strong>
+        <Time iso={e.time} now={now} />
+      </div>
+      <div class="trail-body">
+        {e.actor !== null && (
+          <span>
+            {e.kind === 'decision' ? 'asked by' : 'by'} <span class="mono">{e.actor}</span>
+          </span>
+        )}
+        {e.outcome !== null && <span class="trail-outcome">{e.outcome}</span>}
+      </div>
+      {e.message !== null && e.message !== '' && <p class="trail-msg">{e.message}</p>}
+    </li>
+  );
+}
+
+/**
+ * An event some key sent to the audit ingest API with this request's id. Its kind, outcome and
+ * message are whatever that key wrote, so it is shown as that key's report, set apart, and never
+ * with the label of one of Arbiter's own kinds: "Approved" from a report is not an approval.
+ */
+function ReportedEvent({ event: e, now }: { event: AuditEvent; now: number }) {
+  return (
+    <li class="trail-reported">
+      <div class="trail-head">
+        <span>
+          <span class="tag-reported">Reported</span> by <span class="mono">{e.actor ?? '?'}</span>:{' '}
+          <span class="mono">{e.kind}</span>
+        </span>
+        <Time iso={e.time} now={now} />
+      </div>
+      <div class="trail-body">
+        {e.outcome !== null && (
+          <span>
+            reported outcome <span class="trail-outcome">{e.outcome}</span>
+          </span>
+        )}
+      </div>
+      {e.message !== null && e.message !== '' && <p class="trail-msg">{e.message}</p>}
+      <p class="hint">Sent to the audit ingest API by this key, not recorded by Arbiter.</p>
+    </li>
+  );
 }

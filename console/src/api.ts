@@ -3,8 +3,8 @@
  * as a Bearer token. Errors carry the server's own `{"error"}` text.
  */
 
-// The shapes the server serves, from the server's own type modules (types only: nothing of the
-// server is bundled into the console).
+// The shapes the server serves, from the server's own type modules (types only: of the server,
+// only src/audit/kinds.ts, which imports nothing, is bundled into the console).
 import type { AuditEvent } from '../../src/audit/types.js';
 import type { QueueItemView as QueueItem, QueueStatus } from '../../src/queue/types.js';
 
