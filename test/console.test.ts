@@ -1,3 +1,4 @@
+import Database from 'better-sqlite3';
 import { expect } from 'chai';
 import { existsSync, mkdirSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
@@ -496,6 +497,64 @@ onceOnly('reviewer console in Chromium', function () {
     expect(await page.locator('.trail strong').allTextContents()).to.deep.equal(['Policy decision']);
     await page.getByRole('button', { name: 'Approve' }).waitFor();
     await shot('item-reported-event');
+  });
+
+  it('shows invisible and reordering characters in what was asked as marked code points', async () => {
+    const RLO = '\u202E';
+    const ZWSP = '\u200B';
+    const id = await ask({
+      ...AGENT.approval,
+      resource: 'prod/unicode',
+      context: { [`ticket${ZWSP}`]: `CHG-${RLO}2001`, target: `${RLO}bd/dorp` },
+    });
+    // A row stored before identifiers were checked: a resource that shows as "prod/db", and a
+    // zero-width space in the action and in the message.
+    const db = new Database(path.join(a.dataDir, 'arbiter.db'), { fileMustExist: true, timeout: 5000 });
+    try {
+      db.prepare('UPDATE queue_items SET resource = ?, action = ?, message = ? WHERE id = ?').run(
+        JSON.stringify(`${RLO}bd/dorp`),
+        `de${ZWSP}ploy`,
+        `needs${ZWSP} approval ${RLO}ti evorppa`,
+        id,
+      );
+    } finally {
+      db.close();
+    }
+    await signIn(reviewer);
+    const row = rowOf(id);
+    await row.waitFor();
+    const rowText = (await row.textContent()) as string;
+    expect(rowText).to.include('⟨U+202E⟩bd/dorp').and.include('de⟨U+200B⟩ploy');
+    expect(rowText).to.include('needs⟨U+200B⟩ approval ⟨U+202E⟩ti evorppa');
+    expect(await row.getByTitle('⟨U+202E⟩bd/dorp').count()).to.equal(1);
+    await openItem(id);
+    const heading = page.getByRole('heading', { level: 1 });
+    expect(await heading.textContent()).to.match(/^de⟨U\+200B⟩ploy\s+on\s+⟨U\+202E⟩bd\/dorp$/);
+    const context = (await page.getByLabel('Context as JSON').textContent()) as string;
+    expect(context).to.include('"ticket⟨U+200B⟩": "CHG-⟨U+202E⟩2001"');
+    expect(context).to.include('"target": "⟨U+202E⟩bd/dorp"');
+    // Nothing on the page still holds the characters themselves, so nothing is reordered or hidden.
+    const main = (await page.locator('main').textContent()) as string;
+    expect(main).to.not.match(/[\u202E\u200B]/);
+    // What the reviewer sees reads in the order it was sent: each character of the resource in the
+    // heading lies to the right of the one before it (with U+202E in effect they would run leftwards).
+    const lefts = (await page.evaluate(`(() => {
+      const el = document.querySelectorAll('h1 .verbatim')[1];
+      const xs = [];
+      const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+      for (let n = walker.nextNode(); n !== null; n = walker.nextNode()) {
+        for (let i = 0; i < n.textContent.length; i++) {
+          const r = document.createRange();
+          r.setStart(n, i);
+          r.setEnd(n, i + 1);
+          xs.push(r.getBoundingClientRect().left);
+        }
+      }
+      return xs;
+    })()`)) as number[];
+    expect(lefts.length).to.equal('⟨U+202E⟩bd/dorp'.length);
+    for (let i = 1; i < lefts.length; i++) expect(lefts[i], `character ${i}`).to.be.above(lefts[i - 1]!);
+    await shot('item-invisible-characters');
   });
 
   it('gives a read-only key (queue:read only) no Approve or Deny buttons', async () => {

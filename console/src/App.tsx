@@ -1,5 +1,6 @@
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import { api, ApiError, holds, serverNow, type QueueItem, type Whoami } from './api.js';
+import { Verbatim } from './components.js';
 import { HistoryView } from './HistoryView.js';
 import { ItemView } from './ItemView.js';
 import { PendingView } from './PendingView.js';
@@ -177,15 +178,28 @@ function Console({
         </nav>
         <div class="identity">
           <span class="who" title="The API key you signed in with">
-            <span class="muted-inverse">Signed in as</span> <strong>{me.name}</strong>
+            <span class="muted-inverse">Signed in as</span>{' '}
+            <strong>
+              <Verbatim value={me.name} />
+            </strong>
           </span>
           <span
             class="chip"
             title={me.tenant === null ? 'This key is not bound to a tenant' : 'This key is bound to a tenant'}
           >
-            {me.tenant === null ? 'all tenants' : `tenant ${me.tenant}`}
+            {me.tenant === null ? (
+              'all tenants'
+            ) : (
+              <>
+                tenant <Verbatim value={me.tenant} />
+              </>
+            )}
           </span>
-          {me.agent !== null && <span class="chip">agent {me.agent}</span>}
+          {me.agent !== null && (
+            <span class="chip">
+              agent <Verbatim value={me.agent} />
+            </span>
+          )}
           {!canReview && (
             <span class="chip chip-warn" title="This key lacks scope queue:review">
               read-only

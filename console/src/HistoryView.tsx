@@ -1,6 +1,7 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, ApiError, type QueueItem } from './api.js';
-import { RequestLink, Resource, StatusBadge, Subject, Time } from './components.js';
+import { RequestLink, Resource, StatusBadge, Subject, Time, Verbatim } from './components.js';
+import { visible } from './format.js';
 
 const PAGE = 50;
 
@@ -119,16 +120,28 @@ export function HistoryView({
                 <td>
                   <Subject item={item} />
                 </td>
-                <td class="mono">{item.tenant_id ?? <span class="muted">—</span>}</td>
                 <td>
-                  <span class="mono">{item.action}</span>
+                  {item.tenant_id === null ? (
+                    <span class="muted">—</span>
+                  ) : (
+                    <Verbatim class="mono" value={item.tenant_id} />
+                  )}
+                </td>
+                <td>
+                  <Verbatim class="mono" value={item.action} />
                 </td>
                 <td class="cell-resource">
                   <Resource item={item} />
                 </td>
-                <td>{item.decided_by ?? <span class="muted">— (expired)</span>}</td>
-                <td class="col-fill" title={item.note ?? undefined}>
-                  {item.note ?? <span class="muted">—</span>}
+                <td>
+                  {item.decided_by === null ? (
+                    <span class="muted">— (expired)</span>
+                  ) : (
+                    <Verbatim value={item.decided_by} />
+                  )}
+                </td>
+                <td class="col-fill" title={item.note === null ? undefined : visible(item.note, '\n')}>
+                  {item.note === null ? <span class="muted">—</span> : <Verbatim prose value={item.note} />}
                 </td>
               </tr>
             ))}

@@ -1,12 +1,13 @@
+import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { isReservedKind } from '../../src/audit/kinds.js';
 import { api, ApiError, type AuditEvent, type QueueItem } from './api.js';
-import { StatusBadge, Subject, Time, TimeLeft } from './components.js';
+import { Json, StatusBadge, Subject, Time, TimeLeft, Verbatim } from './components.js';
 import { EVENT_LABEL, formatConfidence, formatResource, formatTime, STATUS_LABEL } from './format.js';
 
 const NOTE_MAX = 2000;
 
-type Outcome = { tone: 'success' | 'conflict' | 'error'; text: string } | null;
+type Outcome = { tone: 'success' | 'conflict' | 'error'; text: ComponentChildren } | null;
 
 export function ItemView({
   apiKey,
@@ -105,7 +106,7 @@ export function ItemView({
       </p>
       {loadError !== null && (
         <div class="notice notice-error" role="alert">
-          Cannot show request <span class="mono">{id}</span>: {loadError}
+          Cannot show request <Verbatim class="mono" value={id} />: {loadError}
         </div>
       )}
       {item === null && loadError === null && <p role="status">Loading request…</p>}
@@ -113,13 +114,13 @@ export function ItemView({
         <>
           <div class="item-head">
             <h1 id="item-title" ref={heading} tabIndex={-1}>
-              <span class="mono">{item.action}</span> <span class="muted">on</span>{' '}
-              <span class="mono">{formatResource(item.resource)}</span>
+              <Verbatim class="mono" value={item.action} /> <span class="muted">on</span>{' '}
+              <Verbatim class="mono" value={formatResource(item.resource)} />
             </h1>
             <StatusBadge status={item.status} />
           </div>
           <p class="item-sub">
-            <Subject item={item} /> · {item.message}
+            <Subject item={item} /> · <Verbatim prose value={item.message} />
           </p>
           <div class="item-grid">
             <div class="item-main">
@@ -132,7 +133,9 @@ export function ItemView({
                 ) : (
                   <ul class="reasons">
                     {reasons.map((r, i) => (
-                      <li key={i}>{String(r)}</li>
+                      <li key={i}>
+                        <Verbatim prose value={String(r)} />
+                      </li>
                     ))}
                   </ul>
                 )}
@@ -146,7 +149,7 @@ export function ItemView({
                   <p class="muted">The request carried no context.</p>
                 ) : (
                   <pre class="json" tabIndex={0} aria-label="Context as JSON">
-                    {JSON.stringify(item.context, null, 2)}
+                    <Json value={item.context} />
                   </pre>
                 )}
               </section>
@@ -160,13 +163,28 @@ export function ItemView({
                     <StatusBadge status={item.status} />
                   </dd>
                   <dt>{item.kind === 'agent' ? 'Agent' : 'User'}</dt>
-                  <dd class="mono">{item.kind === 'agent' ? item.agent_id : item.user_id}</dd>
+                  <dd>
+                    <Verbatim
+                      class="mono"
+                      value={(item.kind === 'agent' ? item.agent_id : item.user_id) ?? ''}
+                    />
+                  </dd>
                   <dt>Tenant</dt>
-                  <dd>{item.tenant_id ?? <span class="muted">none</span>}</dd>
+                  <dd>
+                    {item.tenant_id === null ? (
+                      <span class="muted">none</span>
+                    ) : (
+                      <Verbatim class="mono" value={item.tenant_id} />
+                    )}
+                  </dd>
                   <dt>Action</dt>
-                  <dd class="mono">{item.action}</dd>
+                  <dd>
+                    <Verbatim class="mono" value={item.action} />
+                  </dd>
                   <dt>Resource</dt>
-                  <dd class="mono">{formatResource(item.resource)}</dd>
+                  <dd>
+                    <Verbatim class="mono" value={formatResource(item.resource)} />
+                  </dd>
                   {item.kind === 'agent' && (
                     <>
                       <dt>Confidence</dt>
@@ -174,7 +192,9 @@ export function ItemView({
                     </>
                   )}
                   <dt>Message</dt>
-                  <dd>{item.message}</dd>
+                  <dd>
+                    <Verbatim prose value={item.message} />
+                  </dd>
                   <dt>Received</dt>
                   <dd>
                     <Time iso={item.created_at} now={now} />
@@ -194,13 +214,25 @@ export function ItemView({
                   {item.status !== 'pending' && (
                     <>
                       <dt>Decided by</dt>
-                      <dd>{item.decided_by ?? <span class="muted">nobody (expired)</span>}</dd>
+                      <dd>
+                        {item.decided_by === null ? (
+                          <span class="muted">nobody (expired)</span>
+                        ) : (
+                          <Verbatim value={item.decided_by} />
+                        )}
+                      </dd>
                       <dt>Decided at</dt>
                       <dd>
                         <Time iso={item.decided_at} now={now} />
                       </dd>
                       <dt>Note</dt>
-                      <dd class="note-text">{item.note ?? <span class="muted">none</span>}</dd>
+                      <dd class="note-text">
+                        {item.note === null ? (
+                          <span class="muted">none</span>
+                        ) : (
+                          <Verbatim prose value={item.note} />
+                        )}
+                      </dd>
                     </>
                   )}
                 </dl>
@@ -278,9 +310,13 @@ export function ItemView({
                 ) : (
                   <p class="decided-summary">
                     <StatusBadge status={item.status} />{' '}
-                    {item.status === 'expired'
-                      ? `Nobody decided before ${formatTime(item.expires_at, now)}.`
-                      : `by ${item.decided_by ?? '?'} at ${formatTime(item.decided_at, now)}`}
+                    {item.status === 'expired' ? (
+                      `Nobody decided before ${formatTime(item.expires_at, now)}.`
+                    ) : (
+                      <>
+                        by <Verbatim value={item.decided_by ?? '?'} /> at {formatTime(item.decided_at, now)}
+                      </>
+                    )}
                   </p>
                 )}
               </section>
@@ -310,15 +346,31 @@ export function ItemView({
   );
 }
 
-function conflictText(verb: 'approve' | 'deny', current: QueueItem | null, serverMessage: string): string {
+function conflictText(
+  verb: 'approve' | 'deny',
+  current: QueueItem | null,
+  serverMessage: string,
+): ComponentChildren {
   const mine = verb === 'approve' ? 'approval' : 'denial';
   if (current === null || current.status === 'pending')
     return `${serverMessage}. Your ${mine} was not recorded.`;
   if (current.status === 'expired') {
     return `This request expired at ${formatTime(current.expires_at)} before anyone decided it. Your ${mine} was not recorded.`;
   }
-  const note = current.note ? ` Their note: “${current.note}”.` : '';
-  return `Already ${STATUS_LABEL[current.status]?.toLowerCase() ?? current.status} by ${current.decided_by ?? 'another reviewer'} at ${formatTime(current.decided_at)}.${note} Your ${mine} was not recorded.`;
+  return (
+    <>
+      Already {STATUS_LABEL[current.status]?.toLowerCase() ?? current.status} by{' '}
+      <Verbatim value={current.decided_by ?? 'another reviewer'} /> at {formatTime(current.decided_at)}.
+      {current.note ? (
+        <>
+          {' '}
+          Their note: “<Verbatim prose value={current.note} />
+          ”.
+        </>
+      ) : null}{' '}
+      Your {mine} was not recorded.
+    </>
+  );
 }
 
 /** One event Arbiter recorded itself (a reserved kind): a decision, a transition, a token. */
@@ -332,12 +384,16 @@ function TrailEvent({ event: e, now }: { event: AuditEvent; now: number }) {
       <div class="trail-body">
         {e.actor !== null && (
           <span>
-            {e.kind === 'decision' ? 'asked by' : 'by'} <span class="mono">{e.actor}</span>
+            {e.kind === 'decision' ? 'asked by' : 'by'} <Verbatim class="mono" value={e.actor} />
           </span>
         )}
         {e.outcome !== null && <span class="trail-outcome">{e.outcome}</span>}
       </div>
-      {e.message !== null && e.message !== '' && <p class="trail-msg">{e.message}</p>}
+      {e.message !== null && e.message !== '' && (
+        <p class="trail-msg">
+          <Verbatim prose value={e.message} />
+        </p>
+      )}
     </li>
   );
 }
@@ -352,8 +408,8 @@ function ReportedEvent({ event: e, now }: { event: AuditEvent; now: number }) {
     <li class="trail-reported">
       <div class="trail-head">
         <span>
-          <span class="tag-reported">Reported</span> by <span class="mono">{e.actor ?? '?'}</span>:{' '}
-          <span class="mono">{e.kind}</span>
+          <span class="tag-reported">Reported</span> by <Verbatim class="mono" value={e.actor ?? '?'} />:{' '}
+          <Verbatim class="mono" value={e.kind} />
         </span>
         <Time iso={e.time} now={now} />
       </div>
@@ -364,7 +420,11 @@ function ReportedEvent({ event: e, now }: { event: AuditEvent; now: number }) {
           </span>
         )}
       </div>
-      {e.message !== null && e.message !== '' && <p class="trail-msg">{e.message}</p>}
+      {e.message !== null && e.message !== '' && (
+        <p class="trail-msg">
+          <Verbatim prose value={e.message} />
+        </p>
+      )}
       <p class="hint">Sent to the audit ingest API by this key, not recorded by Arbiter.</p>
     </li>
   );

@@ -1,8 +1,8 @@
 import { useRef } from 'preact/hooks';
 import type { Pending } from './App.js';
 import { PENDING_LIMIT } from './App.js';
-import { RequestLink, Resource, Subject, Time, TimeLeft } from './components.js';
-import { formatConfidence } from './format.js';
+import { RequestLink, Resource, Subject, Time, TimeLeft, Verbatim } from './components.js';
+import { formatConfidence, visible } from './format.js';
 
 /** How long a newly arrived row stays highlighted. */
 const FRESH_MS = 4000;
@@ -83,9 +83,15 @@ export function PendingView({ pending, now }: { pending: Pending; now: number })
                 <td>
                   <Subject item={item} />
                 </td>
-                <td class="mono">{item.tenant_id ?? <span class="muted">—</span>}</td>
                 <td>
-                  <span class="mono">{item.action}</span>
+                  {item.tenant_id === null ? (
+                    <span class="muted">—</span>
+                  ) : (
+                    <Verbatim class="mono" value={item.tenant_id} />
+                  )}
+                </td>
+                <td>
+                  <Verbatim class="mono" value={item.action} />
                 </td>
                 <td class="cell-resource">
                   <Resource item={item} />
@@ -97,8 +103,8 @@ export function PendingView({ pending, now }: { pending: Pending; now: number })
                 <td class="num">
                   <TimeLeft item={item} now={now} />
                 </td>
-                <td class="col-fill" title={item.message}>
-                  {item.message}
+                <td class="col-fill" title={visible(item.message)}>
+                  <Verbatim prose value={item.message} />
                 </td>
               </tr>
             ))}

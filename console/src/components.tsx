@@ -1,13 +1,87 @@
+import type { ComponentChild } from 'preact';
 import type { QueueItem, QueueStatus } from './api.js';
 import {
   formatResource,
   formatTime,
   isUrgent,
+  pieces,
   shortId,
   STATUS_LABEL,
   subjectOf,
   timeLeft,
+  visible,
 } from './format.js';
+
+/**
+ * Every string an agent, a policy or another key chose (ids, actions, resources, context,
+ * messages, notes, ingested kinds) is shown through this: isolated in its own direction, so it
+ * cannot reorder the text around it, and with each invisible or reordering character shown as a
+ * marked ⟨U+XXXX⟩ token, so a reviewer sees exactly what was asked. `prose` (messages, notes)
+ * takes its direction from its first strong character and keeps its line breaks; anything else
+ * (an identifier) reads left to right, as it is compared.
+ */
+export function Verbatim({
+  value,
+  prose = false,
+  class: className,
+}: {
+  value: string;
+  prose?: boolean;
+  class?: string;
+}) {
+  return (
+    <bdi dir={prose ? 'auto' : 'ltr'} class={className === undefined ? 'verbatim' : `verbatim ${className}`}>
+      {pieces(value, prose ? '\n' : '').map((p) =>
+        'text' in p ? (
+          p.text
+        ) : (
+          <span class="invisible-char" title={`${p.code} ${p.name}: in the value as sent, normally unseen`}>
+            ⟨{p.code}⟩
+          </span>
+        ),
+      )}
+    </bdi>
+  );
+}
+
+/**
+ * A JSON value laid out as JSON.stringify(value, null, 2) lays it out, with every key and string
+ * shown by Verbatim: each isolated, so a right-to-left value cannot pull a key's punctuation or
+ * its neighbour into its run.
+ */
+export function Json({ value }: { value: unknown }) {
+  const out: ComponentChild[] = [];
+  jsonInto(value, '', out);
+  return <>{out}</>;
+}
+
+function jsonInto(v: unknown, indent: string, out: ComponentChild[]): void {
+  if (typeof v === 'string') {
+    out.push(<Verbatim value={JSON.stringify(v)} />);
+    return;
+  }
+  if (v === null || typeof v !== 'object') {
+    out.push(JSON.stringify(v) ?? 'null');
+    return;
+  }
+  const inner = `${indent}  `;
+  const entries: [string | null, unknown][] = Array.isArray(v)
+    ? v.map((x) => [null, x])
+    : Object.entries(v as Record<string, unknown>);
+  const [open, close] = Array.isArray(v) ? ['[', ']'] : ['{', '}'];
+  if (entries.length === 0) {
+    out.push(open + close);
+    return;
+  }
+  out.push(`${open}\n`);
+  entries.forEach(([k, x], i) => {
+    out.push(inner);
+    if (k !== null) out.push(<Verbatim value={JSON.stringify(k)} />, ': ');
+    jsonInto(x, inner, out);
+    out.push(i < entries.length - 1 ? ',\n' : '\n');
+  });
+  out.push(indent + close);
+}
 
 export function StatusBadge({ status }: { status: QueueStatus | string }) {
   return <span class={`badge badge-${status}`}>{STATUS_LABEL[status] ?? status}</span>;
@@ -26,7 +100,7 @@ export function Subject({ item }: { item: QueueItem }) {
   const s = subjectOf(item);
   return (
     <span class="subject">
-      <span class="subject-kind">{s.kind}</span> <span class="mono">{s.id}</span>
+      <span class="subject-kind">{s.kind}</span> <Verbatim class="mono" value={s.id} />
     </span>
   );
 }
@@ -34,8 +108,8 @@ export function Subject({ item }: { item: QueueItem }) {
 export function Resource({ item }: { item: QueueItem }) {
   const r = formatResource(item.resource);
   return (
-    <span class="mono truncate" title={r}>
-      {r}
+    <span class="mono truncate" title={visible(r)}>
+      <Verbatim value={r} />
     </span>
   );
 }

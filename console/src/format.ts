@@ -71,3 +71,67 @@ export const EVENT_LABEL: Record<string, string> = {
   'token.mint': 'Token minted',
   'token.revoke': 'Token revoked',
 };
+
+/**
+ * Characters a reader would not see, or that change how the characters around them are shown:
+ * format characters (\p{Cf}: bidi overrides and isolates, zero-width spaces and joiners, tags),
+ * controls, surrogates, private-use and unassigned code points, every space but U+0020, line and
+ * paragraph separators, and the rest of Unicode's default-ignorables (variation selectors, Hangul
+ * fillers). An agent chooses these strings, so "\u202Ebd/dorp" must not read as "prod/db".
+ */
+const INVISIBLE = /[\p{Cf}\p{Cc}\p{Cs}\p{Co}\p{Cn}\p{Zs}\p{Zl}\p{Zp}\p{Default_Ignorable_Code_Point}]/u;
+
+/** Names for the invisible characters a reviewer is most likely to meet (shown on hover). */
+const INVISIBLE_NAMES: Record<number, string> = {
+  0x00a0: 'NO-BREAK SPACE',
+  0x00ad: 'SOFT HYPHEN',
+  0x061c: 'ARABIC LETTER MARK',
+  0x200b: 'ZERO WIDTH SPACE',
+  0x200c: 'ZERO WIDTH NON-JOINER',
+  0x200d: 'ZERO WIDTH JOINER',
+  0x200e: 'LEFT-TO-RIGHT MARK',
+  0x200f: 'RIGHT-TO-LEFT MARK',
+  0x202a: 'LEFT-TO-RIGHT EMBEDDING',
+  0x202b: 'RIGHT-TO-LEFT EMBEDDING',
+  0x202c: 'POP DIRECTIONAL FORMATTING',
+  0x202d: 'LEFT-TO-RIGHT OVERRIDE',
+  0x202e: 'RIGHT-TO-LEFT OVERRIDE',
+  0x2060: 'WORD JOINER',
+  0x2066: 'LEFT-TO-RIGHT ISOLATE',
+  0x2067: 'RIGHT-TO-LEFT ISOLATE',
+  0x2068: 'FIRST STRONG ISOLATE',
+  0x2069: 'POP DIRECTIONAL ISOLATE',
+  0xfeff: 'ZERO WIDTH NO-BREAK SPACE',
+};
+
+/** One piece of a string as shown: text as it is, or an invisible character made visible. */
+export type Piece = { text: string } | { code: string; name: string };
+
+/**
+ * Splits `value` into visible text and invisible characters, each of those as its code point
+ * ("U+202E"). `keep` lists characters that are shown as they are (a note's line breaks).
+ */
+export function pieces(value: string, keep = ''): Piece[] {
+  const out: Piece[] = [];
+  let run = '';
+  for (const ch of value) {
+    if (ch === ' ' || keep.includes(ch) || !INVISIBLE.test(ch)) {
+      run += ch;
+      continue;
+    }
+    if (run !== '') out.push({ text: run });
+    run = '';
+    const cp = ch.codePointAt(0) as number;
+    const code = `U+${cp.toString(16).toUpperCase().padStart(4, '0')}`;
+    out.push({ code, name: INVISIBLE_NAMES[cp] ?? 'invisible character' });
+  }
+  if (run !== '') out.push({ text: run });
+  return out;
+}
+
+/** `value` with each invisible character as a ⟨U+XXXX⟩ token: for a title attribute. */
+export function visible(value: string, keep = ''): string {
+  return pieces(value, keep)
+    .map((p) => ('text' in p ? p.text : `⟨${p.code}⟩`))
+    .join('');
+}
