@@ -374,6 +374,37 @@ onceOnly('reviewer console in Chromium', function () {
     await page.getByRole('heading', { name: /deploy\s+on\s+prod\/deep-link/ }).waitFor();
   });
 
+  it('shows a link that names no view, or an id that does not decode, as not found with a way back', async () => {
+    await signIn(reviewer);
+    for (const hash of ['#/item/%E0%A4%A', '#/item/%', '#/nowhere']) {
+      // Opened afresh, as a link from elsewhere would be (the key is still in this tab).
+      await page.goto('about:blank');
+      await page.goto(`${a.engine}/console/${hash}`);
+      await page.getByRole('heading', { name: 'Page not found' }).waitFor();
+      expect(await page.locator('main').textContent()).to.include(hash);
+    }
+    await shot('not-found');
+    await page
+      .getByRole('main')
+      .getByRole('link', { name: /Pending requests/ })
+      .click();
+    await page.getByRole('heading', { name: 'Pending requests' }).waitFor();
+    // The same from within the page (a hash change, no load).
+    await page.evaluate(`location.hash = '#/item/%E0%A4%A'`);
+    await page.getByRole('heading', { name: 'Page not found' }).waitFor();
+  });
+
+  it('skips to the content without leaving the view it is on', async () => {
+    const id = await ask({ ...AGENT.approval, resource: 'prod/skip' });
+    await signIn(reviewer);
+    await openItem(id);
+    await page.getByRole('link', { name: 'Skip to content' }).focus();
+    await page.keyboard.press('Enter');
+    expect(await page.evaluate('document.activeElement.id')).to.equal('main');
+    await page.waitForTimeout(100);
+    await page.getByRole('heading', { name: /deploy\s+on\s+prod\/skip/ }).waitFor({ timeout: 500 });
+  });
+
   it('approves with a note: the item leaves the pending list and the API shows who and why', async () => {
     const id = await ask(AGENT.approval);
     await signIn(reviewer);

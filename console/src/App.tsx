@@ -12,13 +12,29 @@ const POLL_MS = 1000;
 /** Pending items fetched per poll; the oldest come first, and the view says when there are more. */
 export const PENDING_LIMIT = 200;
 
-export type Route = { view: 'pending' } | { view: 'history' } | { view: 'item'; id: string };
+export type Route =
+  | { view: 'pending' }
+  | { view: 'history' }
+  | { view: 'item'; id: string }
+  | { view: 'not-found'; hash: string };
 
+/**
+ * The view a location hash names. Anyone can send a reviewer a link, so a hash that names no
+ * view, or an item id whose percent-encoding does not decode (`#/item/%E0%A4%A`), is a view of
+ * its own that says so: never an exception, which would leave the page blank.
+ */
 function parseRoute(hash: string): Route {
-  const m = /^#\/item\/([^/]+)$/.exec(hash);
-  if (m) return { view: 'item', id: decodeURIComponent(m[1] as string) };
+  if (hash === '' || hash === '#' || hash === '#/' || hash === '#/pending') return { view: 'pending' };
   if (hash === '#/history') return { view: 'history' };
-  return { view: 'pending' };
+  const m = /^#\/item\/([^/]+)$/.exec(hash);
+  if (m) {
+    try {
+      return { view: 'item', id: decodeURIComponent(m[1] as string) };
+    } catch {
+      // A malformed escape (URIError): not an id anything could have linked to.
+    }
+  }
+  return { view: 'not-found', hash };
 }
 
 function useRoute(): Route {
@@ -150,12 +166,22 @@ function Console({
         ? 'History · Arbiter'
         : route.view === 'item'
           ? 'Request · Arbiter'
-          : `(${pending.items.length}${pending.more ? '+' : ''}) Pending · Arbiter`;
+          : route.view === 'not-found'
+            ? 'Not found · Arbiter'
+            : `(${pending.items.length}${pending.more ? '+' : ''}) Pending · Arbiter`;
   }, [route, pending.items.length, pending.more]);
 
   return (
     <div class="shell">
-      <a class="skip-link" href="#main">
+      {/* Moves focus without touching the hash: the hash is the route (#main names no view). */}
+      <a
+        class="skip-link"
+        href="#main"
+        onClick={(e) => {
+          e.preventDefault();
+          document.getElementById('main')?.focus();
+        }}
+      >
         Skip to content
       </a>
       <header class="topbar">
@@ -210,8 +236,9 @@ function Console({
           </button>
         </div>
       </header>
-      <main id="main" class="main">
+      <main id="main" class="main" tabIndex={-1}>
         {route.view === 'pending' && <PendingView pending={pending} now={now} />}
+        {route.view === 'not-found' && <NotFound hash={route.hash} />}
         {route.view === 'history' && (
           <HistoryView apiKey={apiKey} now={now} onUnauthorized={onUnauthorized} />
         )}
@@ -228,5 +255,25 @@ function Console({
         )}
       </main>
     </div>
+  );
+}
+
+/** A link that names no view of the console: what it was, and the way back to the list. */
+function NotFound({ hash }: { hash: string }) {
+  const heading = useRef<HTMLHeadingElement>(null);
+  useEffect(() => heading.current?.focus(), [hash]);
+  return (
+    <section aria-labelledby="not-found-title" class="not-found">
+      <h1 id="not-found-title" ref={heading} tabIndex={-1}>
+        Page not found
+      </h1>
+      <p>
+        The link <Verbatim class="mono" value={hash} /> does not name a view of the console or a request it
+        could show. It may have been cut short or altered.
+      </p>
+      <p>
+        <a href="#/pending">← Pending requests</a>
+      </p>
+    </section>
   );
 }
