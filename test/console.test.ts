@@ -601,6 +601,42 @@ onceOnly('reviewer console in Chromium', function () {
     expect((await item(id)).status).to.equal('pending');
   });
 
+  it('gives Approve and Deny only to a key that could decide: not to an agent-bound key, nor to the asker', async () => {
+    const theirs = await ask({ ...AGENT.approval, resource: 'prod/theirs' });
+    const self = a.createKey('self-reviewer', ['authorize', 'queue:read', 'queue:review']);
+    const r = await call('POST', `${a.engine}/v1/agent/authorize`, {
+      key: self,
+      body: { ...AGENT.approval, resource: 'prod/mine' },
+    });
+    expect(r.status, r.text).to.equal(202);
+    const mine = r.json.request_id as string;
+    const decisionPanel = page.getByRole('region', { name: 'Decision' });
+
+    // A key bound to the agent sees its requests and may decide none of them.
+    const botReviewer = a.createKey('bot-reviewer', ['queue:read', 'queue:review'], { agent: 'deploy-bot' });
+    await signIn(botReviewer);
+    await page.getByText('read-only').waitFor();
+    await openItem(theirs);
+    await decisionPanel.getByText(/bound to agent\s+deploy-bot/).waitFor();
+    expect(await page.getByRole('button', { name: 'Approve' }).count()).to.equal(0);
+    expect(await page.getByRole('button', { name: 'Deny' }).count()).to.equal(0);
+    await shot('item-agent-bound');
+    expectError(await call('POST', `${a.engine}/v1/queue/${theirs}/approve`, { key: botReviewer }), 403);
+
+    // The key that made a request: no buttons on that one, buttons on another's.
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await signIn(self);
+    expect(await page.getByText('read-only').count()).to.equal(0);
+    await openItem(mine);
+    await decisionPanel.getByText(/Your key made this request/).waitFor();
+    expect(await page.getByRole('button', { name: 'Approve' }).count()).to.equal(0);
+    expect(await page.getByRole('button', { name: 'Deny' }).count()).to.equal(0);
+    expectError(await call('POST', `${a.engine}/v1/queue/${mine}/approve`, { key: self }), 403);
+    await page.goto(`${a.engine}/console/#/item/${theirs}`);
+    await page.getByRole('button', { name: 'Approve' }).waitFor();
+    expect((await item(mine)).status).to.equal('pending');
+  });
+
   it('shows a tenant-bound reviewer only its tenant’s items', async () => {
     const acmeItem = await ask({ ...HUMAN.approval, resource: { type: 'project', id: 'acme-web' } });
     const globexItem = await ask({

@@ -1,5 +1,5 @@
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import { api, ApiError, holds, serverNow, type QueueItem, type Whoami } from './api.js';
+import { api, ApiError, cannotReview, holds, serverNow, type QueueItem, type Whoami } from './api.js';
 import { Verbatim } from './components.js';
 import { HistoryView } from './HistoryView.js';
 import { ItemView } from './ItemView.js';
@@ -158,7 +158,7 @@ function Console({
   const route = useRoute();
   const now = useNow();
   const { pending, drop } = usePending(apiKey, onUnauthorized);
-  const canReview = holds(me, 'queue:review');
+  const readOnly = cannotReview(me);
 
   useEffect(() => {
     document.title =
@@ -226,8 +226,15 @@ function Console({
               agent <Verbatim value={me.agent} />
             </span>
           )}
-          {!canReview && (
-            <span class="chip chip-warn" title="This key lacks scope queue:review">
+          {readOnly !== null && (
+            <span
+              class="chip chip-warn"
+              title={
+                readOnly === 'scope'
+                  ? 'This key lacks scope queue:review'
+                  : 'This key is bound to an agent: it cannot decide requests'
+              }
+            >
               read-only
             </span>
           )}
@@ -248,7 +255,7 @@ function Console({
             apiKey={apiKey}
             id={route.id}
             now={now}
-            canReview={canReview}
+            me={me}
             onDecided={drop}
             onUnauthorized={onUnauthorized}
           />

@@ -1,7 +1,7 @@
 import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { isReservedKind } from '../../src/audit/kinds.js';
-import { api, ApiError, type AuditEvent, type QueueItem } from './api.js';
+import { api, ApiError, cannotReview, type AuditEvent, type QueueItem, type Whoami } from './api.js';
 import { Json, StatusBadge, Subject, Time, TimeLeft, Verbatim } from './components.js';
 import { EVENT_LABEL, formatConfidence, formatResource, formatTime, STATUS_LABEL } from './format.js';
 
@@ -13,14 +13,14 @@ export function ItemView({
   apiKey,
   id,
   now,
-  canReview,
+  me,
   onDecided,
   onUnauthorized,
 }: {
   apiKey: string;
   id: string;
   now: number;
-  canReview: boolean;
+  me: Whoami;
   onDecided: (id: string) => void;
   onUnauthorized: (message: string) => void;
 }) {
@@ -96,6 +96,23 @@ export function ItemView({
   const back = item !== null && item.status !== 'pending' && outcome === null ? 'history' : 'pending';
   const decision = events?.find((e) => e.kind === 'decision');
   const reasons = Array.isArray(decision?.details.reasons) ? (decision.details.reasons as unknown[]) : null;
+  // Approve and Deny only where they could succeed. The key that made a request cannot decide it:
+  // an item does not say which key asked, its decision's audit event does (actor: the key's
+  // name, unique among keys), so the buttons wait for the trail.
+  const never = cannotReview(me);
+  const refusal: ComponentChildren =
+    never === 'scope' ? (
+      <>
+        Your key can read the queue but not decide: it lacks <code>queue:review</code>.
+      </>
+    ) : never === 'agent' ? (
+      <>
+        Your key is bound to agent <Verbatim class="mono" value={me.agent ?? ''} />, and a key bound to an
+        agent cannot decide requests.
+      </>
+    ) : decision !== undefined && decision.actor === me.name ? (
+      'Your key made this request, and the key that made a request cannot decide it.'
+    ) : null;
 
   return (
     <section aria-labelledby="item-title" class="item-view">
@@ -260,7 +277,11 @@ export function ItemView({
                   )}
                 </div>
                 {item.status === 'pending' ? (
-                  canReview ? (
+                  refusal !== null ? (
+                    <p class="muted">{refusal}</p>
+                  ) : events === null ? (
+                    <p class="muted">Loading…</p>
+                  ) : (
                     <form
                       onSubmit={(e) => {
                         e.preventDefault();
@@ -302,10 +323,6 @@ export function ItemView({
                         </button>
                       </div>
                     </form>
-                  ) : (
-                    <p class="muted">
-                      Your key can read the queue but not decide: it lacks <code>queue:review</code>.
-                    </p>
                   )
                 ) : (
                   <p class="decided-summary">

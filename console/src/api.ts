@@ -82,6 +82,18 @@ export function holds(me: Whoami, scope: string): boolean {
   return me.scopes.includes(scope) || me.scopes.includes('admin');
 }
 
+/**
+ * Why the key can decide no request at all, or null when it may decide some. The server's rule
+ * (QueueService.decide): deciding needs queue:review, and a key bound to an agent sees only that
+ * agent's requests and may decide none of them. Buttons that could only ever answer 403 are not
+ * shown. (Whether this key made a given request is the item view's to tell.)
+ */
+export function cannotReview(me: Whoami): 'scope' | 'agent' | null {
+  if (!holds(me, 'queue:review')) return 'scope';
+  if (me.agent !== null) return 'agent';
+  return null;
+}
+
 export const api = {
   whoami: (key: string) => request<Whoami>(key, 'GET', '/v1/whoami'),
   list: (key: string, status: string, limit: number, cursor?: string | null) => {
