@@ -254,6 +254,22 @@ onceOnly('reviewer console in Chromium', function () {
     return r.json.request_id as string;
   }
 
+  /**
+   * Rewrites a stored queue item behind the running service (SQLite; these tests run on it): a row
+   * as an older version stored it, or a value no example policy queues.
+   */
+  function restore(id: string, fields: { resource?: string; action?: string; message?: string }): void {
+    const db = new Database(path.join(a.dataDir, 'arbiter.db'), { fileMustExist: true, timeout: 5000 });
+    try {
+      for (const [column, value] of Object.entries(fields)) {
+        const stored = column === 'resource' ? JSON.stringify(value) : value;
+        db.prepare(`UPDATE queue_items SET ${column} = ? WHERE id = ?`).run(stored, id);
+      }
+    } finally {
+      db.close();
+    }
+  }
+
   const link = (id: string) => page.getByRole('link', { name: `Request ${id}` });
   const rowOf = (id: string): Locator => page.getByRole('row').filter({ has: link(id) });
 
@@ -540,17 +556,11 @@ onceOnly('reviewer console in Chromium', function () {
     });
     // A row stored before identifiers were checked: a resource that shows as "prod/db", and a
     // zero-width space in the action and in the message.
-    const db = new Database(path.join(a.dataDir, 'arbiter.db'), { fileMustExist: true, timeout: 5000 });
-    try {
-      db.prepare('UPDATE queue_items SET resource = ?, action = ?, message = ? WHERE id = ?').run(
-        JSON.stringify(`${RLO}bd/dorp`),
-        `de${ZWSP}ploy`,
-        `needs${ZWSP} approval ${RLO}ti evorppa`,
-        id,
-      );
-    } finally {
-      db.close();
-    }
+    restore(id, {
+      resource: `${RLO}bd/dorp`,
+      action: `de${ZWSP}ploy`,
+      message: `needs${ZWSP} approval ${RLO}ti evorppa`,
+    });
     await signIn(reviewer);
     const row = rowOf(id);
     await row.waitFor();
@@ -586,6 +596,58 @@ onceOnly('reviewer console in Chromium', function () {
     expect(lefts.length).to.equal('⟨U+202E⟩bd/dorp'.length);
     for (let i = 1; i < lefts.length; i++) expect(lefts[i], `character ${i}`).to.be.above(lefts[i - 1]!);
     await shot('item-invisible-characters');
+  });
+
+  it('keeps every column and panel on screen at 1280 px, however long an action or message is', async () => {
+    const action = `${'a'.repeat(120)}-${'b'.repeat(135)}`; // 256 characters, the most allowed
+    const message = `${'long-message-'.repeat(40)} and then ${'many words '.repeat(60)}`;
+    const resource = `prod/${'r'.repeat(1000)}`;
+    const id = await ask({
+      ...AGENT.approval,
+      resource: 'prod/layout',
+      context: { query: `SELECT ${'column_name, '.repeat(40)}1`, token: 'z'.repeat(500) },
+    });
+    restore(id, { action, message, resource });
+    await signIn(reviewer);
+    const row = rowOf(id);
+    await row.waitFor();
+    const width = 1280;
+    const inView = async (what: string, box: Promise<{ x: number; width: number } | null>) => {
+      const b = await box;
+      expect(b, what).to.not.equal(null);
+      expect(b!.x, `${what} starts on screen`).to.be.at.least(0);
+      expect(b!.x + b!.width, `${what} ends on screen`).to.be.at.most(width);
+    };
+    for (const name of ['Action', 'Resource', 'Confidence', 'Time left', 'Message']) {
+      await inView(`${name} column`, page.getByRole('columnheader', { name }).boundingBox());
+    }
+    const cells = row.getByRole('cell');
+    for (let i = 0; i < (await cells.count()); i++) await inView(`cell ${i}`, cells.nth(i).boundingBox());
+    // The full values are there on hover.
+    expect(await row.getByTitle(action, { exact: true }).count()).to.equal(1);
+    expect(await row.getByTitle(resource, { exact: true }).count()).to.equal(1);
+    expect(await row.getByTitle(message, { exact: true }).count()).to.equal(1);
+    await shot('pending-long-values');
+
+    await openItem(id);
+    const side = await page.getByRole('complementary', { name: 'Decision and audit trail' }).boundingBox();
+    await inView('decision sidebar', Promise.resolve(side));
+    for (const name of ['Request', 'Context', 'Policy reasons']) {
+      const panel = page.getByRole('region', { name, exact: true });
+      const b = await panel.boundingBox();
+      expect(b!.x + b!.width, `${name} panel ends before the sidebar`).to.be.at.most(side!.x);
+    }
+    // Nothing inside a panel sticks out of it.
+    const overflows = await page.evaluate(
+      `[...document.querySelectorAll('.panel')].map((p) => p.scrollWidth - p.clientWidth)`,
+    );
+    expect(overflows).to.deep.equal([0, 0, 0, 0, 0]);
+    const heading = page.getByRole('heading', { level: 1 });
+    await inView('heading', heading.boundingBox());
+    expect((await heading.boundingBox())!.height, 'heading cut after a few lines').to.be.below(120);
+    expect(await heading.getAttribute('title')).to.equal(`${action} on ${resource}`);
+    expect(await page.evaluate('document.documentElement.scrollWidth')).to.be.at.most(width);
+    await page.screenshot({ path: path.join(SHOTS, 'item-long-values.png'), fullPage: true });
   });
 
   it('gives a read-only key (queue:read only) no Approve or Deny buttons', async () => {

@@ -117,27 +117,27 @@ export function HistoryView({
                 <td>
                   <RequestLink id={item.id} />
                 </td>
-                <td>
+                <td class="cell-subject">
                   <Subject item={item} />
                 </td>
-                <td>
+                <td class="cell-tenant">
                   {item.tenant_id === null ? (
                     <span class="muted">—</span>
                   ) : (
-                    <Verbatim class="mono" value={item.tenant_id} />
+                    <Verbatim class="mono" clip value={item.tenant_id} />
                   )}
                 </td>
-                <td>
-                  <Verbatim class="mono" value={item.action} />
+                <td class="cell-action">
+                  <Verbatim class="mono" clip value={item.action} />
                 </td>
                 <td class="cell-resource">
                   <Resource item={item} />
                 </td>
-                <td>
+                <td class="cell-subject">
                   {item.decided_by === null ? (
                     <span class="muted">— (expired)</span>
                   ) : (
-                    <Verbatim value={item.decided_by} />
+                    <Verbatim clip value={item.decided_by} />
                   )}
                 </td>
                 <td class="col-fill" title={item.note === null ? undefined : visible(item.note, '\n')}>

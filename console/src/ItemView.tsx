@@ -3,7 +3,14 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { isReservedKind } from '../../src/audit/kinds.js';
 import { api, ApiError, cannotReview, type AuditEvent, type QueueItem, type Whoami } from './api.js';
 import { Json, StatusBadge, Subject, Time, TimeLeft, Verbatim } from './components.js';
-import { EVENT_LABEL, formatConfidence, formatResource, formatTime, STATUS_LABEL } from './format.js';
+import {
+  EVENT_LABEL,
+  formatConfidence,
+  formatResource,
+  formatTime,
+  STATUS_LABEL,
+  visible,
+} from './format.js';
 
 const NOTE_MAX = 2000;
 
@@ -130,13 +137,18 @@ export function ItemView({
       {item !== null && (
         <>
           <div class="item-head">
-            <h1 id="item-title" ref={heading} tabIndex={-1}>
+            <h1
+              id="item-title"
+              ref={heading}
+              tabIndex={-1}
+              title={visible(`${item.action} on ${formatResource(item.resource)}`)}
+            >
               <Verbatim class="mono" value={item.action} /> <span class="muted">on</span>{' '}
               <Verbatim class="mono" value={formatResource(item.resource)} />
             </h1>
             <StatusBadge status={item.status} />
           </div>
-          <p class="item-sub">
+          <p class="item-sub" title={visible(item.message, '\n')}>
             <Subject item={item} /> · <Verbatim prose value={item.message} />
           </p>
           <div class="item-grid">

@@ -80,18 +80,18 @@ export function PendingView({ pending, now }: { pending: Pending; now: number })
                 <td>
                   <RequestLink id={item.id} />
                 </td>
-                <td>
+                <td class="cell-subject">
                   <Subject item={item} />
                 </td>
-                <td>
+                <td class="cell-tenant">
                   {item.tenant_id === null ? (
                     <span class="muted">—</span>
                   ) : (
-                    <Verbatim class="mono" value={item.tenant_id} />
+                    <Verbatim class="mono" clip value={item.tenant_id} />
                   )}
                 </td>
-                <td>
-                  <Verbatim class="mono" value={item.action} />
+                <td class="cell-action">
+                  <Verbatim class="mono" clip value={item.action} />
                 </td>
                 <td class="cell-resource">
                   <Resource item={item} />

@@ -18,19 +18,27 @@ import {
  * cannot reorder the text around it, and with each invisible or reordering character shown as a
  * marked ⟨U+XXXX⟩ token, so a reviewer sees exactly what was asked. `prose` (messages, notes)
  * takes its direction from its first strong character and keeps its line breaks; anything else
- * (an identifier) reads left to right, as it is compared.
+ * (an identifier) reads left to right, as it is compared. `clip` keeps it to one line, cut with an
+ * ellipsis where its place ends (a table cell), with the whole value as its title.
  */
 export function Verbatim({
   value,
   prose = false,
+  clip = false,
   class: className,
 }: {
   value: string;
   prose?: boolean;
+  clip?: boolean;
   class?: string;
 }) {
+  const classes = ['verbatim', ...(clip ? ['clip'] : []), ...(className === undefined ? [] : [className])];
   return (
-    <bdi dir={prose ? 'auto' : 'ltr'} class={className === undefined ? 'verbatim' : `verbatim ${className}`}>
+    <bdi
+      dir={prose ? 'auto' : 'ltr'}
+      class={classes.join(' ')}
+      title={clip ? visible(value, prose ? '\n' : '') : undefined}
+    >
       {pieces(value, prose ? '\n' : '').map((p) =>
         'text' in p ? (
           p.text
@@ -100,18 +108,13 @@ export function Subject({ item }: { item: QueueItem }) {
   const s = subjectOf(item);
   return (
     <span class="subject">
-      <span class="subject-kind">{s.kind}</span> <Verbatim class="mono" value={s.id} />
+      <span class="subject-kind">{s.kind}</span> <Verbatim class="mono" clip value={s.id} />
     </span>
   );
 }
 
 export function Resource({ item }: { item: QueueItem }) {
-  const r = formatResource(item.resource);
-  return (
-    <span class="mono truncate" title={visible(r)}>
-      <Verbatim value={r} />
-    </span>
-  );
+  return <Verbatim class="mono" clip value={formatResource(item.resource)} />;
 }
 
 export function Time({ iso, now }: { iso: string | null; now: number }) {
