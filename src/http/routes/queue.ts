@@ -167,7 +167,7 @@ export function queueRoutes(d: RouteDeps): RouteDef[] {
       ok: {
         status: 200,
         description:
-          '{"id", "trace_id", "events": [event], "next_cursor"}: the decision (details.reasons), its approval, denial or expiry and its tokens, oldest first',
+          '{"id", "trace_id", "events": [event], "next_cursor"}: the decision (details.reasons), its approval, denial or expiry, its tokens and events ingested for it, oldest first; only events of the item\'s tenant',
         schema: page('events', auditEventSchema, { id: { type: 'string' }, trace_id: { type: 'string' } }),
       },
       query: PAGE_QUERY,
