@@ -1,5 +1,4 @@
 import { expect } from 'chai';
-import Database from 'better-sqlite3';
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import os from 'node:os';
@@ -11,7 +10,6 @@ import { onceOnly, onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditCount, call, HUMAN, REPO } from './helpers/harness.js';
 import { slowOn } from './helpers/policies.js';
-import { queryDatabase } from './helpers/postgres.js';
 
 /** A policy that denies every read; its deny rule is on row 3. */
 const DENY_READ = 'package authz.agent\n\ndeny contains "reads are switched off" if input.action == "read"\n';
@@ -41,20 +39,6 @@ onEveryBackend('GET /api/v1/decisions/{request_id}/explain: OPA explains a recor
   const explain = (id: string, key?: string) =>
     call('GET', `${a.platform}/api/v1/decisions/${id}/explain`, { key });
   const revision = async () => (await call('GET', `${a.platform}/api/v1/policies`)).json.revision as number;
-
-  /** Runs SQL that changes this instance's database (to fake what an older version left behind). */
-  const alter = async (sql: string, params: unknown[]) => {
-    if (a.databaseUrl) {
-      await queryDatabase(a.databaseUrl, sql, params);
-      return;
-    }
-    const db = new Database(path.join(a.dataDir, 'arbiter.db'));
-    try {
-      db.prepare(sql.replace(/\$\d+/g, '?')).run(...params);
-    } finally {
-      db.close();
-    }
-  };
 
   it('names the deny rule of the policy that denied, with its row and text', async () => {
     const id = await authorize(AGENT.deny, 403);
@@ -214,7 +198,7 @@ onEveryBackend('GET /api/v1/decisions/{request_id}/explain: OPA explains a recor
   it('answers 409 when the decision was made under a revision history does not hold', async () => {
     const id = await authorize(AGENT.approval, 202);
     const r = await revision();
-    await alter('DELETE FROM revisions WHERE revision = $1', [r]);
+    await a.alter('DELETE FROM revisions WHERE revision = $1', [r]);
     expectError(
       await explain(id),
       409,

@@ -1,13 +1,10 @@
 import { expect } from 'chai';
-import Database from 'better-sqlite3';
-import path from 'node:path';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditEvents, call } from './helpers/harness.js';
-import { queryDatabase } from './helpers/postgres.js';
 import { sleep } from './helpers/process.js';
 
 interface Received {
@@ -89,20 +86,6 @@ class Receiver {
 
 const putHook = (a: Arbiter, name: string, body: unknown, key?: string) =>
   call('PUT', `${a.platform}/api/v1/webhooks/${name}`, { body, ...(key ? { key } : {}) });
-
-/** Writes straight into an instance's database, as an earlier version (or a test) could. */
-async function writeDatabase(a: Arbiter, sql: string, params: unknown[]): Promise<void> {
-  if (a.databaseUrl) {
-    await queryDatabase(a.databaseUrl, sql, params);
-    return;
-  }
-  const db = new Database(path.join(a.dataDir, 'arbiter.db'));
-  try {
-    db.prepare(sql.replace(/\$\d+/g, '?')).run(...params);
-  } finally {
-    db.close();
-  }
-}
 
 // The outbox is written by each backend's transactions: every backend.
 onEveryBackend('webhooks (SPEC §12)', function () {
@@ -203,19 +186,7 @@ onEveryBackend('webhooks (SPEC §12)', function () {
       expect((await putHook(a, 'legacy', { url: rx.url, events: ['queue.pending'] })).status).to.equal(201);
       // As an earlier version could store it: straight into the database.
       const withPassword = rx.url.replace('http://', 'http://ops:hunter22@');
-      if (a.databaseUrl) {
-        await queryDatabase(a.databaseUrl, 'UPDATE webhooks SET url = $1 WHERE name = $2', [
-          withPassword,
-          'legacy',
-        ]);
-      } else {
-        const db = new Database(path.join(a.dataDir, 'arbiter.db'));
-        try {
-          db.prepare('UPDATE webhooks SET url = ? WHERE name = ?').run(withPassword, 'legacy');
-        } finally {
-          db.close();
-        }
-      }
+      await a.alter('UPDATE webhooks SET url = $1 WHERE name = $2', [withPassword, 'legacy']);
       const got = await call('GET', `${a.platform}/api/v1/webhooks/legacy`);
       expect(got.status, got.text).to.equal(200);
       expect(got.json.url).to.equal(rx.url.replace('http://', 'http://ops:***@'));
@@ -542,8 +513,7 @@ onEveryBackend('webhook deliveries: a settled one has no next attempt', function
       // A delivery past its 24 h whose next attempt fails is given up: no next attempt either.
       rx.failing.set('give-up-probe', 100);
       const old = new Date(Date.now() - 25 * 3600 * 1000).toISOString();
-      await writeDatabase(
-        a,
+      await a.alter(
         `INSERT INTO webhook_deliveries (id, webhook, type, payload, status, attempts, next_attempt_at, created_at)
          VALUES ($1, 'settled', 'queue.pending', $2, 'pending', 0, $3, $4)`,
         [
@@ -569,10 +539,8 @@ onEveryBackend('webhook deliveries: a settled one has no next attempt', function
       // Rows settled by an earlier version kept their last lease time: the migration clears it.
       await a.stop();
       const future = new Date(Date.now() + 3600_000).toISOString();
-      await writeDatabase(a, "UPDATE webhook_deliveries SET next_attempt_at = $1 WHERE status <> 'pending'", [
-        future,
-      ]);
-      await writeDatabase(a, 'DELETE FROM schema_migrations WHERE version = $1', [a.databaseUrl ? 8 : 15]);
+      await a.alter("UPDATE webhook_deliveries SET next_attempt_at = $1 WHERE status <> 'pending'", [future]);
+      await a.alter('DELETE FROM schema_migrations WHERE version = $1', [a.databaseUrl ? 8 : 15]);
       await a.restart();
       const after = await listed();
       expect(after.map((d) => [d.status, d.next_attempt_at])).to.have.deep.members([

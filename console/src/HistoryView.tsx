@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, ApiError, type QueueItem } from './api.js';
-import { RequestLink, Resource, StatusBadge, Subject, Time, Verbatim } from './components.js';
+import { RequestLink, StatusBadge, Time, Verbatim, WhatCells } from './components.js';
 import { visible } from './format.js';
 
 const PAGE = 50;
@@ -117,22 +117,7 @@ export function HistoryView({
                 <td>
                   <RequestLink id={item.id} />
                 </td>
-                <td class="cell-subject">
-                  <Subject item={item} />
-                </td>
-                <td class="cell-tenant">
-                  {item.tenant_id === null ? (
-                    <span class="muted">—</span>
-                  ) : (
-                    <Verbatim class="mono" clip value={item.tenant_id} />
-                  )}
-                </td>
-                <td class="cell-action">
-                  <Verbatim class="mono" clip value={item.action} />
-                </td>
-                <td class="cell-resource">
-                  <Resource item={item} />
-                </td>
+                <WhatCells item={item} />
                 <td class="cell-subject">
                   {item.decided_by === null ? (
                     <span class="muted">— (expired)</span>

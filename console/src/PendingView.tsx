@@ -1,7 +1,7 @@
 import { useRef } from 'preact/hooks';
 import type { Pending } from './App.js';
 import { PENDING_LIMIT } from './App.js';
-import { RequestLink, Resource, Subject, Time, TimeLeft, Verbatim } from './components.js';
+import { RequestLink, Time, TimeLeft, Verbatim, WhatCells } from './components.js';
 import { formatConfidence, visible } from './format.js';
 
 /** How long a newly arrived row stays highlighted. */
@@ -80,22 +80,7 @@ export function PendingView({ pending, now }: { pending: Pending; now: number })
                 <td>
                   <RequestLink id={item.id} />
                 </td>
-                <td class="cell-subject">
-                  <Subject item={item} />
-                </td>
-                <td class="cell-tenant">
-                  {item.tenant_id === null ? (
-                    <span class="muted">—</span>
-                  ) : (
-                    <Verbatim class="mono" clip value={item.tenant_id} />
-                  )}
-                </td>
-                <td class="cell-action">
-                  <Verbatim class="mono" clip value={item.action} />
-                </td>
-                <td class="cell-resource">
-                  <Resource item={item} />
-                </td>
+                <WhatCells item={item} />
                 <td class="num mono">{formatConfidence(item.confidence)}</td>
                 <td>
                   <Time iso={item.created_at} now={now} />

@@ -117,6 +117,30 @@ export function Resource({ item }: { item: QueueItem }) {
   return <Verbatim class="mono" clip value={formatResource(item.resource)} />;
 }
 
+/** The cells every list shows of an item: who asked, in which tenant, to do what, to what. */
+export function WhatCells({ item }: { item: QueueItem }) {
+  return (
+    <>
+      <td class="cell-subject">
+        <Subject item={item} />
+      </td>
+      <td class="cell-tenant">
+        {item.tenant_id === null ? (
+          <span class="muted">—</span>
+        ) : (
+          <Verbatim class="mono" clip value={item.tenant_id} />
+        )}
+      </td>
+      <td class="cell-action">
+        <Verbatim class="mono" clip value={item.action} />
+      </td>
+      <td class="cell-resource">
+        <Resource item={item} />
+      </td>
+    </>
+  );
+}
+
 export function Time({ iso, now }: { iso: string | null; now: number }) {
   if (iso === null) return <span class="muted">—</span>;
   return (

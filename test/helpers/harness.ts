@@ -86,6 +86,23 @@ export class Arbiter {
     return readDb(this.dataDir, (db) => db.prepare(sql.replace(/\$\d+/g, '?')).all(...params) as T[]);
   }
 
+  /**
+   * Runs SQL that changes this instance's database, on either backend (`$1` placeholders), as an
+   * earlier version of Arbiter (or an operator) could have left it.
+   */
+  async alter(sql: string, params: unknown[] = []): Promise<void> {
+    if (this.databaseUrl) {
+      await queryDatabase(this.databaseUrl, sql, params);
+      return;
+    }
+    const db = new Database(path.join(this.dataDir, 'arbiter.db'), { fileMustExist: true });
+    try {
+      db.prepare(sql.replace(/\$\d+/g, '?')).run(...params);
+    } finally {
+      db.close();
+    }
+  }
+
   /** A count of rows, through `stored`. */
   async count(table: string, where = 'true', params: unknown[] = []): Promise<number> {
     const [r] = await this.stored<{ n: number | string }>(
