@@ -640,7 +640,7 @@ allow if authzen_conflict
           evaluations: Array.from({ length: 60 }, () => ({})),
         },
         413,
-        /^the batch with its defaults applied to each of its 60 evaluations is \d+ bytes, more than the 1048576-byte body limit \(each evaluation is recorded whole\): send fewer evaluations, or a smaller shared context$/,
+        /^the batch with its defaults applied to each of its 60 evaluations is more than the 1048576-byte body limit \(each evaluation is recorded whole\): send fewer evaluations, or a smaller shared context$/,
       ],
       [
         'an unknown semantic',

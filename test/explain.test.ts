@@ -243,8 +243,8 @@ onceOnly('explain: an OPA that exits before reading its input', () => {
 
 onceOnly('explain: an `opa eval` that does not finish in time', () => {
   let dir: string;
-  // A duration no other process here sleeps for, to find the one this OPA stand-in starts.
-  const SLEEP = 'sleep 41.25';
+  // A duration no other process (nor another test run) sleeps for, to find the one this OPA stand-in starts.
+  const SLEEP = `sleep 41.${process.pid}`;
   before(() => {
     dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-opa-slow-'));
     writeFileSync(path.join(dir, 'opa'), `#!/bin/sh\nexec ${SLEEP}\n`);

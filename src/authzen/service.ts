@@ -148,14 +148,18 @@ export class AuthzenService {
     }
     const traceId = ids.traceId;
     const items = req.evaluations.map((item, i) => completeItem(req, item, i));
-    const expanded = Buffer.byteLength(JSON.stringify(items));
-    if (expanded > this.maxExpandedBytes) {
-      throw new AppError(
-        'too_large',
-        `the batch with its defaults applied to each of its ${items.length} evaluations is ${expanded} bytes, ` +
-          `more than the ${this.maxExpandedBytes}-byte body limit (each evaluation is recorded whole): ` +
-          'send fewer evaluations, or a smaller shared context',
-      );
+    // Item by item, stopping once past the limit: never the whole expansion in memory at once.
+    let expanded = 0;
+    for (const item of items) {
+      expanded += Buffer.byteLength(JSON.stringify(item));
+      if (expanded > this.maxExpandedBytes) {
+        throw new AppError(
+          'too_large',
+          `the batch with its defaults applied to each of its ${items.length} evaluations is more than ` +
+            `the ${this.maxExpandedBytes}-byte body limit (each evaluation is recorded whole): ` +
+            'send fewer evaluations, or a smaller shared context',
+        );
+      }
     }
     const semantic: Semantic = req.options?.evaluations_semantic ?? 'execute_all';
     const out: Outcome[] = [];

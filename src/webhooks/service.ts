@@ -286,7 +286,8 @@ export class WebhookService {
         room,
         { perWebhook: MAX_IN_FLIGHT_PER_WEBHOOK, inFlight: Object.fromEntries(this.inFlightOf) },
       );
-      if (due.length === 0) return;
+      // Stopped while claiming: what was claimed stays leased and is retried after the lease.
+      if (due.length === 0 || this.stopped) return;
       for (const d of due) this.send(d);
     }
   }

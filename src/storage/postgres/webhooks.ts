@@ -73,7 +73,8 @@ export class PgWebhookStore implements WebhookStore {
          SELECT d.id, COALESCE(b.n, 0)
            + row_number() OVER (PARTITION BY d.webhook ORDER BY d.next_attempt_at, d.id) AS slot
          FROM webhook_deliveries d LEFT JOIN busy b ON b.webhook = d.webhook
-         WHERE d.status = 'pending' AND d.next_attempt_at <= $1),
+         WHERE d.status = 'pending' AND d.next_attempt_at <= $1
+           AND d.webhook NOT IN (SELECT webhook FROM busy WHERE n >= $4::int)),
        due AS (
          SELECT d.id FROM webhook_deliveries d JOIN ranked r ON r.id = d.id
          WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND ($4::int IS NULL OR r.slot <= $4)

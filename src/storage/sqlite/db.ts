@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { migrations } from './migrations.js';
 
@@ -34,7 +34,14 @@ function makeDirectory(dir: string): void {
     missing.unshift(d);
     if (path.dirname(d) === d) break;
   }
-  for (const d of missing) mkdirSync(d);
+  for (const d of missing) {
+    try {
+      mkdirSync(d);
+    } catch (e) {
+      // Another process starting at the same time made it first.
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST' || !statSync(d).isDirectory()) throw e;
+    }
+  }
 }
 
 function migrate(db: Db): void {

@@ -66,25 +66,38 @@ export class SqliteWebhookStore implements WebhookStore {
   async claimDue(now: string, leaseUntil: string, limit: number, share?: ClaimShare): Promise<DueDelivery[]> {
     return this.db
       .transaction(() => {
-        // Read lazily, longest due first, skipping the deliveries of a webhook past its share.
-        const taken = new Map(Object.entries(share?.inFlight ?? {}));
-        const due: DueDelivery[] = [];
-        const rows = this.db
+        // As on PostgreSQL: a webhook's due deliveries are ranked after those it has in flight, and
+        // ranks past its share are left. Ids only are ranked (in SQL, not by reading every due row's
+        // payload here), then the chosen rows are read.
+        const ids = this.db
           .prepare(
-            `SELECT d.*, w.url, w.format, w.secret FROM webhook_deliveries d JOIN webhooks w ON w.name = d.webhook
-             WHERE d.status = 'pending' AND d.next_attempt_at <= ? ORDER BY d.next_attempt_at`,
+            `WITH busy (webhook, n) AS (SELECT key, value FROM json_each(@inFlight)),
+             ranked AS (
+               SELECT d.id, d.next_attempt_at, COALESCE(b.n, 0)
+                 + row_number() OVER (PARTITION BY d.webhook ORDER BY d.next_attempt_at, d.id) AS slot
+               FROM webhook_deliveries d JOIN webhooks w ON w.name = d.webhook
+               LEFT JOIN busy b ON b.webhook = d.webhook
+               WHERE d.status = 'pending' AND d.next_attempt_at <= @now
+                 AND d.webhook NOT IN (SELECT webhook FROM busy WHERE n >= @perWebhook))
+             SELECT id FROM ranked WHERE @perWebhook IS NULL OR slot <= @perWebhook
+             ORDER BY next_attempt_at, id LIMIT @limit`,
           )
-          .iterate(now) as IterableIterator<DueDelivery>;
-        for (const d of rows) {
-          if (due.length >= limit) break;
-          const n = taken.get(d.webhook) ?? 0;
-          if (share && n >= share.perWebhook) continue;
-          taken.set(d.webhook, n + 1);
-          due.push(d);
-        }
+          .pluck()
+          .all({
+            now,
+            limit,
+            perWebhook: share?.perWebhook ?? null,
+            inFlight: JSON.stringify(share?.inFlight ?? {}),
+          }) as string[];
+        const read = this.db.prepare(
+          `SELECT d.*, w.url, w.format, w.secret FROM webhook_deliveries d JOIN webhooks w ON w.name = d.webhook
+           WHERE d.id = ?`,
+        );
         const lease = this.db.prepare('UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id = ?');
-        for (const d of due) lease.run(leaseUntil, d.id);
-        return due;
+        return ids.map((id) => {
+          lease.run(leaseUntil, id);
+          return read.get(id) as DueDelivery;
+        });
       })
       .immediate();
   }
