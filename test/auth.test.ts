@@ -315,15 +315,22 @@ onEveryBackend('authentication and scopes (SPEC §2)', () => {
       expect(r.stdout).to.not.match(/arb_/);
     });
 
-    it("refuses the name admin (any case): decisions and approvals would read as ARBITER_ADMIN_KEY's", async () => {
-      for (const name of ['admin', 'Admin']) {
-        const r = a.cli(['keys', 'create', '--name', name, '--scopes', 'queue:read,queue:review']);
+    it("refuses the names admin and system (any case): what they did would read as ARBITER_ADMIN_KEY's or Arbiter's", async () => {
+      for (const [name, whose] of [
+        ['admin', "ARBITER_ADMIN_KEY's principal"],
+        ['Admin', "ARBITER_ADMIN_KEY's principal"],
+        ['SYSTEM', "Arbiter's own events (start-up, expiry)"],
+      ]) {
+        const r = a.cli(['keys', 'create', '--name', name!, '--scopes', 'queue:read,queue:review']);
         expect(r.code, r.stdout).to.not.equal(0);
-        expect(r.stderr).to.include(`key name ${name} is reserved for ARBITER_ADMIN_KEY's principal`);
+        expect(r.stderr).to.include(`key name ${name} is reserved for ${whose}`);
         expect(r.stdout).to.not.match(/arb_/);
       }
       const created = await auditEvents(a.platform, { kind: 'key.create' });
-      expect(created.map((e) => String(e.resource).toLowerCase())).to.not.include('admin');
+      expect(created.map((e) => String(e.resource).toLowerCase())).to.not.include.members([
+        'admin',
+        'system',
+      ]);
       expect(a.cli(['keys', 'create', '--name', 'admin-2', '--scopes', 'authorize']).code).to.equal(0);
     });
 

@@ -409,6 +409,13 @@ onEveryBackend('scoped tokens', () => {
         (e) => e.resource === 'leaked-bot-key',
       );
       expect(event.details).to.deep.equal({ tokens_revoked: 2 });
+      // Each token's own revocation is in the trail too, naming the key it went with.
+      const revokes = (await auditEvents(a.platform, { kind: 'token.revoke' })).filter(
+        (e) => (e.details as { with_key?: string }).with_key === 'leaked-bot-key',
+      );
+      expect(revokes).to.have.length(2);
+      // The revoked key cannot mint any more (refused at authentication, and at the store).
+      expect((await mint({ request_id: await allowed() }, leaked)).status).to.equal(401);
       // Again: nothing more to revoke, nothing written.
       const again = a.cli(['keys', 'revoke', 'leaked-bot-key']);
       expect(again.code, again.stderr).to.equal(0);

@@ -1,5 +1,6 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { isTokenSafe } from '../common/validation.js';
+import { tokenRevokeEvent } from '../tokens/events.js';
 import { conflict, invalid, notFound } from '../errors.js';
 import { newId } from '../ids.js';
 import { SCOPES, type ApiKeyRecord, type KeyStore, type Principal, type Scope } from './types.js';
@@ -22,6 +23,12 @@ export const ADMIN_PRINCIPAL: Principal = Object.freeze({
   agent: null,
 });
 
+/** Actor names that are not keys' (in any case), and whose they are. */
+const RESERVED_NAMES: Readonly<Record<string, string>> = {
+  [ADMIN_PRINCIPAL.name]: "ARBITER_ADMIN_KEY's principal",
+  system: "Arbiter's own events (start-up, expiry)",
+};
+
 export interface NewKey {
   name: string;
   scopes: string[];
@@ -43,10 +50,9 @@ export class KeyService {
   async create(req: NewKey, actor: string): Promise<{ key: string; record: ApiKeyRecord }> {
     if (!NAME_FORMAT.test(req.name)) throw invalid('key name must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}');
     // Decisions, approvals and audit events name the key that acted: a key called "admin" would
-    // read as ARBITER_ADMIN_KEY's own principal.
-    if (req.name.toLowerCase() === ADMIN_PRINCIPAL.name) {
-      throw invalid(`key name ${req.name} is reserved for ARBITER_ADMIN_KEY's principal`);
-    }
+    // read as ARBITER_ADMIN_KEY's own principal, one called "system" as Arbiter itself.
+    const reserved = RESERVED_NAMES[req.name.toLowerCase()];
+    if (reserved) throw invalid(`key name ${req.name} is reserved for ${reserved}`);
     if (req.scopes.length === 0) throw invalid(`at least one scope is required (${SCOPES.join(', ')})`);
     for (const s of req.scopes) {
       if (!(SCOPES as readonly string[]).includes(s)) {
@@ -99,14 +105,18 @@ export class KeyService {
    * grant's tokens). Offline verifiers of a JWT see this only through introspection.
    */
   async revoke(name: string, actor: string): Promise<{ key: ApiKeyRecord; tokensRevoked: number }> {
-    const r = await this.store.revoke(name, new Date().toISOString(), (tokensRevoked) => ({
-      kind: 'key.revoke',
-      actor,
-      outcome: 'success',
-      resource: name,
-      request_id: newId(),
-      details: { tokens_revoked: tokensRevoked },
-    }));
+    const requestId = newId();
+    const r = await this.store.revoke(name, new Date().toISOString(), {
+      key: (tokensRevoked) => ({
+        kind: 'key.revoke',
+        actor,
+        outcome: 'success',
+        resource: name,
+        request_id: requestId,
+        details: { tokens_revoked: tokensRevoked },
+      }),
+      token: (t) => tokenRevokeEvent(t, actor, null, name),
+    });
     if (!r) throw notFound(`no key named ${name}`);
     return r;
   }

@@ -1,3 +1,4 @@
+import type { TokenRecord } from '../tokens/types.js';
 import type { NewAuditEvent } from '../audit/types.js';
 
 /** Every scope a key can hold (SPEC §2). `admin` implies all others. */
@@ -46,12 +47,13 @@ export interface KeyStore {
   list(): Promise<ApiKeyRecord[]>;
   /**
    * Marks the key revoked and, in the same transaction, every token it minted that is unrevoked
-   * and unexpired at `at`; `event` is told how many tokens that was. Returns the key and that
-   * count (0 when the key was already revoked: nothing is written), or undefined if no such key.
+   * and unexpired at `at`, each with its own `token` event; the `key` event is told how many
+   * tokens that was. Returns the key and that count (0 when the key was already revoked: nothing
+   * is written), or undefined if no such key.
    */
   revoke(
     name: string,
     at: string,
-    event: (tokensRevoked: number) => NewAuditEvent,
+    events: { key: (tokensRevoked: number) => NewAuditEvent; token: (t: TokenRecord) => NewAuditEvent },
   ): Promise<{ key: ApiKeyRecord; tokensRevoked: number } | undefined>;
 }

@@ -9,13 +9,14 @@ import {
   type JWTPayload,
 } from 'jose';
 import type { DecisionStore } from '../decisions/store.js';
-import { conflict, forbidden, internal, invalid, notFound } from '../errors.js';
+import { AppError, conflict, forbidden, internal, invalid, notFound } from '../errors.js';
 import { compileSchema, TOKEN_SAFE } from '../common/validation.js';
 import { newId } from '../ids.js';
 import { admits, checkAdmits } from '../keys/binding.js';
 import { hasScope } from '../keys/service.js';
 import type { Principal } from '../keys/types.js';
 import type { QueueService } from '../queue/service.js';
+import { tokenRevokeEvent } from './events.js';
 import type { TokenRecord, TokenStore } from './types.js';
 
 /** What jose hands back for an imported key (a WebCrypto CryptoKey on Node). */
@@ -108,6 +109,13 @@ export function decisionScope(action: string, resource: unknown): string {
  * Short-lived Ed25519-signed JWTs (RFC 9068 access-token shape) minted from allowed or approved
  * decisions, once each; offline verification through the JWKS, revocation through introspection.
  */
+/**
+ * The key was revoked after this request was authenticated (by another process, which may take up
+ * to a second to be seen): the mint is refused in its own transaction, so no token outlives the
+ * cascade of the key's revocation.
+ */
+const revokedKey = () => new AppError('unauthenticated', 'invalid or revoked API key');
+
 export class TokenService {
   private privateKey: SigningKey | undefined;
   private publicKey: SigningKey | undefined;
@@ -175,7 +183,8 @@ export class TokenService {
       throw forbidden('free-form minting (subject and scopes) needs the admin scope');
     const token = this.record(null, req.subject, req.scopes, audience, ttl, principal, traceId);
     const jwt = await this.sign(token);
-    await this.store.insert(token, this.mintEvent(token, principal, { free_form: true }));
+    const r = await this.store.insert(token, this.mintEvent(token, principal, { free_form: true }));
+    if (r === 'key_revoked') throw revokedKey();
     this.observer.minted();
     return this.render(token, jwt);
   }
@@ -226,6 +235,7 @@ export class TokenService {
     const jwt = await this.sign(token);
     const r = await this.store.exchange(requestId, token, this.mintEvent(token, principal, {}));
     if (r === 'already') throw conflict(`request ${requestId} was already exchanged for a token`);
+    if (r === 'key_revoked') throw revokedKey();
     this.observer.minted();
     return this.render(token, jwt);
   }
@@ -272,16 +282,9 @@ export class TokenService {
     const t = await this.store.get(tokenId);
     if (!t) throw notFound(`token ${tokenId} not found`);
     checkAdmits(principal, 'tenant', t.tenant_id);
-    const r = await this.store.revoke(tokenId, new Date().toISOString(), (tok) => ({
-      kind: 'token.revoke',
-      trace_id: tok.trace_id ?? traceId,
-      request_id: tok.request_id,
-      actor: principal.name,
-      tenant_id: tok.tenant_id,
-      resource: tok.id,
-      outcome: 'revoked',
-      details: { token_id: tok.id, subject: tok.subject },
-    }));
+    const r = await this.store.revoke(tokenId, new Date().toISOString(), (tok) =>
+      tokenRevokeEvent(tok, principal.name, traceId),
+    );
     if (!r || r.revoked_at === null) throw internal('revocation was not recorded');
     if (t.revoked_at === null) this.observer.revoked();
     return { token_id: r.id, revoked: true, revoked_at: r.revoked_at };

@@ -33,8 +33,16 @@ export interface TokenStore {
    * Exchanges a decision for a token once: marks the decision exchanged, stores the token and its
    * audit event atomically. 'already' when the decision was exchanged before.
    */
-  exchange(requestId: string, token: TokenRecord, event: NewAuditEvent): Promise<'ok' | 'already'>;
-  insert(token: TokenRecord, event: NewAuditEvent): Promise<void>;
+  exchange(
+    requestId: string,
+    token: TokenRecord,
+    event: NewAuditEvent,
+  ): Promise<'ok' | 'already' | 'key_revoked'>;
+  /**
+   * Stores a free-form token with its event. Both this and `exchange` write nothing and answer
+   * 'key_revoked' when the key named by `token.minted_by` has been revoked meanwhile.
+   */
+  insert(token: TokenRecord, event: NewAuditEvent): Promise<'ok' | 'key_revoked'>;
   get(id: string): Promise<TokenRecord | undefined>;
   /** Revokes (idempotently: keeps the first revoked_at); undefined if unknown. */
   revoke(id: string, at: string, event: (t: TokenRecord) => NewAuditEvent): Promise<TokenRecord | undefined>;

@@ -674,24 +674,38 @@ export function storageContract(backend: Backend): void {
         for (const t of [live, expired, alreadyRevoked, others])
           await stores.tokens.insert(t, { kind: 'token.mint' });
         const told: number[] = [];
-        const revoked = await stores.keys.revoke('ci-bot', iso(), (n) => {
-          told.push(n);
-          return { kind: 'key.revoke', details: { tokens_revoked: n } };
+        const tokenEvents: string[] = [];
+        const revoked = await stores.keys.revoke('ci-bot', iso(), {
+          key: (n) => {
+            told.push(n);
+            return { kind: 'key.revoke', details: { tokens_revoked: n } };
+          },
+          token: (t) => {
+            tokenEvents.push(t.id);
+            return { kind: 'token.revoke', resource: t.id };
+          },
         });
         expect(revoked?.key.revoked_at).to.be.a('string');
         expect(revoked?.tokensRevoked).to.equal(1);
         expect(told).to.deep.equal([1]);
+        expect(tokenEvents).to.deep.equal([live.id]);
+        // A mint by the revoked key is refused in its own transaction, and writes nothing.
+        expect(await stores.tokens.insert(token({ minted_by: 'ci-bot' }), { kind: 'token.mint' })).to.equal(
+          'key_revoked',
+        );
         expect(await stores.tokens.revokedAt(live.id)).to.equal(revoked?.key.revoked_at);
         expect(await stores.tokens.revokedAt(expired.id)).to.equal(null);
         expect(await stores.tokens.revokedAt(alreadyRevoked.id)).to.equal(earlier);
         expect(await stores.tokens.revokedAt(others.id)).to.equal(null);
         expect((await stores.keys.findById(k.id))?.revoked_at).to.equal(revoked?.key.revoked_at);
         // Revoking again writes nothing and revokes nothing.
-        const again = await stores.keys.revoke('ci-bot', iso(), () => ({ kind: 'key.revoke' }));
+        const none = { key: () => ({ kind: 'key.revoke' }), token: () => ({ kind: 'token.revoke' }) };
+        const again = await stores.keys.revoke('ci-bot', iso(), none);
         expect(again?.tokensRevoked).to.equal(0);
         expect(again?.key.revoked_at).to.equal(revoked?.key.revoked_at);
-        expect(await stores.keys.revoke('nobody', iso(), () => ({ kind: 'key.revoke' }))).to.equal(undefined);
-        expect(await verifyChain(stores)).to.deep.equal({ ok: true, checked: 6 });
+        expect(await stores.keys.revoke('nobody', iso(), none)).to.equal(undefined);
+        // key.create, four token.mint, one token.revoke, key.revoke.
+        expect(await verifyChain(stores)).to.deep.equal({ ok: true, checked: 7 });
       });
     });
 

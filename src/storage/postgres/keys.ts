@@ -1,6 +1,7 @@
 import type { NewAuditEvent } from '../../audit/types.js';
 import type { ApiKeyRecord, KeyStore } from '../../keys/types.js';
-import { keyFromRow, type Row } from '../rows.js';
+import type { TokenRecord } from '../../tokens/types.js';
+import { keyFromRow, tokenFromRow, type Row } from '../rows.js';
 import { notify, type PgChain } from './chain.js';
 import { one, rows, tx, type Pool } from './pool.js';
 
@@ -51,7 +52,7 @@ export class PgKeyStore implements KeyStore {
   async revoke(
     name: string,
     at: string,
-    event: (tokensRevoked: number) => NewAuditEvent,
+    events: { key: (tokensRevoked: number) => NewAuditEvent; token: (t: TokenRecord) => NewAuditEvent },
   ): Promise<{ key: ApiKeyRecord; tokensRevoked: number } | undefined> {
     return tx(this.pool, async (c) => {
       const head = await this.chain.lockHead(c);
@@ -60,12 +61,16 @@ export class PgKeyStore implements KeyStore {
       let tokensRevoked = 0;
       if (r.revoked_at === null) {
         await c.query('UPDATE api_keys SET revoked_at = $1 WHERE name = $2', [at, name]);
-        const revoked = await c.query(
-          'UPDATE tokens SET revoked_at = $1 WHERE minted_by = $2 AND expires_at > $1 AND revoked_at IS NULL',
-          [at, name],
-        );
-        tokensRevoked = revoked.rowCount ?? 0;
-        await this.chain.appendAfter(c, head, [event(tokensRevoked)]);
+        const tokens = (
+          await rows<Row>(
+            c,
+            `UPDATE tokens SET revoked_at = $1 WHERE minted_by = $2 AND expires_at > $1 AND revoked_at IS NULL
+             RETURNING *`,
+            [at, name],
+          )
+        ).map(tokenFromRow);
+        tokensRevoked = tokens.length;
+        await this.chain.appendAfter(c, head, [...tokens.map(events.token), events.key(tokensRevoked)]);
         await notify(c, { topic: 'keys' });
         r.revoked_at = at;
       }

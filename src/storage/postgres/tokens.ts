@@ -59,9 +59,15 @@ export class PgTokenStore implements TokenStore {
     });
   }
 
-  async exchange(requestId: string, token: TokenRecord, event: NewAuditEvent): Promise<'ok' | 'already'> {
+  async exchange(
+    requestId: string,
+    token: TokenRecord,
+    event: NewAuditEvent,
+  ): Promise<'ok' | 'already' | 'key_revoked'> {
     return tx(this.pool, async (c) => {
+      // After the chain head: a key revocation (which holds it too) has committed or waits.
       const head = await this.chain.lockHead(c);
+      if (await keyRevoked(c, token.minted_by)) return 'key_revoked' as const;
       const changed = await c.query(
         'UPDATE decisions SET token_id = $1 WHERE request_id = $2 AND token_id IS NULL',
         [token.id, requestId],
@@ -73,11 +79,13 @@ export class PgTokenStore implements TokenStore {
     });
   }
 
-  async insert(token: TokenRecord, event: NewAuditEvent): Promise<void> {
-    await tx(this.pool, async (c) => {
+  async insert(token: TokenRecord, event: NewAuditEvent): Promise<'ok' | 'key_revoked'> {
+    return tx(this.pool, async (c) => {
       const head = await this.chain.lockHead(c);
+      if (await keyRevoked(c, token.minted_by)) return 'key_revoked' as const;
       await insertToken(c, token);
       await this.chain.appendAfter(c, head, [event]);
+      return 'ok' as const;
     });
   }
 
@@ -112,4 +120,10 @@ export class PgTokenStore implements TokenStore {
     );
     return r === undefined ? undefined : r.revoked_at;
   }
+}
+
+/** Whether the API key of this name is revoked (the admin principal has no row: never). */
+async function keyRevoked(c: Client, name: string): Promise<boolean> {
+  const r = await c.query('SELECT 1 FROM api_keys WHERE name = $1 AND revoked_at IS NOT NULL', [name]);
+  return (r.rowCount ?? 0) > 0;
 }

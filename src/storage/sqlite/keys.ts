@@ -1,7 +1,8 @@
 import type { Statement } from 'better-sqlite3';
 import type { NewAuditEvent } from '../../audit/types.js';
 import type { ApiKeyRecord, KeyStore } from '../../keys/types.js';
-import { keyFromRow, type Row } from '../rows.js';
+import type { TokenRecord } from '../../tokens/types.js';
+import { keyFromRow, tokenFromRow, type Row } from '../rows.js';
 import type { AuditWriter } from './audit.js';
 import type { Db } from './db.js';
 
@@ -74,12 +75,12 @@ export class SqliteKeyStore implements KeyStore {
   async revoke(
     name: string,
     at: string,
-    event: (tokensRevoked: number) => NewAuditEvent,
+    events: { key: (tokensRevoked: number) => NewAuditEvent; token: (t: TokenRecord) => NewAuditEvent },
   ): Promise<{ key: ApiKeyRecord; tokensRevoked: number } | undefined> {
     // This connection's own commit does not change its data_version: forget every cached key,
     // whether or not the transaction commits (synchronous: no request runs in between).
     try {
-      return this.revokeInTx(name, at, event);
+      return this.revokeInTx(name, at, events);
     } finally {
       this.cache.clear();
     }
@@ -88,7 +89,7 @@ export class SqliteKeyStore implements KeyStore {
   private revokeInTx(
     name: string,
     at: string,
-    event: (tokensRevoked: number) => NewAuditEvent,
+    events: { key: (tokensRevoked: number) => NewAuditEvent; token: (t: TokenRecord) => NewAuditEvent },
   ): { key: ApiKeyRecord; tokensRevoked: number } | undefined {
     return this.db
       .transaction(() => {
@@ -97,12 +98,16 @@ export class SqliteKeyStore implements KeyStore {
         let tokensRevoked = 0;
         if (r.revoked_at === null) {
           this.db.prepare('UPDATE api_keys SET revoked_at = ? WHERE name = ?').run(at, name);
-          tokensRevoked = this.db
-            .prepare(
-              'UPDATE tokens SET revoked_at = ? WHERE minted_by = ? AND expires_at > ? AND revoked_at IS NULL',
-            )
-            .run(at, name, at).changes;
-          this.writer.appendInTx([event(tokensRevoked)]);
+          const tokens = (
+            this.db
+              .prepare(
+                `UPDATE tokens SET revoked_at = ? WHERE minted_by = ? AND expires_at > ? AND revoked_at IS NULL
+                 RETURNING *`,
+              )
+              .all(at, name, at) as Row[]
+          ).map(tokenFromRow);
+          tokensRevoked = tokens.length;
+          this.writer.appendInTx([...tokens.map(events.token), events.key(tokensRevoked)]);
           r.revoked_at = at;
         }
         return { key: keyFromRow(r), tokensRevoked };

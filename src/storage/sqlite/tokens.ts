@@ -9,12 +9,15 @@ export class SqliteTokenStore implements TokenStore {
   private readonly byId: Statement;
   private readonly revokedStmt: Statement;
   private readonly insertStmt: Statement;
+  private readonly keyRevoked: Statement;
   constructor(
     private readonly db: Db,
     private readonly writer: AuditWriter,
   ) {
     this.byId = db.prepare('SELECT * FROM tokens WHERE id = ?');
     this.revokedStmt = db.prepare('SELECT revoked_at FROM tokens WHERE id = ?');
+    // The admin principal has no row: never revoked.
+    this.keyRevoked = db.prepare('SELECT 1 FROM api_keys WHERE name = ? AND revoked_at IS NOT NULL').pluck();
     this.insertStmt =
       db.prepare(`INSERT INTO tokens (id, request_id, subject, scopes, audience, tenant_id, issued_at,
       expires_at, revoked_at, minted_by, trace_id, request_digest, policy_revision) VALUES (@id, @request_id, @subject,
@@ -43,9 +46,14 @@ export class SqliteTokenStore implements TokenStore {
       .immediate();
   }
 
-  async exchange(requestId: string, token: TokenRecord, event: NewAuditEvent): Promise<'ok' | 'already'> {
+  async exchange(
+    requestId: string,
+    token: TokenRecord,
+    event: NewAuditEvent,
+  ): Promise<'ok' | 'already' | 'key_revoked'> {
     return this.db
       .transaction(() => {
+        if (this.keyRevoked.get(token.minted_by)) return 'key_revoked' as const;
         const changed = this.db
           .prepare('UPDATE decisions SET token_id = ? WHERE request_id = ? AND token_id IS NULL')
           .run(token.id, requestId).changes;
@@ -57,11 +65,13 @@ export class SqliteTokenStore implements TokenStore {
       .immediate();
   }
 
-  async insert(token: TokenRecord, event: NewAuditEvent): Promise<void> {
-    this.db
+  async insert(token: TokenRecord, event: NewAuditEvent): Promise<'ok' | 'key_revoked'> {
+    return this.db
       .transaction(() => {
+        if (this.keyRevoked.get(token.minted_by)) return 'key_revoked' as const;
         this.insertStmt.run(tokenToRow(token));
         this.writer.appendInTx([event]);
+        return 'ok' as const;
       })
       .immediate();
   }
