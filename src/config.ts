@@ -183,7 +183,7 @@ function tenantId(raw: string, name: string): string {
   const v = str(raw, name);
   if (v.length > 256 || !isTokenSafe(v)) {
     throw new ConfigError(
-      `${name} must be a tenant id: at most 256 characters, no whitespace, control or format characters`,
+      `${name} must be a tenant id: at most 256 characters, no whitespace, control or invisible characters`,
     );
   }
   return v;

@@ -24,7 +24,7 @@ onEveryBackend('unsafe input and edge answers', () => {
     for (const body of cases) {
       const r = await call('POST', a.engine + '/v1/agent/authorize', { body });
       expectError(r, 400);
-      expect(r.json.error).to.match(/whitespace, control or format characters|U\+0000/);
+      expect(r.json.error).to.match(/whitespace, control or invisible characters|U\+0000/);
     }
     const human = await call('POST', a.engine + '/v1/authorize', {
       body: { ...HUMAN.allow, resource: { type: 'project', id: 'p1 admin:all' } },
@@ -89,16 +89,16 @@ onEveryBackend('unsafe input and edge answers', () => {
     ];
     for (const [field, body] of agent) {
       const r = await call('POST', a.engine + '/v1/agent/authorize', { body });
-      expectError(r, 400, `${field} must not contain whitespace, control or format characters`);
+      expectError(r, 400, `${field} must not contain whitespace, control or invisible characters`);
     }
     const human = await call('POST', a.engine + '/v1/authorize', {
       body: { ...HUMAN.allow, resource: { type: 'project', id: 'p1\u0085admin' } },
     });
-    expectError(human, 400, 'resource.id must not contain whitespace, control or format characters');
+    expectError(human, 400, 'resource.id must not contain whitespace, control or invisible characters');
     const minted = await call('POST', a.engine + '/v1/tokens/mint', {
       body: { subject: 'ops-bot', scopes: ['read:repo/a\u0085deploy:prod'] },
     });
-    expectError(minted, 400, 'scopes.0 must not contain whitespace, control or format characters');
+    expectError(minted, 400, 'scopes.0 must not contain whitespace, control or invisible characters');
     expect((await call('GET', `${a.platform}/api/v1/audit/verify`)).json.checked).to.equal(before);
     // Letters beyond ASCII are not controls: U+00A1 onwards still pass.
     const accented = await call('POST', a.engine + '/v1/agent/authorize', {
@@ -118,29 +118,32 @@ onEveryBackend('unsafe input and edge answers', () => {
     ]);
     expect(bound.code).to.not.equal(0);
     expect(bound.stderr).to.contain(
-      'agent must be 1-256 characters without whitespace, control or format characters',
+      'agent must be 1-256 characters without whitespace, control or invisible characters',
     );
   });
 
   // Format characters are invisible: a right-to-left override makes "\u202Ebd/dorp" read as
   // "prod/db" to a reviewer, while the approval and the token bind the characters as sent.
-  it('refuses Unicode format characters (bidi overrides, zero-width) in every token-safe field, recording nothing', async () => {
+  it('refuses invisible characters (bidi overrides, zero-width, fillers) in every token-safe field, recording nothing', async () => {
     const before = (await call('GET', `${a.platform}/api/v1/audit/verify`)).json.checked as number;
     const agent: [string, Record<string, unknown>][] = [
       ['resource', { ...AGENT.allow, resource: '\u202Ebd/dorp' }],
       ['resource', { ...AGENT.allow, resource: 'repo/\u2066arbiter\u2069' }],
       ['action', { ...AGENT.allow, action: 'de\u200Bploy' }],
       ['action', { ...AGENT.allow, action: 'read\u200D' }],
+      // Default-ignorable, not Cf: a Hangul filler and a variation selector.
+      ['resource', { ...AGENT.allow, resource: 'repo/\u3164' }],
+      ['action', { ...AGENT.allow, action: 'read\uFE0F' }],
       ['agent_id', { ...AGENT.allow, agent_id: '\uFEFFdeploy-bot' }],
     ];
     for (const [field, body] of agent) {
       const r = await call('POST', a.engine + '/v1/agent/authorize', { body });
-      expectError(r, 400, `${field} must not contain whitespace, control or format characters`);
+      expectError(r, 400, `${field} must not contain whitespace, control or invisible characters`);
     }
     const human = await call('POST', a.engine + '/v1/authorize', {
       body: { ...HUMAN.allow, resource: { type: 'pro\u200Eject', id: 'p1' } },
     });
-    expectError(human, 400, 'resource.type must not contain whitespace, control or format characters');
+    expectError(human, 400, 'resource.type must not contain whitespace, control or invisible characters');
     const authzen = await call('POST', a.engine + '/access/v1/evaluation', {
       body: {
         subject: { type: 'user', id: 'alice\u202E' },
@@ -148,7 +151,7 @@ onEveryBackend('unsafe input and edge answers', () => {
         resource: { type: 'doc', id: 'd1' },
       },
     });
-    expectError(authzen, 400, 'subject.id must not contain whitespace, control or format characters');
+    expectError(authzen, 400, 'subject.id must not contain whitespace, control or invisible characters');
     expect((await call('GET', `${a.platform}/api/v1/audit/verify`)).json.checked).to.equal(before);
     // Visible characters beyond ASCII are unchanged: letters, marks, symbols.
     for (const resource of ['repo/caf\u00e9', 'repo/\u65e5\u672c', 'repo/\u{1F680}', 'repo/e\u0301']) {
@@ -167,7 +170,7 @@ onEveryBackend('unsafe input and edge answers', () => {
     ]);
     expect(bound.code).to.not.equal(0);
     expect(bound.stderr).to.contain(
-      'agent must be 1-256 characters without whitespace, control or format characters',
+      'agent must be 1-256 characters without whitespace, control or invisible characters',
     );
   });
 

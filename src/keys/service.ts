@@ -65,7 +65,9 @@ export class KeyService {
     ] as const) {
       // A binding names a tenant or agent id, so it follows their rule (no binding could match otherwise).
       if (v !== undefined && (v.length < 1 || v.length > 256 || !isTokenSafe(v)))
-        throw invalid(`${field} must be 1-256 characters without whitespace, control or format characters`);
+        throw invalid(
+          `${field} must be 1-256 characters without whitespace, control or invisible characters`,
+        );
     }
     if (await this.store.findByName(req.name)) throw conflict(`a key named ${req.name} already exists`);
     const id = randomBytes(8).toString('hex');
