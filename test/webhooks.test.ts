@@ -354,15 +354,25 @@ onEveryBackend('webhooks (SPEC §12)', function () {
     try {
       const r = await putHook(a, 'slack', { url: slack.url, events: ['queue.pending'], format: 'slack' });
       expect(r.status).to.equal(201);
-      const q = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
+      // An agent's resource with Slack formatting, a URL and a backtick in it.
+      const resource = 'prod/*urgent*_x_`www.evil.example/approve';
+      const q = await call('POST', `${a.engine}/v1/agent/authorize`, {
+        body: { ...AGENT.approval, resource },
+      });
+      expect(q.status, q.text).to.equal(202);
       const link = `https://arbiter.example.com/console/#/item/${q.json.request_id}`;
       await slack.waitFor(() => slack.got.some((g) => g.body.includes(link)));
       const msg = JSON.parse(slack.got.find((g) => g.body.includes(link))!.body) as {
         text: string;
-        blocks: { type: string; elements?: { url: string }[] }[];
+        blocks: { type: string; text?: { text: string; verbatim?: boolean }; elements?: { url: string }[] }[];
       };
-      expect(msg.text).to.include('Approval needed: deploy-bot wants to deploy on prod/api');
+      // Agent-chosen strings are inline code (no formatting inside), the backtick shown as U+02CB.
+      expect(msg.text).to.include(
+        'Approval needed: `deploy-bot` wants to `deploy` on `prod/*urgent*_x_\u02cbwww.evil.example/approve`',
+      );
       expect(msg.text).to.include(`<${link}|Open in Arbiter>`);
+      const section = msg.blocks.find((b) => b.type === 'section');
+      expect(section?.text?.verbatim, 'no URL in the text is made a link').to.equal(true);
       expect(msg.blocks.find((b) => b.type === 'actions')?.elements?.[0]?.url).to.equal(link);
     } finally {
       await call('DELETE', `${a.platform}/api/v1/webhooks/slack`);

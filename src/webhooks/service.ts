@@ -367,17 +367,17 @@ type SlackInput = { id: string; type: WebhookEventType; time: string; data: Reco
 /** A Slack message (text plus blocks) for one webhook message; queue items link to the console. */
 export function slackMessage(m: SlackInput, publicUrl: string): { text: string; blocks: unknown[] } {
   const d = m.data;
-  const who = String(d.agent_id ?? d.user_id ?? 'someone');
-  const what = `${String(d.action)} on ${typeof d.resource === 'string' ? d.resource : JSON.stringify(d.resource)}`;
+  const who = literal(String(d.agent_id ?? d.user_id ?? 'someone'));
+  const what = `${literal(String(d.action))} on ${literal(typeof d.resource === 'string' ? d.resource : JSON.stringify(d.resource))}`;
   const link = d.id ? `${publicUrl.replace(/\/$/, '')}/console/#/item/${String(d.id)}` : undefined;
   let text: string;
   switch (m.type) {
     case 'queue.pending':
-      text = `:hourglass: Approval needed: ${who} wants to ${what}${d.confidence !== null && d.confidence !== undefined ? ` (confidence ${String(d.confidence)})` : ''} — ${String(d.message ?? '')}`;
+      text = `:hourglass: Approval needed: ${who} wants to ${what}${d.confidence !== null && d.confidence !== undefined ? ` (confidence ${String(d.confidence)})` : ''} — ${literal(String(d.message ?? ''))}`;
       break;
     case 'queue.approved':
     case 'queue.denied':
-      text = `${m.type === 'queue.approved' ? ':white_check_mark: Approved' : ':no_entry: Denied'} by ${String(d.decided_by)}: ${who} — ${what}${d.note ? ` (“${String(d.note)}”)` : ''}`;
+      text = `${m.type === 'queue.approved' ? ':white_check_mark: Approved' : ':no_entry: Denied'} by ${literal(String(d.decided_by))}: ${who} — ${what}${d.note ? ` (${literal(String(d.note))})` : ''}`;
       break;
     case 'queue.expired':
       text = `:alarm_clock: Expired without a decision: ${who} — ${what}`;
@@ -386,7 +386,8 @@ export function slackMessage(m: SlackInput, publicUrl: string): { text: string; 
       text = `:scroll: Policy set changed to revision ${String(d.revision)} by ${String(d.actor)} (${String(d.change)} ${String(d.name ?? '')})`;
   }
   const safe = escapeSlack(text);
-  const blocks: unknown[] = [{ type: 'section', text: { type: 'mrkdwn', text: safe } }];
+  // verbatim: Slack turns no URL or name in it into a link (the console link below is the one).
+  const blocks: unknown[] = [{ type: 'section', text: { type: 'mrkdwn', text: safe, verbatim: true } }];
   if (link && m.type.startsWith('queue.')) {
     blocks.push({
       type: 'actions',
@@ -394,6 +395,15 @@ export function slackMessage(m: SlackInput, publicUrl: string): { text: string; 
     });
   }
   return { text: link && m.type.startsWith('queue.') ? `${safe} <${link}|Open in Arbiter>` : safe, blocks };
+}
+
+/**
+ * What an agent, a policy or a reviewer wrote, as inline code: Slack applies no formatting inside
+ * it (an agent's `*urgent*` or `_x_` stays literal). A backtick would end the span, so it is shown
+ * as U+02CB, which looks like one; the console shows the value as it is.
+ */
+function literal(s: string): string {
+  return `\`${s.replace(/`/g, '\u02cb')}\``;
 }
 
 /** Slack mrkdwn treats &, < and > as control characters. */
