@@ -1,0 +1,131 @@
+import Database from 'better-sqlite3';
+import { expect } from 'chai';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+import {
+  migrate as migratePostgres,
+  migrations as pgMigrations,
+} from '../../src/storage/postgres/migrations.js';
+import { createPool } from '../../src/storage/postgres/pool.js';
+import { openDatabase } from '../../src/storage/sqlite/db.js';
+import { migrations as sqliteMigrations } from '../../src/storage/sqlite/migrations.js';
+import { onceOnly } from '../helpers/backends.js';
+import { createTestDatabase } from '../helpers/postgres.js';
+
+/**
+ * Migrations run on databases an earlier version left, with rows in them: each backend is built
+ * up to the version before a migration (by that version's own migrations), given rows, then
+ * opened by today's code.
+ */
+onceOnly('migrations of a database an earlier version left', () => {
+  const past = new Date(Date.now() - 60_000).toISOString();
+  const lease = new Date(Date.now() + 30_000).toISOString();
+  const deliveries = [
+    ['pending-1', 'pending', past],
+    ['delivered-1', 'delivered', lease],
+    ['failed-1', 'failed', lease],
+  ] as const;
+
+  it('SQLite 15: a settled webhook delivery loses the lease time it kept; a pending one keeps its due time', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-migrate-'));
+    try {
+      const db = new Database(path.join(dir, 'arbiter.db'));
+      db.exec(`CREATE TABLE schema_migrations (
+        version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`);
+      for (const m of sqliteMigrations.filter((x) => x.version < 15)) {
+        db.exec(m.sql);
+        m.up?.(db);
+        db.prepare('INSERT INTO schema_migrations VALUES (?, ?, ?)').run(m.version, m.name, past);
+      }
+      db.prepare(
+        `INSERT INTO webhooks (name, url, events, format, secret, created_at, updated_at)
+         VALUES ('ops', 'http://127.0.0.1:9/x', '[]', 'json', 'whsec_x', ?, ?)`,
+      ).run(past, past);
+      const insert = db.prepare(
+        `INSERT INTO webhook_deliveries (id, webhook, type, payload, status, attempts, next_attempt_at, created_at)
+         VALUES (?, 'ops', 'queue.pending', '{}', ?, 1, ?, ?)`,
+      );
+      for (const [id, status, next] of deliveries) insert.run(id, status, next, past);
+      // Version 14's table refuses a null next attempt.
+      expect(() =>
+        db.prepare("UPDATE webhook_deliveries SET next_attempt_at = NULL WHERE id = 'failed-1'").run(),
+      ).to.throw(/NOT NULL/);
+      db.close();
+
+      const migrated = openDatabase(dir, 'normal');
+      try {
+        const rows = migrated
+          .prepare('SELECT id, status, next_attempt_at FROM webhook_deliveries ORDER BY id')
+          .all();
+        expect(rows).to.deep.equal([
+          { id: 'delivered-1', status: 'delivered', next_attempt_at: null },
+          { id: 'failed-1', status: 'failed', next_attempt_at: null },
+          { id: 'pending-1', status: 'pending', next_attempt_at: past },
+        ]);
+        const indexes = migrated
+          .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'webhook_deliveries'")
+          .pluck()
+          .all();
+        expect(indexes).to.include.members(['webhook_deliveries_due', 'webhook_deliveries_by_hook']);
+        expect(migrated.prepare('SELECT max(version) FROM schema_migrations').pluck().get()).to.equal(
+          Math.max(...sqliteMigrations.map((m) => m.version)),
+        );
+      } finally {
+        migrated.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('PostgreSQL 8: a settled webhook delivery loses the lease time it kept; a pending one keeps its due time', async () => {
+    const test = await createTestDatabase();
+    const client = new pg.Client({ connectionString: test.url });
+    await client.connect();
+    try {
+      await client.query(`CREATE TABLE schema_migrations (
+        version integer PRIMARY KEY, name text NOT NULL, applied_at text NOT NULL)`);
+      for (const m of pgMigrations.filter((x) => x.version < 8)) {
+        await client.query(m.sql);
+        await client.query('INSERT INTO schema_migrations VALUES ($1, $2, $3)', [m.version, m.name, past]);
+      }
+      await client.query(
+        `INSERT INTO webhooks (name, url, events, format, secret, created_at, updated_at)
+         VALUES ('ops', 'http://127.0.0.1:9/x', '[]', 'json', 'whsec_x', $1, $1)`,
+        [past],
+      );
+      for (const [id, status, next] of deliveries) {
+        await client.query(
+          `INSERT INTO webhook_deliveries (id, webhook, type, payload, status, attempts, next_attempt_at, created_at)
+           VALUES ($1, 'ops', 'queue.pending', '{}', $2, 1, $3, $4)`,
+          [id, status, next, past],
+        );
+      }
+      let refused: unknown;
+      await client
+        .query("UPDATE webhook_deliveries SET next_attempt_at = NULL WHERE id = 'failed-1'")
+        .catch((e: unknown) => (refused = e));
+      expect(String(refused)).to.match(/not-null|null value/);
+
+      const pool = createPool(test.url, 2);
+      try {
+        await migratePostgres(pool);
+      } finally {
+        await pool.end();
+      }
+      const { rows } = await client.query(
+        'SELECT id, status, next_attempt_at FROM webhook_deliveries ORDER BY id',
+      );
+      expect(rows).to.deep.equal([
+        { id: 'delivered-1', status: 'delivered', next_attempt_at: null },
+        { id: 'failed-1', status: 'failed', next_attempt_at: null },
+        { id: 'pending-1', status: 'pending', next_attempt_at: past },
+      ]);
+    } finally {
+      await client.end();
+      await test.drop();
+    }
+  });
+});
