@@ -1,3 +1,4 @@
+import { INVISIBLE_CLASS } from '../../src/common/invisible.js';
 import type { QueueItem } from './api.js';
 
 /** "12:04:05" today, else "2026-11-23 12:04:05" (local time; the title carries the ISO instant). */
@@ -79,7 +80,7 @@ export const EVENT_LABEL: Record<string, string> = {
  * paragraph separators, and the rest of Unicode's default-ignorables (variation selectors, Hangul
  * fillers). An agent chooses these strings, so "\u202Ebd/dorp" must not read as "prod/db".
  */
-const INVISIBLE = /[\p{Cf}\p{Cc}\p{Cs}\p{Co}\p{Cn}\p{Zs}\p{Zl}\p{Zp}\p{Default_Ignorable_Code_Point}]/u;
+const INVISIBLE = new RegExp(`[${INVISIBLE_CLASS}\\p{Cc}\\p{Cs}\\p{Co}\\p{Cn}\\p{Zs}\\p{Zl}\\p{Zp}]`, 'u');
 
 /** Names for the invisible characters a reviewer is most likely to meet (shown on hover). */
 const INVISIBLE_NAMES: Record<number, string> = {

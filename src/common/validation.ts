@@ -1,5 +1,6 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { invalid } from '../errors.js';
+import { INVISIBLE_CLASS } from './invisible.js';
 
 /**
  * JSON Schemas are the single source for request validation (and for the OpenAPI document).
@@ -31,12 +32,10 @@ export function isRfc3339(s: string): boolean {
  * token scopes (space-delimited, RFC 6749 §3.3) and in logs, where either would let one value
  * pass for several. Control characters are C0, DEL and C1 (U+0080–U+009F: NEL is a line break to
  * some log readers, CSI starts a terminal escape); JavaScript's `\s` covers none of C1. Nor do
- * they carry invisible characters: Unicode format characters (`\p{Cf}`: bidi overrides and
- * isolates such as U+202E, zero-width spaces and joiners, U+FEFF) and the other default-ignorable
- * ones (Hangul fillers U+115F and U+3164, variation selectors, U+034F): they make a value read as
- * another one to the reviewer who approves it (`\u202Ebd/dorp` shows as "prod/db").
+ * they carry invisible characters (INVISIBLE_CLASS): they make a value read as another one to the
+ * reviewer who approves it (`\u202Ebd/dorp` shows as "prod/db").
  */
-export const TOKEN_SAFE = '^[^\\s\\x00-\\x1f\\x7f-\\x9f\\p{Cf}\\p{Default_Ignorable_Code_Point}]+$';
+export const TOKEN_SAFE = `^[^\\s\\x00-\\x1f\\x7f-\\x9f${INVISIBLE_CLASS}]+$`;
 const TOKEN_SAFE_RE = new RegExp(TOKEN_SAFE, 'u');
 
 /** TOKEN_SAFE outside a JSON Schema (settings, key bindings). */

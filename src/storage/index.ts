@@ -1,3 +1,4 @@
+import { maskPassword } from '../common/urls.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../observability/logger.js';
 import { storageCall } from './failure.js';
@@ -43,28 +44,11 @@ export async function openStores(config: Config, opts: OpenOptions = {}): Promis
   } catch (e) {
     // An operator reading this at start needs the setting to look at, never the password.
     const where = url
-      ? `the PostgreSQL database of ARBITER_DATABASE_URL (${withoutPassword(url)})`
+      ? `the PostgreSQL database of ARBITER_DATABASE_URL (${maskPassword(url, 'password')})`
       : `the SQLite database in ARBITER_DATA_DIR (${config.dataDir})`;
-    throw new StorageOpenError(`cannot open ${where}: ${e instanceof Error ? e.message : String(e)}`, {
-      cause: e,
-    });
+    throw new Error(`cannot open ${where}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
   }
   return guarded(stores);
-}
-
-/** The database could not be opened (or migrated) at start; the message names the setting. */
-export class StorageOpenError extends Error {}
-
-/** `url` with its password, if any, replaced by `***`. */
-function withoutPassword(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    if (u.searchParams.has('password')) u.searchParams.set('password', '***');
-    return u.toString();
-  } catch {
-    return 'not a URL';
-  }
 }
 
 /**

@@ -106,16 +106,16 @@ export function decisionScope(action: string, resource: unknown): string {
 }
 
 /**
- * Short-lived Ed25519-signed JWTs (RFC 9068 access-token shape) minted from allowed or approved
- * decisions, once each; offline verification through the JWKS, revocation through introspection.
- */
-/**
  * The key was revoked after this request was authenticated (by another process, which may take up
  * to a second to be seen): the mint is refused in its own transaction, so no token outlives the
  * cascade of the key's revocation.
  */
 const revokedKey = () => new AppError('unauthenticated', 'invalid or revoked API key');
 
+/**
+ * Short-lived Ed25519-signed JWTs (RFC 9068 access-token shape) minted from allowed or approved
+ * decisions, once each; offline verification through the JWKS, revocation through introspection.
+ */
 export class TokenService {
   private privateKey: SigningKey | undefined;
   private publicKey: SigningKey | undefined;

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { decodeCursor, encodeCursor, fetchPage, type PageQuery } from '../common/pagination.js';
+import { maskPassword } from '../common/urls.js';
 import { compileSchema } from '../common/validation.js';
 import { invalid, notFound } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
@@ -145,9 +146,8 @@ export class WebhookService {
   /** A poke came while a sweep was running: sweep again when it ends. */
   private again = false;
   private stopped = false;
-  /** Attempts under way, and how many of them are each webhook's. */
-  private readonly inFlight = new Set<Promise<void>>();
-  private readonly inFlightOf = new Map<string, number>();
+  /** Attempts under way, each with its webhook's name. */
+  private readonly inFlight = new Map<Promise<void>, string>();
 
   constructor(
     private readonly store: WebhookStore,
@@ -266,7 +266,7 @@ export class WebhookService {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     await this.sweeping;
-    await Promise.all(this.inFlight);
+    await Promise.all(this.inFlight.keys());
   }
 
   /**
@@ -284,7 +284,7 @@ export class WebhookService {
         new Date(now).toISOString(),
         new Date(now + ATTEMPT_TIMEOUT_MS * 3).toISOString(),
         room,
-        { perWebhook: MAX_IN_FLIGHT_PER_WEBHOOK, inFlight: Object.fromEntries(this.inFlightOf) },
+        { perWebhook: MAX_IN_FLIGHT_PER_WEBHOOK, inFlight: this.inFlightByWebhook() },
       );
       // Stopped while claiming: what was claimed stays leased and is retried after the lease.
       if (due.length === 0 || this.stopped) return;
@@ -294,17 +294,20 @@ export class WebhookService {
 
   /** Starts one attempt, counted in flight until it is settled. */
   private send(d: DueDelivery): void {
-    this.inFlightOf.set(d.webhook, (this.inFlightOf.get(d.webhook) ?? 0) + 1);
     const sending: Promise<void> = this.attempt(d)
       .catch((err: unknown) => this.log?.warn({ err, delivery: d.id }, 'webhook delivery attempt failed'))
       .finally(() => {
         this.inFlight.delete(sending);
-        const left = (this.inFlightOf.get(d.webhook) ?? 1) - 1;
-        if (left > 0) this.inFlightOf.set(d.webhook, left);
-        else this.inFlightOf.delete(d.webhook);
         this.poke();
       });
-    this.inFlight.add(sending);
+    this.inFlight.set(sending, d.webhook);
+  }
+
+  /** How many attempts each webhook has under way (at most MAX_IN_FLIGHT in all). */
+  private inFlightByWebhook(): Record<string, number> {
+    const n: Record<string, number> = {};
+    for (const webhook of this.inFlight.values()) n[webhook] = (n[webhook] ?? 0) + 1;
+    return n;
   }
 
   private async attempt(d: DueDelivery): Promise<void> {
@@ -409,13 +412,6 @@ function literal(s: string): string {
 /** Slack mrkdwn treats &, < and > as control characters. */
 function escapeSlack(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
-}
-
-function maskPassword(url: string): string {
-  const u = new URL(url);
-  if (u.password === '') return url;
-  u.password = '***';
-  return u.toString();
 }
 
 /** A URL without its user-info (credentials never reach the audit trail). */
