@@ -80,6 +80,23 @@ onEveryBackend('POST /api/v1/impact: replay recorded decisions against a candida
 
     const past = await impact({ policies: { 'deny-read': DENY_READ }, since: '2000-01-01T00:00:00Z' });
     expect(past.json.replayed).to.equal(8);
+
+    // `since` is the instant it names, whatever RFC 3339 form names it (the trail compares UTC).
+    const at = async (since: string) => {
+      const r = await impact({ policies: { 'deny-read': DENY_READ }, since });
+      expect(r.status, r.text).to.equal(200);
+      return r.json.replayed as number;
+    };
+    const hourAgo = new Date(Date.now() - 3_600_000);
+    const day = hourAgo.toISOString().slice(0, 10);
+    const inAnHour = new Date(Date.now() + 3_600_000);
+    expect(await at(`${day}t00:00:00z`)).to.equal(await at(`${day}T00:00:00Z`));
+    // An hour ago, written at +05:00, is before every decision of this run: all of them.
+    const plus5 = new Date(hourAgo.getTime() + 5 * 3_600_000).toISOString().slice(0, 19) + '+05:00';
+    expect(await at(plus5)).to.equal(8);
+    // In an hour, written at -05:00 (its text sorts before now): none.
+    const minus5 = new Date(inAnHour.getTime() - 5 * 3_600_000).toISOString().slice(0, 19) + '-05:00';
+    expect(await at(minus5)).to.equal(0);
   });
 
   it('replays a removed policy (null) and changed data documents', async () => {

@@ -221,6 +221,76 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
     expect((await call('DELETE', `${a.platform}/api/v1/policies/deny-read`)).status).to.equal(204);
   });
 
+  it('promotes only if If-Match holds on the live policy, and of concurrent promotions exactly one wins', async () => {
+    const denyAll = 'package authz.agent\n\ndeny contains "all switched off" if input.action == "delete"\n';
+    expect(
+      (await call('PUT', `${a.platform}/api/v1/policies/deny-read`, { body: { rego: denyAll } })).status,
+    ).to.equal(201);
+    const current = await call('GET', `${a.platform}/api/v1/policies/deny-read`);
+    const etag = current.headers.get('etag') as string;
+    expect((await putShadow('deny-read', { rego: DENY_READ })).status).to.equal(201);
+    try {
+      const before = await live();
+      const promotes = (await auditEvents(a.platform, { kind: 'policy.shadow.promote' })).length;
+      const promote = (headers: Record<string, string> = {}) =>
+        call('POST', `${a.platform}/api/v1/policies/deny-read/promote`, { headers });
+      for (const stale of ['"1-0000000000000000"', 'bogus', '"2-' + 'f'.repeat(16) + '"']) {
+        expectError(await promote({ 'if-match': stale }), 412, /If-Match/);
+      }
+      // Nothing changed: the live set, the shadow set, the trail.
+      expect(await live()).to.deep.equal(before);
+      expect((await report()).policies.map((p: { name: string }) => p.name)).to.deep.equal(['deny-read']);
+      expect(await auditEvents(a.platform, { kind: 'policy.shadow.promote' })).to.have.length(promotes);
+
+      const all = await Promise.all([1, 2, 3].map(() => promote({ 'if-match': etag })));
+      const statuses = all.map((r) => r.status).sort();
+      expect(statuses, all.map((r) => r.text).join('\n')).to.deep.equal([200, 404, 404]);
+      for (const r of all.filter((x) => x.status === 404)) expectError(r, 404, /not in the shadow set/);
+      const after = await live();
+      expect(after.revision).to.equal(before.revision + 1);
+      expect((await report()).policies).to.deep.equal([]);
+      expect(await auditEvents(a.platform, { kind: 'policy.shadow.promote' })).to.have.length(promotes + 1);
+      const promoted = await call('GET', `${a.platform}/api/v1/policies/deny-read`);
+      expect(promoted.json.rego).to.equal(DENY_READ);
+    } finally {
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/deny-read`)).status).to.equal(204);
+      await dropShadow('deny-read');
+    }
+  });
+
+  it('counts afresh after a live change: the shadow set is the live set with the shadow modules in it', async () => {
+    const put = await putShadow('deny-read', { rego: DENY_READ });
+    expect(put.status, put.text).to.equal(201);
+    try {
+      await authorize(AGENT.allow, 200);
+      const counted = await report();
+      expect(counted).to.deep.include({ decisions: 1, disagree: 1 });
+      expect(counted.samples).to.have.length(1);
+      const unrelated = 'package authz.agent\n\ndeny contains "never" if input.action == "never-ever"\n';
+      expect(
+        (await call('PUT', `${a.platform}/api/v1/policies/unrelated`, { body: { rego: unrelated } })).status,
+      ).to.equal(201);
+      const fresh = await report();
+      expect(fresh).to.deep.include({
+        decisions: 0,
+        agree: 0,
+        disagree: 0,
+        errors: 0,
+        changes: {},
+        samples: [],
+      });
+      expect(Date.parse(fresh.since)).to.be.greaterThan(Date.parse(counted.since));
+      // The module's own `since` is when it entered the shadow set.
+      expect(fresh.policies).to.deep.equal(counted.policies);
+      await authorize(AGENT.allow, 200);
+      expect(await report()).to.deep.include({ decisions: 1, disagree: 1 });
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/unrelated`)).status).to.equal(204);
+      expect((await report()).decisions).to.equal(0);
+    } finally {
+      await dropShadow('deny-read');
+    }
+  });
+
   it('drops a shadow module with DELETE ?mode=shadow', async () => {
     expect((await putShadow('deny-read', { rego: DENY_READ })).status).to.equal(201);
     const before = await live();

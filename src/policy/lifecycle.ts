@@ -139,7 +139,8 @@ export class LifecycleService {
           const page = await this.audit.query({
             kind: 'decision',
             ...(tenant !== undefined ? { tenant_id: tenant } : {}),
-            ...(req.since !== undefined ? { since: req.since } : {}),
+            // The instant, not the text: the trail compares ISO 8601 UTC strings.
+            ...(req.since !== undefined ? { since: new Date(req.since).toISOString() } : {}),
             ...(before ? { before } : {}),
             limit: Math.min(PAGE, limit - read),
           });

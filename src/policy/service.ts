@@ -83,6 +83,18 @@ const notFoundOf = (name: string): never => {
   throw notFound(`${name} not found`);
 };
 
+/** 404: `name` is not (or no longer) in the shadow set. */
+const notInShadow = (name: string, why?: string) =>
+  notFound(`policy ${name} is not in the shadow set${why ? `: ${why}` : ''}`);
+
+/** What a policy write answers. */
+interface PutResult {
+  policy: PolicyMeta;
+  created: boolean;
+  revision: number;
+  dryRun: boolean;
+}
+
 /**
  * Owns the live policy set: compiles changes with the real OPA compiler, stores them, and swaps
  * the evaluator atomically. Changes are serialized; the store's revision is the single counter.
@@ -214,56 +226,77 @@ export class PolicyService {
     description: string | undefined,
     opts: { precondition?: Precondition | undefined; dryRun: boolean },
     ctx: ChangeContext,
-  ): Promise<{ policy: PolicyMeta; created: boolean; revision: number; dryRun: boolean }> {
+  ): Promise<PutResult> {
     checkName(name);
     checkRego(rego);
-    const r = await this.changing(async (snap) => {
-      const existing = snap.policies.find((p) => p.name === name);
-      const ifVersion = expectedVersion(existing, opts.precondition);
-      const modules = [...snap.policies.filter((p) => p.name !== name), { name, rego }];
-      const module = await this.compileToModule(modules);
-      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1, modules, 'live');
-      const desc = description ?? existing?.description ?? '';
-      if (opts.dryRun) {
-        const version = (existing?.version ?? 0) + 1;
-        const policy = {
-          name,
-          description: desc,
-          sha256: regoSha256(rego),
-          version,
-          updated_at: new Date().toISOString(),
-        };
-        return { done: { policy, created: !existing, revision: snap.revision, dryRun: true } };
-      }
-      const c = await this.store.commit(
-        {
-          ...NO_CHANGE,
-          expectedRevision: snap.revision,
-          ifVersions: ifVersion === undefined ? undefined : { [name]: ifVersion },
-          putPolicies: [{ name, rego, description: desc, sha256: regoSha256(rego) }],
-          actor: ctx.actor,
-        },
-        (revision) => [
-          this.event('policy.put', name, revision, ctx, { sha256: regoSha256(rego), created: !existing }),
-        ],
-      );
-      if (!c.ok) {
-        if ('conflict' in c) throw preconditionFailed(name);
-        return 'stale' in c ? STALE : notFoundOf(c.absent);
-      }
-      await this.install(next, c.revision);
-      const policy = c.policies[0] as PolicyRecord;
-      return {
-        done: {
-          policy: metaOf(policy),
-          created: c.created.includes(name),
-          revision: c.revision,
-          dryRun: false,
-        },
-      };
-    });
+    const r = await this.changing((snap) => this.attemptPut(snap, name, rego, description, opts, ctx));
     if (!r.dryRun) await this.announce(r.revision);
     return r;
+  }
+
+  /**
+   * One attempt at a policy write against `snap` (STALE when the live set moved meanwhile). With
+   * `promoted`, the shadow module of that sha256 is the text, and it leaves the shadow set in the
+   * same transaction (404 when it has left it or been replaced meanwhile).
+   */
+  private async attemptPut(
+    snap: PolicySnapshot,
+    name: string,
+    rego: string,
+    description: string | undefined,
+    opts: { precondition?: Precondition | undefined; dryRun: boolean },
+    ctx: ChangeContext,
+    promoted?: string,
+  ): Promise<{ done: PutResult } | typeof STALE> {
+    const existing = snap.policies.find((p) => p.name === name);
+    const ifVersion = expectedVersion(existing, opts.precondition);
+    const modules = [...snap.policies.filter((p) => p.name !== name), { name, rego }];
+    const module = await this.compileToModule(modules);
+    const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1, modules, 'live');
+    const desc = description ?? existing?.description ?? '';
+    if (opts.dryRun) {
+      const version = (existing?.version ?? 0) + 1;
+      const policy = {
+        name,
+        description: desc,
+        sha256: regoSha256(rego),
+        version,
+        updated_at: new Date().toISOString(),
+      };
+      return { done: { policy, created: !existing, revision: snap.revision, dryRun: true } };
+    }
+    const c = await this.store.commit(
+      {
+        ...NO_CHANGE,
+        expectedRevision: snap.revision,
+        ifVersions: ifVersion === undefined ? undefined : { [name]: ifVersion },
+        putPolicies: [{ name, rego, description: desc, sha256: regoSha256(rego) }],
+        actor: ctx.actor,
+        ...(promoted !== undefined ? { promoteShadow: { name, sha256: promoted } } : {}),
+      },
+      (revision) => [
+        this.event('policy.put', name, revision, ctx, { sha256: regoSha256(rego), created: !existing }),
+        ...(promoted !== undefined
+          ? [this.event('policy.shadow.promote', name, revision, ctx, { sha256: promoted })]
+          : []),
+      ],
+    );
+    if (!c.ok) {
+      if ('conflict' in c) throw preconditionFailed(name);
+      if ('stale' in c) return STALE;
+      if (promoted !== undefined) throw notInShadow(name, 'it was promoted, replaced or dropped meanwhile');
+      return notFoundOf(c.absent);
+    }
+    await this.install(next, c.revision);
+    const policy = c.policies[0] as PolicyRecord;
+    return {
+      done: {
+        policy: metaOf(policy),
+        created: c.created.includes(name),
+        revision: c.revision,
+        dryRun: false,
+      },
+    };
   }
 
   async delete(
@@ -419,29 +452,36 @@ export class PolicyService {
       const dropped = await this.store.dropShadow(name, undefined, [
         this.event('policy.shadow.delete', name, revision, ctx, {}),
       ]);
-      if (!dropped) throw notFound(`policy ${name} is not in the shadow set`);
+      if (!dropped) throw notInShadow(name);
       await this.reshadow();
     });
     await this.announce(this.requireLive().revision);
   }
 
   /**
-   * Makes a shadow module live (a normal change: compiled, a new revision, audited) and drops it
-   * from the shadow set, unless it was replaced in the shadow set meanwhile. 404 when not shadowed.
+   * Makes a shadow module live (a normal change: compiled, a new revision, audited, `If-Match` on
+   * the live policy honoured) and drops it from the shadow set in the same transaction: of
+   * concurrent promotions one wins, and one that meets a replaced module changes nothing. 404
+   * when the name is not shadowed.
    */
   async promote(
     name: string,
+    precondition: Precondition | undefined,
     ctx: ChangeContext,
   ): Promise<{ policy: PolicyMeta; created: boolean; revision: number }> {
     checkName(name);
-    const candidate = (await this.store.shadow()).policies.find((p) => p.name === name);
-    if (!candidate) throw notFound(`policy ${name} is not in the shadow set`);
-    const r = await this.put(name, candidate.rego, undefined, { dryRun: false }, ctx);
-    await this.serialized(async () => {
-      await this.store.dropShadow(name, candidate.sha256, [
-        this.event('policy.shadow.promote', name, r.revision, ctx, { sha256: candidate.sha256 }),
-      ]);
-      await this.reshadow();
+    const r = await this.changing(async (snap) => {
+      const candidate = (await this.store.shadow()).policies.find((p) => p.name === name);
+      if (!candidate) throw notInShadow(name);
+      return this.attemptPut(
+        snap,
+        name,
+        candidate.rego,
+        undefined,
+        { precondition, dryRun: false },
+        ctx,
+        candidate.sha256,
+      );
     });
     await this.announce(r.revision);
     return { policy: r.policy, created: r.created, revision: r.revision };

@@ -82,6 +82,11 @@ export interface PolicyChange {
   message: string | null;
   /** The first seeding: only into a never-seeded store, which it marks seeded. */
   seed?: boolean;
+  /**
+   * A promotion (SPEC §11): the shadow module of this name leaves the shadow set in the same
+   * transaction, only if it still has this sha256; else the outcome is `absent` with its name.
+   */
+  promoteShadow?: { name: string; sha256: string };
 }
 
 export type CommitOutcome =
@@ -97,7 +102,7 @@ export type CommitOutcome =
   | { ok: false; stale: true }
   /** A policy's version is not the one `ifVersions` names. */
   | { ok: false; conflict: string }
-  /** A delete names a policy or data document that does not exist. */
+  /** A delete names a policy or data document that does not exist, or a promotion a shadow module. */
   | { ok: false; absent: string };
 
 /** A candidate module in the shadow set (SPEC §11): evaluated beside the live set, never answering. */
@@ -125,7 +130,9 @@ export interface PolicyStore {
   /**
    * Applies a change as one revision in one transaction: the live tables, the content-addressed
    * history (an unchanged module is not stored twice), the revision record and its audit events
-   * (made by `events(revision)`). Nothing is written unless every condition holds.
+   * (made by `events(revision)`). Nothing is written unless every condition holds. While a shadow
+   * set exists, a live change is a change of the shadow set too (it is the live set with the
+   * shadow modules in it): its generation moves on and its report starts again.
    */
   commit(change: PolicyChange, events: (revision: number) => NewAuditEvent[]): Promise<CommitOutcome>;
   /** Compiled wasm for a policy-set hash, if any process compiled that set before. */

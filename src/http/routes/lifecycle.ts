@@ -6,7 +6,7 @@ import type { BundleRequest, PolicyService } from '../../policy/service.js';
 import { principalOf, type Ctx, type HeaderParam, type RouteDef } from '../context.js';
 import { boolParam, PAGE_QUERY, queryOf } from '../query.js';
 import type { RouteDeps } from './index.js';
-import { etagOf } from './policies.js';
+import { etagOf, IF_MATCH, ifMatch, PRECONDITION_FAILED } from './policies.js';
 import { exact } from '../schemas.js';
 import { change, param, PLATFORM } from './shared.js';
 
@@ -430,13 +430,15 @@ export function replayRoutes(lifecycle: LifecycleService, policies: PolicyServic
       },
       also: [
         { status: 201, description: 'promoted a policy the live set did not hold', schema: promotedSchema },
+        PRECONDITION_FAILED,
       ],
       apis: PLATFORM,
       scope: 'policies:write',
       body: 'none',
+      headers: [IF_MATCH],
       summary: 'Make a shadow module live and drop it from the shadow set',
       handler: async (ctx) => {
-        const r = await policies.promote(param(ctx, 'name'), change(ctx));
+        const r = await policies.promote(param(ctx, 'name'), ifMatch(ctx), change(ctx));
         ctx.status = r.created ? 201 : 200;
         ctx.set('ETag', etagOf(r.policy));
         ctx.body = { ...r.policy, revision: r.revision };

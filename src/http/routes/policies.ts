@@ -9,7 +9,7 @@ import { shadowDelete, shadowPut, SHADOW_MODE } from './shadow-mode.js';
 import { change, param, PLATFORM } from './shared.js';
 
 /** Optimistic concurrency on a policy: the write happens only if the policy is still as read. */
-const IF_MATCH: HeaderParam = {
+export const IF_MATCH: HeaderParam = {
   name: 'If-Match',
   description:
     'the ETag of GET /api/v1/policies/{name} (or a list of them, or *: the policy exists); otherwise 412 and nothing changes',
@@ -25,7 +25,7 @@ export const etagOf = (p: Pick<PolicyMeta, 'version' | 'sha256'>) =>
  * exists; a list of entity tags when one of them is its ETag (a weak `W/` tag compares by its
  * opaque part). No header: an unconditional write.
  */
-function ifMatch(ctx: Ctx): Precondition | undefined {
+export function ifMatch(ctx: Ctx): Precondition | undefined {
   const header = ctx.get('if-match');
   if (header === '') return undefined;
   if (header.trim() === '*') {
@@ -55,7 +55,7 @@ const POLICY_META = {
 const REVISION = { type: 'integer', description: 'the policy set revision' };
 /** A policy write's answer: its metadata and the revision it made live. */
 const policyWrittenSchema = exact({ ...POLICY_META, revision: REVISION });
-const PRECONDITION_FAILED = {
+export const PRECONDITION_FAILED = {
   status: 412,
   description: 'If-Match does not hold; nothing changed',
 };

@@ -94,6 +94,14 @@ export class PgPolicyStore implements PolicyStore {
       );
       for (const path of ch.deleteData) if (!present.has(path)) refuse({ ok: false, absent: path });
     }
+    if (ch.promoteShadow) {
+      const { name, sha256 } = ch.promoteShadow;
+      const dropped = await c.query('DELETE FROM shadow_policies WHERE name = $1 AND sha256 = $2', [
+        name,
+        sha256,
+      ]);
+      if (!dropped.rowCount) refuse({ ok: false, absent: name });
+    }
 
     const revision = current + 1;
     const time = new Date().toISOString();
@@ -181,6 +189,9 @@ export class PgPolicyStore implements PolicyStore {
       ],
     );
     if (ch.seed) await c.query("UPDATE meta SET value = '1' WHERE key = 'seeded'");
+    if (ch.promoteShadow || (await one(c, 'SELECT 1 FROM shadow_policies LIMIT 1')) !== undefined) {
+      await this.shadowChanged(c, time);
+    }
     await this.chain.appendAfter(c, head, events(revision));
     await notify(c, { topic: 'revision' });
     return { ok: true, revision, time, created, policies, data };

@@ -92,6 +92,13 @@ export class SqlitePolicyStore implements PolicyStore {
     }
     for (const name of c.deletePolicies) if (!live(name)) refuse({ ok: false, absent: name });
     for (const path of c.deleteData) if (st.data.get(path) === undefined) refuse({ ok: false, absent: path });
+    if (c.promoteShadow) {
+      const { name, sha256 } = c.promoteShadow;
+      const dropped = this.db
+        .prepare('DELETE FROM shadow_policies WHERE name = ? AND sha256 = ?')
+        .run(name, sha256);
+      if (dropped.changes === 0) refuse({ ok: false, absent: name });
+    }
 
     const revision = current + 1;
     const time = new Date().toISOString();
@@ -147,6 +154,9 @@ export class SqlitePolicyStore implements PolicyStore {
       data: JSON.stringify(st.liveData.all()),
     });
     if (c.seed) st.setSeeded.run();
+    if (c.promoteShadow || this.db.prepare('SELECT 1 FROM shadow_policies LIMIT 1').get() !== undefined) {
+      this.shadowChanged(time);
+    }
     this.writer.appendInTx(events(revision));
     return { ok: true, revision, time, created, policies, data };
   }
