@@ -136,17 +136,23 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     const services = buildServices(config, stores, compiler, {
       metrics,
       policyChanged: (revision) => link?.changed(revision) ?? Promise.resolve(),
+      signingKeysRotated: () => link?.signingKeysRotated() ?? Promise.resolve(),
       publicUrl: () => config.publicUrl ?? engineUrl,
       log,
     });
     built = services;
-    const { budgets, keys, policies, queue, tokens, webhooks } = services;
+    const { budgets, keys, policies, queue, signingKeys, tokens, webhooks } = services;
     const started = await policies.start(config.policyDir, startContext());
     log.info(
       { revision: started.revision, seeded: started.seeded, policyDir: config.policyDir },
       clustered ? 'worker loaded the policy set' : 'policy set loaded',
     );
-    if (clustered) link = new WorkerLink(() => policies.refresh(), log, metrics.registry);
+    if (clustered)
+      link = new WorkerLink(
+        (change) => (change.topic === 'revision' ? policies.refresh() : signingKeys.reload()),
+        log,
+        metrics.registry,
+      );
     const unfollow = followOtherProcesses(stores, services, clustered, log);
     queue.startSweeper(SWEEP_INTERVAL_MS);
     budgets.startSweeper(COUNTER_SWEEP_INTERVAL_MS, (err) =>
@@ -246,27 +252,34 @@ async function listen(server: Server, api: Api, config: Config): Promise<Listene
 
 /**
  * Follows other processes' changes (cluster workers, or any process on PostgreSQL): a new revision
- * to load, a decided item whose waiters can return; and re-reads the revision every REFRESH_MS in
- * case a notice was missed. Returns what stops it.
+ * to load, a decided item whose waiters can return, rotated signing keys; and re-reads the revision
+ * and the signing keys every REFRESH_MS in case a notice was missed. Returns what stops it.
  */
 function followOtherProcesses(
   stores: Stores,
-  { policies, queue }: Pick<Services, 'policies' | 'queue'>,
+  { policies, queue, signingKeys }: Pick<Services, 'policies' | 'queue' | 'signingKeys'>,
   clustered: boolean,
   log: Logger,
 ): () => void {
   const refresh = () =>
     policies.refresh().catch((err: unknown) => log.error({ err }, 'policy refresh failed'));
+  const reloadKeys = () =>
+    signingKeys.reload().catch((err: unknown) => log.error({ err }, 'signing key reload failed'));
   let refresher: NodeJS.Timeout | undefined;
   if (clustered || stores.changes.crossProcess) {
-    refresher = setInterval(() => void refresh(), REFRESH_MS);
+    refresher = setInterval(() => {
+      void refresh();
+      void reloadKeys();
+    }, REFRESH_MS);
     refresher.unref();
   }
   const unsubscribe = stores.changes.subscribe((change) => {
     if (change.topic === 'revision') void refresh();
     else if (change.topic === 'queue') queue.wake(change.id);
+    else if (change.topic === 'signing_keys') void reloadKeys();
     else if (change.topic === 'resync') {
       void refresh();
+      void reloadKeys();
       queue.wake();
     }
   });

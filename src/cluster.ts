@@ -12,7 +12,8 @@ import type { Logger } from './observability/logger.js';
  * database.
  *
  * - A policy or data change is answered only after every worker has loaded the new revision,
- *   so "live before the response" holds whichever process serves the next request.
+ *   so "live before the response" holds whichever process serves the next request; a signing-key
+ *   rotation only after every worker has loaded the new key.
  * - /metrics on any worker answers the sum over all workers (prom-client's AggregatorRegistry).
  */
 
@@ -23,14 +24,17 @@ export interface Listener {
   port: number;
 }
 
+/** What changed: a new policy revision, or the signing keys (a rotation). */
+export type Changed = { topic: 'revision'; revision: number } | { topic: 'signing_keys' };
+
 type ToPrimary =
   | { arbiter: 'listening'; listeners: Listener[] }
-  | { arbiter: 'changed'; id: string; revision: number }
+  | { arbiter: 'changed'; id: string; change: Changed }
   | { arbiter: 'refreshed'; id: string }
   | { arbiter: 'metrics'; id: string };
 
 type ToWorker =
-  | { arbiter: 'refresh'; id: string; revision: number }
+  | { arbiter: 'refresh'; id: string; change: Changed }
   | { arbiter: 'synced'; id: string }
   | { arbiter: 'metrics'; id: string; text?: string; error?: string };
 
@@ -45,7 +49,7 @@ export class WorkerLink {
   private readonly waiting = new Map<string, (m: ToWorker) => void>();
 
   constructor(
-    private readonly refresh: () => Promise<void>,
+    private readonly refresh: (change: Changed) => Promise<void>,
     private readonly log: Logger,
     registry: Registry,
   ) {
@@ -56,8 +60,8 @@ export class WorkerLink {
       if (!isOurs(m)) return;
       const msg = m as ToWorker;
       if (msg.arbiter === 'refresh') {
-        this.refresh()
-          .catch((err: unknown) => this.log.error({ err, revision: msg.revision }, 'policy refresh failed'))
+        this.refresh(msg.change)
+          .catch((err: unknown) => this.log.error({ err, change: msg.change }, 'refresh failed'))
           .finally(() => this.send({ arbiter: 'refreshed', id: msg.id }));
         return;
       }
@@ -71,7 +75,12 @@ export class WorkerLink {
 
   /** Resolves once every other worker has loaded `revision` (or the sync timed out). */
   async changed(revision: number): Promise<void> {
-    await this.ask({ arbiter: 'changed', id: newId(), revision });
+    await this.ask({ arbiter: 'changed', id: newId(), change: { topic: 'revision', revision } });
+  }
+
+  /** Resolves once every other worker has loaded the rotated signing keys (or the sync timed out). */
+  async signingKeysRotated(): Promise<void> {
+    await this.ask({ arbiter: 'changed', id: newId(), change: { topic: 'signing_keys' } });
   }
 
   async metrics(): Promise<string> {
@@ -127,10 +136,7 @@ export async function runPrimary(workers: number, log: Logger): Promise<{ stop: 
         from.isConnected() && from.send({ arbiter: 'synced', id: msg.id } satisfies ToWorker);
       if (left === 0) return finish();
       const timer = setTimeout(() => {
-        log.warn(
-          { revision: msg.revision, missing: left },
-          'workers did not confirm a policy change in time',
-        );
+        log.warn({ change: msg.change, missing: left }, 'workers did not confirm a change in time');
         cleanup();
         finish();
       }, SYNC_TIMEOUT_MS);
@@ -161,7 +167,7 @@ export async function runPrimary(workers: number, log: Logger): Promise<{ stop: 
       cluster.on('message', onMessage);
       cluster.on('exit', onExit);
       for (const w of others)
-        w.send({ arbiter: 'refresh', id: msg.id, revision: msg.revision } satisfies ToWorker);
+        w.send({ arbiter: 'refresh', id: msg.id, change: msg.change } satisfies ToWorker);
     } else if (msg.arbiter === 'metrics') {
       aggregator.clusterMetrics().then(
         (text) =>

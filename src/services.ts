@@ -15,6 +15,7 @@ import { PolicyService } from './policy/service.js';
 import { QueueService } from './queue/service.js';
 import type { Stores } from './storage/stores.js';
 import { TokenService } from './tokens/service.js';
+import { SigningKeyService } from './tokens/signing-keys.js';
 import { WebhookService } from './webhooks/service.js';
 
 export interface ServiceOptions {
@@ -22,6 +23,8 @@ export interface ServiceOptions {
   metrics?: Metrics;
   /** Called after this process changed the policy set (the cluster relay). */
   policyChanged?: (revision: number) => Promise<void>;
+  /** Called after this process rotated the signing key (the cluster relay). */
+  signingKeysRotated?: () => Promise<void>;
   /** The base URL that links in notifications point at. */
   publicUrl: () => string;
   log: Logger;
@@ -75,6 +78,9 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
       notified: stores.changes.crossProcess,
     },
   );
+  const signingKeys = new SigningKeyService(stores.tokens, {
+    rotated: () => o.signingKeysRotated?.() ?? Promise.resolve(),
+  });
   const tokens = new TokenService(
     stores.tokens,
     stores.decisions,
@@ -86,6 +92,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
       exchangeWindowSeconds: config.tokenExchangeWindowSeconds,
     },
     { minted: () => m?.tokensMinted.inc(), revoked: () => m?.tokensRevoked.inc() },
+    signingKeys,
   );
   const webhooks = new WebhookService(
     stores.webhooks,
@@ -102,6 +109,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
     audit,
     queue,
     tokens,
+    signingKeys,
     webhooks,
     lifecycle: new LifecycleService(
       policies,

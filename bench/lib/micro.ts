@@ -14,6 +14,7 @@ import { openDatabase } from '../../src/storage/sqlite/db.js';
 import { sqliteStores } from '../../src/storage/sqlite/index.js';
 import { QueueService } from '../../src/queue/service.js';
 import { TokenService } from '../../src/tokens/service.js';
+import { SigningKeyService } from '../../src/tokens/signing-keys.js';
 import { ADMIN_PRINCIPAL } from '../../src/keys/service.js';
 import { newId, newTraceId } from '../../src/ids.js';
 import { KINDS, MIX, policyInput, round, type Kind } from './load.js';
@@ -148,6 +149,7 @@ export async function benchTokens(
       queue,
       { issuer: 'arbiter', defaultTtlSeconds: 300, maxTtlSeconds: 3600, exchangeWindowSeconds: 300 },
       { minted: () => undefined, revoked: () => undefined },
+      new SigningKeyService(stores.tokens),
     );
     await tokens.init();
     const minted: string[] = [];

@@ -16,6 +16,7 @@ export const RESERVED_KIND_PREFIXES = [
   'webhook.',
   'shadow.',
   'limit.',
+  'signing_key.',
 ];
 
 /** Whether `kind` is one Arbiter records itself; every other kind came through the ingest API. */

@@ -117,7 +117,7 @@ export class KeyService {
         request_id: requestId,
         details: { tokens_revoked: tokensRevoked },
       }),
-      token: (t) => tokenRevokeEvent(t, actor, null, name),
+      token: (t) => tokenRevokeEvent(t, actor, null, { key: name }),
     });
     if (!r) throw notFound(`no key named ${name}`);
     return r;

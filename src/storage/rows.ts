@@ -59,6 +59,7 @@ export const tokenFromRow = (r: Row): TokenRecord => ({
 export const tokenToRow = (t: TokenRecord): Row => ({
   request_digest: null,
   policy_revision: null,
+  signing_kid: null,
   ...t,
   scopes: JSON.stringify(t.scopes),
 });

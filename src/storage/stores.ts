@@ -37,11 +37,15 @@ export interface Stores {
 
 /**
  * What another process changed: the policy set (a new revision), a queue item (a long-poll may
- * end), keys (a revocation). `resync` means notifications may have been missed (the feed
+ * end), keys (a revocation), the signing keys (a rotation). `resync` means notifications may have been missed (the feed
  * reconnected): re-read everything that is cached.
  */
 export type Change =
-  { topic: 'revision' } | { topic: 'queue'; id: string } | { topic: 'keys' } | { topic: 'resync' };
+  | { topic: 'revision' }
+  | { topic: 'queue'; id: string }
+  | { topic: 'keys' }
+  | { topic: 'signing_keys' }
+  | { topic: 'resync' };
 
 export interface ChangeFeed {
   /**

@@ -2,14 +2,17 @@ import type { NewAuditEvent } from '../audit/types.js';
 import type { TokenRecord } from './types.js';
 
 /**
- * The audit event of one token's revocation (SPEC §8), whether revoked alone or with the API key
- * that minted it (`details.with_key` names the key then).
+ * What revoked a token along with others: the API key that minted it (`details.with_key`), or the
+ * leaked signing key that signed it (`details.with_signing_key`, its kid).
  */
+export type RevocationCause = { key: string } | { signing_key: string };
+
+/** The audit event of one token's revocation (SPEC §8), whether revoked alone or with a cause. */
 export function tokenRevokeEvent(
   tok: TokenRecord,
   actor: string,
   traceId: string | null,
-  withKey?: string,
+  cause?: RevocationCause,
 ): NewAuditEvent {
   return {
     kind: 'token.revoke',
@@ -19,6 +22,11 @@ export function tokenRevokeEvent(
     tenant_id: tok.tenant_id,
     resource: tok.id,
     outcome: 'revoked',
-    details: { token_id: tok.id, subject: tok.subject, ...(withKey ? { with_key: withKey } : {}) },
+    details: {
+      token_id: tok.id,
+      subject: tok.subject,
+      ...(cause && 'key' in cause ? { with_key: cause.key } : {}),
+      ...(cause && 'signing_key' in cause ? { with_signing_key: cause.signing_key } : {}),
+    },
   };
 }

@@ -1,15 +1,6 @@
-import {
-  calculateJwkThumbprint,
-  exportJWK,
-  generateKeyPair,
-  importJWK,
-  jwtVerify,
-  SignJWT,
-  type JWK,
-  type JWTPayload,
-} from 'jose';
+import { decodeProtectedHeader, jwtVerify, SignJWT, type JWK, type JWTPayload } from 'jose';
 import type { DecisionStore } from '../decisions/store.js';
-import { AppError, conflict, forbidden, internal, invalid, notFound } from '../errors.js';
+import { AppError, conflict, forbidden, internal, invalid, notFound, unavailable } from '../errors.js';
 import { compileSchema, TOKEN_SAFE } from '../common/validation.js';
 import { newId } from '../ids.js';
 import { admits, checkAdmits } from '../keys/binding.js';
@@ -17,12 +8,9 @@ import { hasScope } from '../keys/service.js';
 import type { Principal } from '../keys/types.js';
 import type { QueueService } from '../queue/service.js';
 import { tokenRevokeEvent } from './events.js';
+import { ALG, type SigningKeyService } from './signing-keys.js';
 import type { TokenRecord, TokenStore } from './types.js';
 
-/** What jose hands back for an imported key (a WebCrypto CryptoKey on Node). */
-type SigningKey = Exclude<Awaited<ReturnType<typeof importJWK>>, Uint8Array>;
-
-const ALG = 'EdDSA';
 const TYP = 'at+jwt';
 
 export interface TokenConfig {
@@ -113,14 +101,16 @@ export function decisionScope(action: string, resource: unknown): string {
 const revokedKey = () => new AppError('unauthenticated', 'invalid or revoked API key');
 
 /**
+ * How many times a mint signs again after finding its signing key retired by a rotation it had not
+ * seen (each time with the keys read again): more than one rotation in that instant is unlikely.
+ */
+const SIGN_ATTEMPTS = 3;
+
+/**
  * Short-lived Ed25519-signed JWTs (RFC 9068 access-token shape) minted from allowed or approved
  * decisions, once each; offline verification through the JWKS, revocation through introspection.
  */
 export class TokenService {
-  private privateKey: SigningKey | undefined;
-  private publicKey: SigningKey | undefined;
-  private publicJwk: JWK | undefined;
-  private kid = '';
   private readonly validateMint: (b: unknown) => MintRequest;
   private readonly validateIntrospect = compileSchema<{ token: string }>(introspectRequestSchema);
 
@@ -130,40 +120,19 @@ export class TokenService {
     private readonly queue: QueueService,
     private readonly cfg: TokenConfig,
     private readonly observer: TokenObserver,
+    private readonly keys: SigningKeyService,
   ) {
     this.validateMint = compileSchema<MintRequest>(mintRequestSchema(cfg.maxTtlSeconds));
   }
 
-  /** Loads the signing key, generating and persisting it on first start. */
-  async init(): Promise<void> {
-    const rec = await this.store.signingKey(async () => {
-      const { privateKey, publicKey } = await generateKeyPair(ALG, {
-        crv: 'Ed25519',
-        extractable: true,
-      });
-      const pub = await exportJWK(publicKey);
-      const kid = await calculateJwkThumbprint(pub);
-      return {
-        kid,
-        private_jwk: JSON.stringify({
-          ...(await exportJWK(privateKey)),
-          kid,
-          alg: ALG,
-        }),
-        public_jwk: JSON.stringify({ ...pub, kid, alg: ALG, use: 'sig' }),
-        created_at: new Date().toISOString(),
-      };
-    });
-    this.kid = rec.kid;
-    this.publicJwk = JSON.parse(rec.public_jwk) as JWK;
-    this.privateKey = (await importJWK(JSON.parse(rec.private_jwk) as JWK, ALG)) as SigningKey;
-    this.publicKey = (await importJWK(this.publicJwk, ALG)) as SigningKey;
+  /** Loads the signing keys, generating and storing the first on first start. */
+  init(): Promise<void> {
+    return this.keys.init();
   }
 
-  /** The public verification keys: never the private part. */
+  /** The public verification keys (active and still verifying): never a private part. */
   jwks(): { keys: JWK[] } {
-    const { kty, crv, x, kid, alg, use } = this.publicJwk ?? {};
-    return { keys: [{ kty, crv, x, kid, alg, use } as JWK] };
+    return this.keys.jwks();
   }
 
   async mint(body: unknown, principal: Principal, traceId: string): Promise<MintedToken> {
@@ -182,8 +151,9 @@ export class TokenService {
     if (!hasScope(principal, 'admin'))
       throw forbidden('free-form minting (subject and scopes) needs the admin scope');
     const token = this.record(null, req.subject, req.scopes, audience, ttl, principal, traceId);
-    const jwt = await this.sign(token);
-    const r = await this.store.insert(token, this.mintEvent(token, principal, { free_form: true }));
+    const { jwt, stored: r } = await this.signAndStore(token, (t) =>
+      this.store.insert(t, this.mintEvent(t, principal, { free_form: true })),
+    );
     if (r === 'key_revoked') throw revokedKey();
     this.observer.minted();
     return this.render(token, jwt);
@@ -232,8 +202,9 @@ export class TokenService {
     // Bound to the exact call that was allowed or approved, and the revision that decided it.
     token.request_digest = d.request_digest ?? null;
     token.policy_revision = d.policy_revision ?? null;
-    const jwt = await this.sign(token);
-    const r = await this.store.exchange(requestId, token, this.mintEvent(token, principal, {}));
+    const { jwt, stored: r } = await this.signAndStore(token, (t) =>
+      this.store.exchange(requestId, t, this.mintEvent(t, principal, {})),
+    );
     if (r === 'already') throw conflict(`request ${requestId} was already exchanged for a token`);
     if (r === 'key_revoked') throw revokedKey();
     this.observer.minted();
@@ -245,7 +216,11 @@ export class TokenService {
     const { token } = this.validateIntrospect(body);
     let payload: JWTPayload;
     try {
-      ({ payload } = await jwtVerify(token, this.publicKey as SigningKey, {
+      // The key the token names, if it is active or still verifying: a retired kid is inactive.
+      const { kid } = decodeProtectedHeader(token);
+      const key = typeof kid === 'string' ? await this.keys.verifier(kid) : undefined;
+      if (!key) return { active: false };
+      ({ payload } = await jwtVerify(token, key, {
         algorithms: [ALG],
         issuer: this.cfg.issuer,
         typ: TYP,
@@ -315,6 +290,27 @@ export class TokenService {
     };
   }
 
+  /**
+   * Signs `token` with the active key and stores it with `write`. A rotation made on another process
+   * that this one has not seen yet retires the key under the mint: the store refuses it in the
+   * mint's own transaction, and the token is signed again with the keys read again. No token is
+   * handed out under a retired (possibly leaked) key.
+   */
+  private async signAndStore<R extends string>(
+    token: TokenRecord,
+    write: (t: TokenRecord) => Promise<R | 'signing_key_retired'>,
+  ): Promise<{ jwt: string; stored: Exclude<R, 'signing_key_retired'> }> {
+    for (let attempt = 1; attempt <= SIGN_ATTEMPTS; attempt++) {
+      const jwt = await this.sign(token);
+      const stored = await write(token);
+      if (stored !== 'signing_key_retired')
+        return { jwt, stored: stored as Exclude<R, 'signing_key_retired'> };
+      await this.keys.reload();
+    }
+    throw unavailable('the signing key was rotated while this token was being minted; try again');
+  }
+
+  /** Signs with the active key, recording its kid on the token. */
   private sign(t: TokenRecord): Promise<string> {
     // Scopes are space-delimited in the claim: one that contains a space would read as several.
     if (t.scopes.some((s) => /\s/.test(s)))
@@ -327,15 +323,17 @@ export class TokenService {
     if (t.request_digest) claims.request_digest = t.request_digest;
     if (t.policy_revision !== null && t.policy_revision !== undefined)
       claims.policy_revision = t.policy_revision;
+    const { kid, key } = this.keys.signer();
+    t.signing_kid = kid;
     return new SignJWT(claims)
-      .setProtectedHeader({ alg: ALG, kid: this.kid, typ: TYP })
+      .setProtectedHeader({ alg: ALG, kid, typ: TYP })
       .setIssuer(this.cfg.issuer)
       .setSubject(t.subject)
       .setAudience(t.audience)
       .setJti(t.id)
       .setIssuedAt(Date.parse(t.issued_at) / 1000)
       .setExpirationTime(Date.parse(t.expires_at) / 1000)
-      .sign(this.privateKey as SigningKey);
+      .sign(key);
   }
 
   private mintEvent(t: TokenRecord, principal: Principal, details: Record<string, unknown>) {

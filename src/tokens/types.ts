@@ -17,6 +17,8 @@ export interface TokenRecord {
   /** The approved call's digest and deciding revision (SPEC §13), for exchanged decisions. */
   request_digest?: string | null;
   policy_revision?: number | null;
+  /** The kid of the key that signed it; null for tokens minted before rotation existed (the oldest key's). */
+  signing_kid?: string | null;
 }
 
 export interface SigningKeyRecord {
@@ -24,11 +26,42 @@ export interface SigningKeyRecord {
   private_jwk: string;
   public_jwk: string;
   created_at: string;
+  /** When it stopped signing; null for the active key (exactly one). */
+  retired_at: string | null;
+  /** Until when it still verifies: null while active; its retired_at when it was revoked. */
+  verify_until: string | null;
 }
 
+/** What a rotation asks of the store, besides the new key. */
+export interface RotationPlan {
+  /** Revoke the previous key's unexpired tokens and stop verifying with it at once (a leak). */
+  revokePrevious: boolean;
+  /** The previous key's verify_until, given the latest expiry of its live tokens (null: none). */
+  verifyUntil: (latestExpiry: string | null) => string;
+  /** The audit event of each token revoked with the previous key. */
+  token: (t: TokenRecord, previousKid: string) => NewAuditEvent;
+  /** The rotation's own audit event, told the retired key and how many tokens were revoked. */
+  rotate: (previous: SigningKeyRecord, tokensRevoked: number) => NewAuditEvent;
+}
+
+/** Why a mint wrote nothing: its API key was revoked, or its signing key retired, meanwhile. */
+export type MintRefusal = 'key_revoked' | 'signing_key_retired';
+
 export interface TokenStore {
-  /** The signing key, creating it from `create()` if none exists yet (first start wins). */
-  signingKey(create: () => Promise<SigningKeyRecord>): Promise<SigningKeyRecord>;
+  /** Stores the first signing key from `create()` if there is none yet (first start wins). */
+  ensureSigningKey(create: () => Promise<SigningKeyRecord>): Promise<void>;
+  /** Every signing key, newest first (private parts included: for the token service only). */
+  signingKeys(): Promise<SigningKeyRecord[]>;
+  /**
+   * Makes `fresh` the active key and retires the active one, in one transaction with the rotation's
+   * audit event. With `revokePrevious`, every unrevoked, unexpired token the previous key signed
+   * (tokens without a signing_kid count as the oldest key's) is revoked too, each with its event.
+   * Undefined (nothing written) when there is no active key.
+   */
+  rotateSigningKey(
+    fresh: SigningKeyRecord,
+    plan: RotationPlan,
+  ): Promise<{ previous: SigningKeyRecord; tokensRevoked: number } | undefined>;
   /**
    * Exchanges a decision for a token once: marks the decision exchanged, stores the token and its
    * audit event atomically. 'already' when the decision was exchanged before.
@@ -37,12 +70,14 @@ export interface TokenStore {
     requestId: string,
     token: TokenRecord,
     event: NewAuditEvent,
-  ): Promise<'ok' | 'already' | 'key_revoked'>;
+  ): Promise<'ok' | 'already' | MintRefusal>;
   /**
    * Stores a free-form token with its event. Both this and `exchange` write nothing and answer
-   * 'key_revoked' when the key named by `token.minted_by` has been revoked meanwhile.
+   * 'key_revoked' when the key named by `token.minted_by` has been revoked meanwhile, and
+   * 'signing_key_retired' when `token.signing_kid` is no longer the active signing key (a rotation
+   * this process has not seen yet): no token is ever stored under a retired key.
    */
-  insert(token: TokenRecord, event: NewAuditEvent): Promise<'ok' | 'key_revoked'>;
+  insert(token: TokenRecord, event: NewAuditEvent): Promise<'ok' | MintRefusal>;
   get(id: string): Promise<TokenRecord | undefined>;
   /** Revokes (idempotently: keeps the first revoked_at); undefined if unknown. */
   revoke(id: string, at: string, event: (t: TokenRecord) => NewAuditEvent): Promise<TokenRecord | undefined>;

@@ -8,7 +8,7 @@ import type { ApiKeyRecord } from '../../src/keys/types.js';
 import type { PolicyChange } from '../../src/policy/types.js';
 import type { LimitUse, QueueItem } from '../../src/queue/types.js';
 import type { Stores } from '../../src/storage/stores.js';
-import type { TokenRecord } from '../../src/tokens/types.js';
+import type { SigningKeyRecord, TokenRecord } from '../../src/tokens/types.js';
 import type { WebhookRecord } from '../../src/webhooks/types.js';
 
 /**
@@ -583,6 +583,18 @@ export function storageContract(backend: Backend): void {
     });
 
     describe('tokens and keys', () => {
+      const signingKey = (kid: string, created_at = iso()): SigningKeyRecord => ({
+        kid,
+        private_jwk: `p-${kid}`,
+        public_jwk: `q-${kid}`,
+        created_at,
+        retired_at: null,
+        verify_until: null,
+      });
+      // Every mint names the active signing key that signed it.
+      beforeEach(async () => {
+        await stores.tokens.ensureSigningKey(async () => signingKey('k1', iso(-HOUR)));
+      });
       const token = (over: Partial<TokenRecord> = {}): TokenRecord => ({
         id: newId(),
         request_id: null,
@@ -595,27 +607,101 @@ export function storageContract(backend: Backend): void {
         revoked_at: null,
         minted_by: 'admin',
         trace_id: null,
+        signing_kid: 'k1',
         ...over,
       });
 
       it('keeps the first signing key stored, whichever handle asks', async () => {
         const other = await second();
         try {
-          const make = (kid: string) => async () => ({
-            kid,
-            private_jwk: `p-${kid}`,
-            public_jwk: `q-${kid}`,
-            created_at: iso(),
-          });
-          const [a, b] = await Promise.all([
-            stores.tokens.signingKey(make('a')),
-            other.tokens.signingKey(make('b')),
+          const make = (kid: string) => async () => signingKey(kid);
+          await Promise.all([
+            stores.tokens.ensureSigningKey(make('a')),
+            other.tokens.ensureSigningKey(make('b')),
           ]);
-          expect(a).to.deep.equal(b);
-          expect(await stores.tokens.signingKey(make('c'))).to.deep.equal(a);
+          expect((await stores.tokens.signingKeys()).map((k) => k.kid)).to.deep.equal(['k1']);
+          expect(await other.tokens.signingKeys()).to.deep.equal(await stores.tokens.signingKeys());
         } finally {
           await other.close();
         }
+      });
+
+      it('rotates: the new key signs, the previous verifies until its last live token expires', async () => {
+        const later = iso(2 * HOUR);
+        // Live tokens of k1 (the latest expiring in two hours), a revoked one expiring even later,
+        // and an expired one: only the live, unrevoked ones count.
+        await stores.tokens.insert(token(), { kind: 'token.mint' });
+        await stores.tokens.insert(token({ expires_at: later }), { kind: 'token.mint' });
+        await stores.tokens.insert(token({ expires_at: iso(3 * HOUR), revoked_at: iso(-1000) }), {
+          kind: 'token.mint',
+        });
+        await stores.tokens.insert(token({ issued_at: iso(-2 * HOUR), expires_at: iso(-HOUR) }), {
+          kind: 'token.mint',
+        });
+        const told: (string | null)[] = [];
+        const r = await stores.tokens.rotateSigningKey(signingKey('k2'), {
+          revokePrevious: false,
+          verifyUntil: (latest) => {
+            told.push(latest);
+            return latest ?? 'now';
+          },
+          token: () => ({ kind: 'token.revoke' }),
+          rotate: (prev, n) => ({ kind: 'signing_key.rotate', details: { prev: prev.kid, n } }),
+        });
+        expect(told).to.deep.equal([later]);
+        expect(r?.tokensRevoked).to.equal(0);
+        expect(r?.previous).to.include({ kid: 'k1', verify_until: later });
+        expect(r?.previous.retired_at).to.be.a('string');
+        const keys = await stores.tokens.signingKeys();
+        expect(keys.map((k) => [k.kid, k.retired_at === null])).to.deep.equal([
+          ['k2', true],
+          ['k1', false],
+        ]);
+        // A mint signed by k1 that had not seen the rotation is refused and writes nothing.
+        const late = token();
+        expect(await stores.tokens.insert(late, { kind: 'token.mint' })).to.equal('signing_key_retired');
+        expect(await stores.tokens.get(late.id)).to.equal(undefined);
+        expect(await stores.tokens.insert(token({ signing_kid: 'k2' }), { kind: 'token.mint' })).to.equal(
+          'ok',
+        );
+        // Four mints, the rotation, the mint under k2.
+        expect(await verifyChain(stores)).to.deep.equal({ ok: true, checked: 6 });
+        // A mint that names no signing key is refused as well.
+        expect(await stores.tokens.insert(token({ signing_kid: null }), { kind: 'token.mint' })).to.equal(
+          'signing_key_retired',
+        );
+      });
+
+      it('rotates with revoke_previous: every live token of the previous key is revoked with its event', async () => {
+        const k1 = token();
+        await stores.tokens.insert(k1, { kind: 'token.mint' });
+        await stores.tokens.rotateSigningKey(signingKey('k2'), {
+          revokePrevious: false,
+          verifyUntil: () => iso(HOUR),
+          token: () => ({ kind: 'token.revoke' }),
+          rotate: () => ({ kind: 'signing_key.rotate' }),
+        });
+        const k2 = token({ signing_kid: 'k2' });
+        expect(await stores.tokens.insert(k2, { kind: 'token.mint' })).to.equal('ok');
+        const revokedIds: string[] = [];
+        const r = await stores.tokens.rotateSigningKey(signingKey('k3'), {
+          revokePrevious: true,
+          verifyUntil: () => 'unused',
+          token: (t, kid) => {
+            revokedIds.push(`${t.id}@${kid}`);
+            expect(t.revoked_at).to.be.a('string');
+            return { kind: 'token.revoke', resource: t.id };
+          },
+          rotate: (prev, n) => ({ kind: 'signing_key.rotate', details: { prev: prev.kid, n } }),
+        });
+        expect(r?.tokensRevoked).to.equal(1);
+        expect(r?.previous.kid).to.equal('k2');
+        expect(r?.previous.verify_until).to.equal(r?.previous.retired_at);
+        expect(revokedIds).to.deep.equal([`${k2.id}@k2`]);
+        expect(await stores.tokens.revokedAt(k2.id)).to.equal(r?.previous.retired_at);
+        // k1's token is untouched: only the previous key's are revoked.
+        expect(await stores.tokens.revokedAt(k1.id)).to.equal(null);
+        expect(await verifyChain(stores)).to.include({ ok: true });
       });
 
       it('exchanges a decision for a token once, and revokes idempotently', async () => {

@@ -128,4 +128,98 @@ onceOnly('migrations of a database an earlier version left', () => {
       await test.drop();
     }
   });
+
+  const tokenRow = (id: string, expires: string) => [
+    id,
+    'bot',
+    '["read:repo/x"]',
+    'arbiter',
+    past,
+    expires,
+    'admin',
+  ];
+  const TOKEN_INSERT = `INSERT INTO tokens (id, subject, scopes, audience, issued_at, expires_at, minted_by)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)`;
+
+  it('SQLite 16: existing tokens keep their rows with no signing_kid, the existing key stays the active one', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-migrate-'));
+    try {
+      const db = new Database(path.join(dir, 'arbiter.db'));
+      db.exec(`CREATE TABLE schema_migrations (
+        version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`);
+      for (const m of sqliteMigrations.filter((x) => x.version < 16)) {
+        db.exec(m.sql);
+        m.up?.(db);
+        db.prepare('INSERT INTO schema_migrations VALUES (?, ?, ?)').run(m.version, m.name, past);
+      }
+      db.prepare(
+        "INSERT INTO signing_keys (kid, private_jwk, public_jwk, created_at) VALUES ('k0', 'p', 'q', ?)",
+      ).run(past);
+      const insert = db.prepare(TOKEN_INSERT.replace(/\$\d/g, '?'));
+      insert.run(...tokenRow('t-live', lease));
+      insert.run(...tokenRow('t-expired', past));
+      db.close();
+
+      const migrated = openDatabase(dir, 'normal');
+      try {
+        expect(
+          migrated.prepare('SELECT id, signing_kid, expires_at FROM tokens ORDER BY id').all(),
+        ).to.deep.equal([
+          { id: 't-expired', signing_kid: null, expires_at: past },
+          { id: 't-live', signing_kid: null, expires_at: lease },
+        ]);
+        expect(
+          migrated.prepare('SELECT kid, retired_at, verify_until FROM signing_keys').all(),
+        ).to.deep.equal([{ kid: 'k0', retired_at: null, verify_until: null }]);
+        const indexes = migrated
+          .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tokens'")
+          .pluck()
+          .all();
+        expect(indexes).to.include('tokens_by_signing_key');
+      } finally {
+        migrated.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('PostgreSQL 9: existing tokens keep their rows with no signing_kid, the existing key stays the active one', async () => {
+    const test = await createTestDatabase();
+    const client = new pg.Client({ connectionString: test.url });
+    await client.connect();
+    try {
+      await client.query(`CREATE TABLE schema_migrations (
+        version integer PRIMARY KEY, name text NOT NULL, applied_at text NOT NULL)`);
+      for (const m of pgMigrations.filter((x) => x.version < 9)) {
+        await client.query(m.sql);
+        await client.query('INSERT INTO schema_migrations VALUES ($1, $2, $3)', [m.version, m.name, past]);
+      }
+      await client.query(
+        "INSERT INTO signing_keys (kid, private_jwk, public_jwk, created_at) VALUES ('k0', 'p', 'q', $1)",
+        [past],
+      );
+      await client.query(TOKEN_INSERT, tokenRow('t-live', lease));
+      await client.query(TOKEN_INSERT, tokenRow('t-expired', past));
+
+      const pool = createPool(test.url, 2);
+      try {
+        await migratePostgres(pool);
+      } finally {
+        await pool.end();
+      }
+      const tokens = await client.query('SELECT id, signing_kid, expires_at FROM tokens ORDER BY id');
+      expect(tokens.rows).to.deep.equal([
+        { id: 't-expired', signing_kid: null, expires_at: past },
+        { id: 't-live', signing_kid: null, expires_at: lease },
+      ]);
+      const keys = await client.query('SELECT kid, retired_at, verify_until FROM signing_keys');
+      expect(keys.rows).to.deep.equal([{ kid: 'k0', retired_at: null, verify_until: null }]);
+      const versions = await client.query('SELECT max(version) AS v FROM schema_migrations');
+      expect(versions.rows[0].v).to.equal(Math.max(...pgMigrations.map((m) => m.version)));
+    } finally {
+      await client.end();
+      await test.drop();
+    }
+  });
 });

@@ -8,6 +8,7 @@ import type { PolicyService } from '../../policy/service.js';
 import type { PolicyHistory } from '../../policy/history.js';
 import type { QueueService } from '../../queue/service.js';
 import type { TokenService } from '../../tokens/service.js';
+import type { SigningKeyService } from '../../tokens/signing-keys.js';
 import type { ConsoleAssets } from '../console.js';
 import type { RouteDef } from '../context.js';
 import { auditRoutes } from './audit.js';
@@ -18,6 +19,7 @@ import { limitRoutes } from './limits.js';
 import { policyRoutes } from './policies.js';
 import { queueRoutes } from './queue.js';
 import { systemRoutes } from './system.js';
+import { signingKeyRoutes } from './signing-keys.js';
 import { tokenRoutes } from './tokens.js';
 import { webhookRoutes } from './webhooks.js';
 import type { WebhookService } from '../../webhooks/service.js';
@@ -33,6 +35,7 @@ export interface RouteDeps {
   authzen: AuthzenService;
   queue: QueueService;
   tokens: TokenService;
+  signingKeys: SigningKeyService;
   policies: PolicyService;
   history: PolicyHistory;
   metrics: Metrics;
@@ -57,6 +60,7 @@ export function routeTable(d: RouteDeps): RouteDef[] {
     ...decisionRoutes(d),
     ...queueRoutes(d),
     ...tokenRoutes(d),
+    ...signingKeyRoutes(d.signingKeys),
     ...auditRoutes(d),
     ...policyRoutes(d),
     ...lifecycleRoutes(d),

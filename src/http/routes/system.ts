@@ -99,7 +99,8 @@ export function systemRoutes(d: RouteDeps, all: () => RouteDef[]): RouteDef[] {
       template: '/.well-known/jwks.json',
       ok: {
         status: 200,
-        description: 'JWK Set with the Ed25519 public key',
+        description:
+          'JWK Set: the Ed25519 public keys that verify tokens (the active key and retired keys still verifying), newest first',
         schema: exact({
           keys: {
             type: 'array',

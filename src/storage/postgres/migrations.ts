@@ -144,6 +144,17 @@ export const migrations: readonly { version: number; name: string; sql: string }
       UPDATE webhook_deliveries SET next_attempt_at = NULL WHERE status <> 'pending';
     `,
   },
+  {
+    version: 9,
+    name: 'signing-key rotation',
+    sql: `
+      -- The active key is the one not retired; a retired key verifies until verify_until.
+      ALTER TABLE signing_keys ADD COLUMN retired_at text, ADD COLUMN verify_until text;
+      -- The key that signed each token; NULL for tokens minted before: the oldest key signed them.
+      ALTER TABLE tokens ADD COLUMN signing_kid text;
+      CREATE INDEX tokens_by_signing_key ON tokens (signing_kid, expires_at);
+    `,
+  },
 ];
 
 /** Any fixed number: the key of the advisory lock that serializes migrations across processes. */

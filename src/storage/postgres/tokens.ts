@@ -1,8 +1,14 @@
 import type { NewAuditEvent } from '../../audit/types.js';
-import type { SigningKeyRecord, TokenRecord, TokenStore } from '../../tokens/types.js';
+import type {
+  MintRefusal,
+  RotationPlan,
+  SigningKeyRecord,
+  TokenRecord,
+  TokenStore,
+} from '../../tokens/types.js';
 import { tokenFromRow, tokenToRow, type Row } from '../rows.js';
-import type { PgChain } from './chain.js';
-import { one, tx, type Client, type Pool } from './pool.js';
+import { notify, type PgChain } from './chain.js';
+import { one, rows, tx, type Client, type Pool } from './pool.js';
 
 /** Any fixed number: the advisory lock under which the first process creates the signing key. */
 const SIGNING_KEY_LOCK = 7_106_652_482;
@@ -21,6 +27,7 @@ const TOKEN_COLUMNS = [
   'trace_id',
   'request_digest',
   'policy_revision',
+  'signing_kid',
 ] as const;
 
 async function insertToken(c: Client, t: TokenRecord): Promise<void> {
@@ -37,25 +44,72 @@ export class PgTokenStore implements TokenStore {
     private readonly chain: PgChain,
   ) {}
 
-  async signingKey(create: () => Promise<SigningKeyRecord>): Promise<SigningKeyRecord> {
-    const first = () =>
-      one<SigningKeyRecord>(this.pool, 'SELECT * FROM signing_keys ORDER BY created_at, kid LIMIT 1');
-    const existing = await first();
-    if (existing) return existing;
+  async ensureSigningKey(create: () => Promise<SigningKeyRecord>): Promise<void> {
+    if (await one(this.pool, 'SELECT 1 FROM signing_keys LIMIT 1')) return;
     const fresh = await create();
     // Processes starting together take turns: the first key stored is every process's key.
-    return tx(this.pool, async (c) => {
+    await tx(this.pool, async (c) => {
       await c.query('SELECT pg_advisory_xact_lock($1)', [SIGNING_KEY_LOCK]);
-      const won = await one<SigningKeyRecord>(
+      if (await one(c, 'SELECT 1 FROM signing_keys LIMIT 1')) return;
+      await insertKey(c, fresh);
+    });
+  }
+
+  async signingKeys(): Promise<SigningKeyRecord[]> {
+    return rows<SigningKeyRecord>(this.pool, 'SELECT * FROM signing_keys ORDER BY created_at DESC, kid DESC');
+  }
+
+  async rotateSigningKey(
+    fresh: SigningKeyRecord,
+    plan: RotationPlan,
+  ): Promise<{ previous: SigningKeyRecord; tokensRevoked: number } | undefined> {
+    return tx(this.pool, async (c) => {
+      // After the chain head: a mint (which holds it too) has committed under the old key, or
+      // waits and then finds its key retired.
+      const head = await this.chain.lockHead(c);
+      const previous = await one<SigningKeyRecord>(
         c,
-        'SELECT * FROM signing_keys ORDER BY created_at, kid LIMIT 1',
+        'SELECT * FROM signing_keys WHERE retired_at IS NULL ORDER BY created_at DESC LIMIT 1',
       );
-      if (won) return won;
-      await c.query(
-        'INSERT INTO signing_keys (kid, private_jwk, public_jwk, created_at) VALUES ($1, $2, $3, $4)',
-        [fresh.kid, fresh.private_jwk, fresh.public_jwk, fresh.created_at],
+      if (!previous) return undefined;
+      const at = fresh.created_at;
+      const oldest = await one<{ kid: string }>(
+        c,
+        'SELECT kid FROM signing_keys ORDER BY created_at, kid LIMIT 1',
       );
-      return fresh;
+      // Tokens minted before signing_kid existed were signed by the oldest key.
+      const signedBy = `(signing_kid = $1 OR (signing_kid IS NULL AND $1 = $2))
+        AND expires_at > $3 AND revoked_at IS NULL`;
+      const args = [previous.kid, oldest?.kid ?? null, at];
+      let tokensRevoked = 0;
+      const events: NewAuditEvent[] = [];
+      let verifyUntil: string;
+      if (plan.revokePrevious) {
+        const revoked = (
+          await rows<Row>(c, `UPDATE tokens SET revoked_at = $3 WHERE ${signedBy} RETURNING *`, args)
+        ).map(tokenFromRow);
+        tokensRevoked = revoked.length;
+        events.push(...revoked.map((t) => plan.token(t, previous.kid)));
+        verifyUntil = at;
+      } else {
+        const latest = await one<{ latest: string | null }>(
+          c,
+          `SELECT max(expires_at) AS latest FROM tokens WHERE ${signedBy}`,
+          args,
+        );
+        verifyUntil = plan.verifyUntil(latest?.latest ?? null);
+      }
+      await c.query('UPDATE signing_keys SET retired_at = $1, verify_until = $2 WHERE kid = $3', [
+        at,
+        verifyUntil,
+        previous.kid,
+      ]);
+      await insertKey(c, fresh);
+      const retired = { ...previous, retired_at: at, verify_until: verifyUntil };
+      events.push(plan.rotate(retired, tokensRevoked));
+      await this.chain.appendAfter(c, head, events);
+      await notify(c, { topic: 'signing_keys' });
+      return { previous: retired, tokensRevoked };
     });
   }
 
@@ -63,11 +117,13 @@ export class PgTokenStore implements TokenStore {
     requestId: string,
     token: TokenRecord,
     event: NewAuditEvent,
-  ): Promise<'ok' | 'already' | 'key_revoked'> {
+  ): Promise<'ok' | 'already' | MintRefusal> {
     return tx(this.pool, async (c) => {
-      // After the chain head: a key revocation (which holds it too) has committed or waits.
+      // After the chain head: a key revocation or a signing-key rotation (which hold it too) has
+      // committed or waits.
       const head = await this.chain.lockHead(c);
-      if (await keyRevoked(c, token.minted_by)) return 'key_revoked' as const;
+      const refused = await refusal(c, token);
+      if (refused) return refused;
       const changed = await c.query(
         'UPDATE decisions SET token_id = $1 WHERE request_id = $2 AND token_id IS NULL',
         [token.id, requestId],
@@ -79,10 +135,11 @@ export class PgTokenStore implements TokenStore {
     });
   }
 
-  async insert(token: TokenRecord, event: NewAuditEvent): Promise<'ok' | 'key_revoked'> {
+  async insert(token: TokenRecord, event: NewAuditEvent): Promise<'ok' | MintRefusal> {
     return tx(this.pool, async (c) => {
       const head = await this.chain.lockHead(c);
-      if (await keyRevoked(c, token.minted_by)) return 'key_revoked' as const;
+      const refused = await refusal(c, token);
+      if (refused) return refused;
       await insertToken(c, token);
       await this.chain.appendAfter(c, head, [event]);
       return 'ok' as const;
@@ -122,8 +179,25 @@ export class PgTokenStore implements TokenStore {
   }
 }
 
-/** Whether the API key of this name is revoked (the admin principal has no row: never). */
-async function keyRevoked(c: Client, name: string): Promise<boolean> {
-  const r = await c.query('SELECT 1 FROM api_keys WHERE name = $1 AND revoked_at IS NOT NULL', [name]);
-  return (r.rowCount ?? 0) > 0;
+/**
+ * Why the mint of `token` must write nothing now, if it must: the API key that mints it is revoked
+ * (the admin principal has no row: never), or the key that signed it is no longer the active one.
+ */
+async function refusal(c: Client, token: TokenRecord): Promise<MintRefusal | undefined> {
+  const r = await c.query('SELECT 1 FROM api_keys WHERE name = $1 AND revoked_at IS NOT NULL', [
+    token.minted_by,
+  ]);
+  if ((r.rowCount ?? 0) > 0) return 'key_revoked';
+  const active = await c.query('SELECT 1 FROM signing_keys WHERE kid = $1 AND retired_at IS NULL', [
+    token.signing_kid ?? null,
+  ]);
+  return (active.rowCount ?? 0) > 0 ? undefined : 'signing_key_retired';
+}
+
+async function insertKey(c: Client, k: SigningKeyRecord): Promise<void> {
+  await c.query(
+    `INSERT INTO signing_keys (kid, private_jwk, public_jwk, created_at, retired_at, verify_until)
+     VALUES ($1, $2, $3, $4, $5, $6)`,
+    [k.kid, k.private_jwk, k.public_jwk, k.created_at, k.retired_at, k.verify_until],
+  );
 }

@@ -477,4 +477,17 @@ export const migrations: readonly Migration[] = [
       CREATE INDEX webhook_deliveries_by_hook ON webhook_deliveries (webhook, id);
     `,
   },
+  {
+    version: 16,
+    name: 'signing-key rotation',
+    sql: `
+      -- Rotation (POST /api/v1/signing-keys/rotate): the active key is the one not retired; a
+      -- retired key still verifies until verify_until (revoked: verify_until = retired_at).
+      ALTER TABLE signing_keys ADD COLUMN retired_at TEXT;
+      ALTER TABLE signing_keys ADD COLUMN verify_until TEXT;
+      -- The key that signed each token; NULL for tokens minted before: the oldest key signed them.
+      ALTER TABLE tokens ADD COLUMN signing_kid TEXT;
+      CREATE INDEX tokens_by_signing_key ON tokens (signing_kid, expires_at);
+    `,
+  },
 ];
