@@ -1,4 +1,6 @@
 import { expect } from 'chai';
+import pg from 'pg';
+import { clientConfig } from '../src/storage/postgres/pool.js';
 import { createServer, Socket, type Server } from 'node:net';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditEvents, call, type Response } from './helpers/harness.js';
@@ -228,6 +230,33 @@ onPostgresOnly('several engines on one database (SPEC §10)', function () {
       (await auditEvents(a.platform, { kind: 'decision' })).map((e) => e.request_id as string),
     );
     for (const r of answers) expect(decisions.has(r.json.request_id)).to.equal(true);
+  });
+
+  it('holds every engine up for only a few seconds when one stops mid-transaction holding the chain head (paused, cut off)', async () => {
+    // A session with an engine's own settings that takes the chain head, as every write does
+    // first, and then goes quiet, as a paused VM or a network cut leaves it.
+    const stuck = new pg.Client(clientConfig(db.url));
+    stuck.on('error', () => undefined);
+    await stuck.connect();
+    await stuck.query('BEGIN');
+    await stuck.query(
+      "SELECT key, value FROM meta WHERE key IN ('audit_head', 'audit_count') ORDER BY key FOR UPDATE",
+    );
+    const started = Date.now();
+    const r = await authorize(a);
+    const waited = Date.now() - started;
+    expect(r.status, r.text).to.equal(200);
+    // PostgreSQL ends the quiet session (idle_in_transaction_session_timeout, 3 s) and the
+    // decision goes on; it used to wait 15 s, every engine with it.
+    expect(waited).to.be.lessThan(10_000);
+    let ended = false;
+    try {
+      await stuck.query('SELECT 1');
+    } catch {
+      ended = true;
+    }
+    expect(ended, 'the quiet session was ended').to.equal(true);
+    await stuck.end().catch(() => undefined);
   });
 
   it('loses no acknowledged decision when one process is killed with SIGKILL; the other keeps serving', async () => {

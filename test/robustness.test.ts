@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import { GroupCommit } from '../src/storage/group-commit.js';
+import { AppError } from '../src/errors.js';
 import { onceOnly, onEveryBackend } from './helpers/backends.js';
 import { AGENT, Arbiter, auditCount, call } from './helpers/harness.js';
 import { expectError } from './helpers/expect-error.js';
@@ -70,6 +71,23 @@ onceOnly('group commit', () => {
       'ok:c',
     ]);
     expect(committed.sort()).to.deep.equal(['a', 'b', 'c']);
+  });
+
+  it('fails a whole batch at once when the database cannot serve, instead of retrying item by item', async () => {
+    const attempts: string[][] = [];
+    // As node-postgres fails when no connection comes within connectionTimeoutMillis.
+    const group = new GroupCommit<string, string>(async (batch) => {
+      attempts.push(batch);
+      throw new Error('timeout exceeded when trying to connect');
+    });
+    const results = await Promise.allSettled(['a', 'b', 'c'].map((id) => group.submit(id)));
+    expect(attempts).to.deep.equal([['a', 'b', 'c']]);
+    for (const r of results) {
+      expect(r.status).to.equal('rejected');
+      const reason = (r as PromiseRejectedResult).reason as AppError;
+      expect(reason).to.be.instanceOf(AppError);
+      expect(reason.kind).to.equal('unavailable');
+    }
   });
 
   it('commits items that arrive during a commit together, in the next batch', async () => {

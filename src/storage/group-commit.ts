@@ -1,3 +1,6 @@
+import { isKind } from '../errors.js';
+import { asStorageFailure } from './failure.js';
+
 /**
  * Group commit: requests that arrive while a batch is being committed form the next batch, one
  * transaction (and one fsync, one chain-head lock) for all of them. Each caller's promise settles
@@ -5,7 +8,9 @@
  * at low load waits for no timer: it is committed on the next turn of the event loop.
  *
  * If a batch fails, its items are committed one by one, so that an item that cannot be recorded
- * fails alone and the others are still answered.
+ * fails alone and the others are still answered — unless the database itself cannot serve now
+ * (asStorageFailure: unreachable, timed out, locked): then every item of the batch fails at once
+ * with that error, rather than each waiting its own connection timeout in turn behind the others.
  */
 export class GroupCommit<A, R> {
   private pending: { arg: A; resolve: (r: R) => void; reject: (e: unknown) => void }[] = [];
@@ -45,8 +50,9 @@ export class GroupCommit<A, R> {
       this.onBatch?.(batch.length, Number(process.hrtime.bigint() - started) / 1e9);
       batch.forEach((b, i) => b.resolve(results[i] as R));
     } catch (e) {
-      if (batch.length === 1) {
-        batch[0]?.reject(e);
+      const failure = asStorageFailure(e);
+      if (batch.length === 1 || isKind(failure, 'unavailable')) {
+        for (const b of batch) b.reject(failure);
         return;
       }
       for (const b of batch) await this.commitIsolated([b]);

@@ -10,10 +10,18 @@ types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
 
 export const CLIENT_TYPES = types;
 
+/** How long a session may sit quiet inside a transaction before PostgreSQL ends it (ms). */
+export const IDLE_IN_TRANSACTION_MS = 3_000;
+
 /**
  * Connection settings shared by the pool and the LISTEN connection: fail fast when the database
  * is unreachable (requests answer 503 instead of hanging), bound every statement, and never leave
- * a transaction open on a connection that went quiet.
+ * a transaction open on a connection that went quiet. Every write transaction takes the one chain
+ * head first (ADR 0007), so a process that stops between two statements of one (paused, cut off
+ * from the database without a reset) holds up every process's writes until PostgreSQL ends its
+ * session: IDLE_IN_TRANSACTION_MS bounds that. Arbiter's transactions run no work of seconds
+ * between their statements; a process whose event loop is blocked longer loses its transaction
+ * (503, retried by the caller), not the others theirs.
  */
 export function clientConfig(url: string): pg.ClientConfig {
   return {
@@ -22,7 +30,7 @@ export function clientConfig(url: string): pg.ClientConfig {
     connectionTimeoutMillis: 2_000,
     query_timeout: 15_000,
     statement_timeout: 10_000,
-    idle_in_transaction_session_timeout: 15_000,
+    idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_MS,
     application_name: 'arbiter',
     keepAlive: true,
   };
