@@ -1,4 +1,7 @@
 import { expect } from 'chai';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { onEveryBackend } from './helpers/backends.js';
 import { bigJsonBody, expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditEvents, call, type RequestOptions, type Response } from './helpers/harness.js';
@@ -676,5 +679,60 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
       await call('DELETE', policy('spin'));
       await call('DELETE', data('spin'));
     }
+  });
+});
+
+// The built-in module's reading of user rules: in a set of its own, since `deny := …` cannot sit
+// beside the example policies' `deny contains …` in one package.
+onEveryBackend('a deny, require_approval or limits rule that is one value, not a set', () => {
+  let a: Arbiter;
+  let dir: string;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'arbiter-scalar-'));
+    // The type checker refuses `deny := "x"`, but cannot see that data.freeze.message is a string.
+    writeFileSync(
+      join(dir, 'freeze.rego'),
+      [
+        'package authz.agent',
+        '',
+        'allow if input.agent_id == "deploy-bot"',
+        '',
+        'deny := data.freeze.message if data.freeze.active == true',
+        '',
+        'require_approval := data.review.message if input.action == "deploy"',
+        '',
+        'limits := data.budget if input.action == "spend"',
+        '',
+      ].join('\n'),
+    );
+    writeFileSync(
+      join(dir, 'data.json'),
+      JSON.stringify({
+        freeze: { active: true, message: 'change freeze until Monday' },
+        review: { message: 'deploys need a human' },
+        budget: 'ten per hour',
+      }),
+    );
+    a = await Arbiter.start({ ARBITER_POLICY_DIR: dir });
+  });
+  after(async () => {
+    await a?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const authorize = (body: unknown) => call('POST', a.engine + '/v1/agent/authorize', { body });
+
+  it('is one reason or one limit: a defined rule never vanishes (it used to answer allow)', async () => {
+    const denied = await authorize(AGENT.allow);
+    expect(denied.status, denied.text).to.equal(403);
+    expect(denied.json).to.deep.include({ status: 'deny', message: 'change freeze until Monday' });
+    const r = await call('PUT', `${a.platform}/api/v1/data/freeze`, { body: { active: false } });
+    expect(r.status, r.text).to.equal(200);
+    expect((await authorize(AGENT.allow)).status).to.equal(200);
+    const review = await authorize(AGENT.approval);
+    expect(review.status, review.text).to.equal(202);
+    expect(review.json.message).to.equal('deploys need a human');
+    // A budget that is not a list of limits is refused as malformed, never left unenforced.
+    const spend = await authorize({ ...AGENT.allow, action: 'spend' });
+    expect(spend.status, spend.text).to.equal(403);
   });
 });

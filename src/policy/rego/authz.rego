@@ -40,6 +40,39 @@ approval_reasons contains reason_text(r) if {
 	some r in data.authz.human.require_approval
 }
 
+# A deny or require_approval rule whose value is a single value rather than a set (from data or
+# input, which the type checker cannot see: `deny := data.freeze.message if …`) is one reason:
+# iterating a string yields nothing, and a defined deny rule must never silently vanish.
+deny_reasons contains reason_text(d) if {
+	input.kind == "agent"
+	d := data.authz.agent.deny
+	not collection(d)
+}
+
+deny_reasons contains reason_text(d) if {
+	input.kind == "human"
+	d := data.authz.human.deny
+	not collection(d)
+}
+
+approval_reasons contains reason_text(a) if {
+	input.kind == "agent"
+	a := data.authz.agent.require_approval
+	not collection(a)
+}
+
+approval_reasons contains reason_text(a) if {
+	input.kind == "human"
+	a := data.authz.human.require_approval
+	not collection(a)
+}
+
+collection(x) if is_set(x)
+
+collection(x) if is_array(x)
+
+collection(x) if is_object(x)
+
 allowed if {
 	input.kind == "agent"
 	data.authz.agent.allow == true
@@ -278,6 +311,26 @@ decision_limits contains l if {
 decision_limits contains l if {
 	delegated
 	some l in data.authz.human.limits with input as delegated_input
+}
+
+# `limits` as a single value is one (malformed) limit, which the engine refuses with a deny,
+# rather than a budget silently not enforced.
+decision_limits contains l if {
+	input.kind == "agent"
+	l := data.authz.agent.limits
+	not collection(l)
+}
+
+decision_limits contains l if {
+	input.kind == "human"
+	l := data.authz.human.limits
+	not collection(l)
+}
+
+decision_limits contains l if {
+	delegated
+	l := data.authz.human.limits with input as delegated_input
+	not collection(l)
 }
 
 outcome := delegated_decision if delegated

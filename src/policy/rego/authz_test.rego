@@ -524,3 +524,75 @@ test_limits_listed_for_the_subject_kind if {
 		with data.authz.human.limits as {{"key": "human-only", "window": "1h", "max": 1}}
 	d.limits == [{"key": "calls", "window": "1h", "max": 3}]
 }
+
+# ---------------------------------------------------------------------------------------------
+# a deny, require_approval or limits rule whose value is one value (from data or input, which the
+# type checker cannot see) never vanishes: it is one reason, or one (malformed) limit
+
+test_scalar_deny_is_one_reason if {
+	d := data.authz.decision with input as agent_req("read", 0.99)
+		with data.authz.agent.deny as "change freeze until Monday"
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+	d.status == "deny"
+	d.reasons == ["change freeze until Monday"]
+}
+
+test_scalar_deny_of_any_type_denies if {
+	every v in [0, 1.5, true, false, null, ""] {
+		d := data.authz.decision with input as agent_req("read", 0.99)
+			with data.authz.agent.deny as v
+			with data.authz.agent.require_approval as set()
+			with data.authz.agent.allow as true
+			with data.authz.agent.thresholds as {}
+		d.status == "deny"
+	}
+}
+
+test_scalar_human_deny_is_one_reason if {
+	d := data.authz.decision with input as human_req("read")
+		with data.authz.human.deny as "frozen"
+		with data.authz.human.require_approval as set()
+		with data.authz.human.allow as true
+	d.status == "deny"
+	d.reasons == ["frozen"]
+}
+
+test_scalar_require_approval_is_one_reason if {
+	d := data.authz.decision with input as agent_req("deploy", 0.99)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as "deploys need a human"
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+	d.status == "requires_approval"
+	d.reasons == ["deploys need a human"]
+}
+
+test_scalar_human_require_approval_is_one_reason if {
+	d := data.authz.decision with input as human_req("delete")
+		with data.authz.human.deny as set()
+		with data.authz.human.require_approval as "needs a second person"
+		with data.authz.human.allow as true
+	d.status == "requires_approval"
+	d.reasons == ["needs a second person"]
+}
+
+test_scalar_limits_is_one_limit if {
+	d := data.authz.decision with input as agent_req("read", 0.99)
+		with data.authz.agent.deny as set()
+		with data.authz.agent.require_approval as set()
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+		with data.authz.agent.limits as "x"
+	d.limits == ["x"]
+}
+
+test_scalar_human_limits_is_one_limit if {
+	d := data.authz.decision with input as human_req("read")
+		with data.authz.human.deny as set()
+		with data.authz.human.require_approval as set()
+		with data.authz.human.allow as true
+		with data.authz.human.limits as 5
+	d.limits == [5]
+}
