@@ -1,14 +1,17 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
+import { execFileSync } from 'node:child_process';
 import {
   cpSync,
   existsSync,
+  lstatSync,
   mkdirSync,
   mkdtempSync,
   readFileSync,
   readdirSync,
   rmSync,
+  symlinkSync,
   writeFileSync,
 } from 'node:fs';
 import os from 'node:os';
@@ -67,6 +70,73 @@ function policyAsync(
     child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
     child.on('close', (code) => resolve({ code, stdout, stderr }));
   });
+}
+
+/** With --json: stdout is exactly one JSON object (an error one carries ok false and the exit). */
+function jsonOf(r: { code: number | null; stdout: string; stderr: string }): Record<string, unknown> {
+  let out: unknown;
+  try {
+    out = JSON.parse(r.stdout);
+  } catch {
+    throw new Error(`stdout is not one JSON value:\n${r.stdout}\nstderr:\n${r.stderr}`);
+  }
+  expect(out, r.stdout).to.be.an('object').and.not.be.an('array');
+  const o = out as Record<string, unknown>;
+  if (r.code !== 0) expect(o, r.stdout).to.deep.include({ ok: false, exit: r.code });
+  return o;
+}
+
+/**
+ * A stand-in HTTP server for one test: `answer` decides each request (undefined: pass it on to
+ * `upstream`, the real server, when given). Runs `fn` with its URL, then closes.
+ */
+async function withServer(
+  answer: (
+    req: { method: string; url: string; body: string },
+    seen: number,
+  ) => { status: number; body: unknown; headers?: Record<string, string> } | undefined,
+  fn: (url: string) => Promise<void>,
+  upstream?: string,
+): Promise<void> {
+  let seen = 0;
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      void (async () => {
+        const body = Buffer.concat(chunks);
+        const mine = answer(
+          { method: req.method ?? 'GET', url: req.url ?? '/', body: body.toString() },
+          seen++,
+        );
+        if (mine !== undefined || upstream === undefined) {
+          const a = mine ?? { status: 404, body: { error: 'nothing here' } };
+          res.writeHead(a.status, { 'content-type': 'application/json', ...a.headers });
+          res.end(typeof a.body === 'string' ? a.body : JSON.stringify(a.body));
+          return;
+        }
+        const headers: Record<string, string> = {};
+        for (const h of ['authorization', 'content-type', 'if-match']) {
+          const v = req.headers[h];
+          if (typeof v === 'string') headers[h] = v;
+        }
+        const r = await fetch(upstream + (req.url ?? '/'), {
+          method: req.method,
+          headers,
+          body: chunks.length > 0 ? body : undefined,
+        });
+        res.writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/json' });
+        res.end(Buffer.from(await r.arrayBuffer()));
+      })();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    await fn(`http://127.0.0.1:${(server.address() as { port: number }).port}`);
+  } finally {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
 }
 
 // check and test compile and run Rego locally: no server, no storage.
@@ -195,6 +265,229 @@ onceOnly('arbiter policy check and test (no server)', () => {
     expect(bad.code).to.equal(1);
     expect(bad.stdout).to.contain('test_always_fails');
     expect(bad.stdout).to.match(/FAIL/);
+  });
+
+  it('check and test: a symbolic link inside DIR (to a .rego file or to a directory) is exit 1 naming it; DIR itself may be a link', () => {
+    const outside = tempDir({ 'linked.rego': HARMLESS, 'sub/inner.rego': HARMLESS });
+    const cases: [string, string][] = [
+      ['cli-linked.rego', path.join(outside, 'linked.rego')],
+      ['team', path.join(outside, 'sub')],
+      ['notes.txt', path.join(outside, 'nowhere')], // dangling, and not even a .rego file
+    ];
+    for (const [name, target] of cases) {
+      const dir = copyOfPolicies();
+      symlinkSync(target, path.join(dir, name));
+      for (const cmd of ['check', 'test']) {
+        const r = policy([cmd, dir]);
+        expect(r.code, `${cmd} ${name}: ${r.stdout}${r.stderr}`).to.equal(1);
+        expect(r.stderr).to.contain(`${path.join(dir, name)}: a symbolic link`);
+        const j = policy([cmd, dir, '--json']);
+        expect(j.code).to.equal(1);
+        expect(jsonOf(j).error).to.contain(`${path.join(dir, name)}: a symbolic link`);
+      }
+    }
+    // A FIFO named like a policy: refused, not read (which would hang).
+    const fifo = copyOfPolicies();
+    execFileSync('mkfifo', [path.join(fifo, 'cli-fifo.rego')]);
+    const f = policy(['check', fifo]);
+    expect(f.code).to.equal(1);
+    expect(f.stderr).to.contain(`${path.join(fifo, 'cli-fifo.rego')}: not a regular file`);
+    // DIR given as a link to a directory is the user's choice.
+    const via = path.join(tempDir(), 'policies-link');
+    symlinkSync(copyOfPolicies(), via);
+    expect(policy(['check', via]).code).to.equal(0);
+    expect(policy(['test', via]).code).to.equal(0);
+  });
+
+  it('check: two files that are one policy, or data documents defined twice or one inside another, are exit 1 naming both files', () => {
+    const cases: [Record<string, string>, string, string][] = [
+      [
+        { 'lib/helpers.rego': HARMLESS, 'lib.helpers.rego': HARMLESS },
+        'lib.helpers.rego',
+        'lib/helpers.rego',
+      ],
+      [
+        { 'a.rego': HARMLESS, 'data.json': '{"rbac": {"a": 1}}', 'data.yaml': 'rbac:\n  a: 2\n' },
+        'data.json',
+        'data.yaml',
+      ],
+      [
+        { 'a.rego': HARMLESS, 'data.json': '{"rbac": {"a": 1}}', 'rbac/data.json': '{"a": 2}' },
+        'data.json',
+        'rbac/data.json',
+      ],
+      [
+        { 'a.rego': HARMLESS, 'data.json': '{"rbac": {"a": 1}}', 'rbac/extra/data.json': '{"b": 2}' },
+        'data.json',
+        'rbac/extra/data.json',
+      ],
+      [
+        { 'a.rego': HARMLESS, 'rbac/data.json': '{"a": 1}', 'rbac/data.yaml': 'a: 2\n' },
+        'rbac/data.json',
+        'rbac/data.yaml',
+      ],
+      [
+        { 'a.rego': HARMLESS, 'rbac/data.json': '{"a": 1}', 'rbac/x/data.yaml': 'a: 2\n' },
+        'rbac/data.json',
+        'rbac/x/data.yaml',
+      ],
+    ];
+    for (const [files, one, other] of cases) {
+      const dir = tempDir(files);
+      const r = policy(['check', dir]);
+      expect(r.code, `${one} ${other}: ${r.stdout}${r.stderr}`).to.equal(1);
+      expect(r.stderr).to.contain(path.join(dir, one)).and.to.contain(path.join(dir, other));
+      expect(r.stdout).to.not.match(/\bok\b/);
+    }
+  });
+
+  it('check: a null data document and a number JSON cannot hold (1e400, .inf, .nan) are exit 1 naming file and path', () => {
+    const nulls: [Record<string, string>, string, string][] = [
+      [{ 'data.json': '{"killswitch": null, "other": 1}' }, 'data.json', 'killswitch'],
+      [{ 'team/data.json': 'null' }, 'team/data.json', 'team'],
+      [{ 'team/data.yaml': '# nothing yet\n' }, 'team/data.yaml', 'team'],
+    ];
+    for (const [files, file, doc] of nulls) {
+      const dir = tempDir({ 'a.rego': HARMLESS, ...files });
+      const r = policy(['check', dir]);
+      expect(r.code, r.stdout + r.stderr).to.equal(1);
+      expect(r.stderr).to.contain(
+        `${path.join(dir, file)}: data document ${doc} is null: a bundle's null deletes a document, so a null document cannot be pushed in a bundle`,
+      );
+      expect(r.stderr).to.contain(`PUT /api/v1/data/${doc}`);
+    }
+    const numbers: [Record<string, string>, string, string][] = [
+      [
+        { 'data.json': '{"limits": {"max": 1e400}}' },
+        'data.json',
+        'data document limits at .max holds Infinity',
+      ],
+      [
+        { 'rbac/data.yaml': 'weights: [1, .nan]\n' },
+        'rbac/data.yaml',
+        'data document rbac at .weights[1] holds NaN',
+      ],
+      [{ 'data.yaml': 'floor: -.inf\n' }, 'data.yaml', 'data document floor holds -Infinity'],
+    ];
+    for (const [files, file, what] of numbers) {
+      const dir = tempDir({ 'a.rego': HARMLESS, ...files });
+      const r = policy(['check', dir]);
+      expect(r.code, r.stdout + r.stderr).to.equal(1);
+      expect(r.stderr).to.contain(`${path.join(dir, file)}: ${what}, which JSON cannot hold`);
+    }
+  });
+
+  it('--json: every outcome prints exactly one JSON object, with the exit code it has without --json', () => {
+    const missing = path.join(os.tmpdir(), 'arbiter-no-such-dir-for-cli');
+    const runs: [string[], number, RegExp][] = [
+      [['check', missing, '--json'], 2, /is not a directory/],
+      [['check', POLICIES, '--json', '--nope'], 2, /--nope/],
+      [['check', '--json'], 2, /exactly one DIR/],
+      [['frobnicate', POLICIES, '--json'], 2, /unknown policy command/],
+      [['check', '--prune', POLICIES, '--json'], 2, /takes no --prune/],
+      [['diff', POLICIES, '--json', '--url', 'http://127.0.0.1:9', '--key', 'k'], 2, /cannot reach/],
+      [['pull', tempDir(), '--json', '--key', 'k'], 2, /the server is unknown/],
+    ];
+    for (const [args, exit, error] of runs) {
+      const plain = policy(args.filter((a) => a !== '--json'));
+      const r = policy(args);
+      expect(r.code, args.join(' ')).to.equal(exit);
+      expect(plain.code, args.join(' ')).to.equal(exit);
+      expect(jsonOf(r).error).to.match(error);
+    }
+    // OPA's own loading error in `policy test --json`: its text, in the JSON object.
+    const broken = copyOfPolicies();
+    writeFileSync(path.join(broken, 'broken_test.rego'), 'package x_test\n\ntest_b if {\n');
+    const t = policy(['test', broken, '--json']);
+    expect(t.code, t.stdout + t.stderr).to.equal(1);
+    expect(policy(['test', broken]).code).to.equal(1);
+    expect(jsonOf(t).error).to.match(/broken_test\.rego:\d+: rego_parse_error/);
+    // Passing and failing tests: the results, inside the object.
+    const ok = policy(['test', POLICIES, '--json']);
+    expect(ok.code, ok.stderr).to.equal(0);
+    const passed = jsonOf(ok);
+    expect(passed.ok).to.equal(true);
+    expect(passed.results).to.be.an('array').with.length.greaterThan(0);
+    const failing = copyOfPolicies();
+    writeFileSync(
+      path.join(failing, 'broken_test.rego'),
+      'package authz.agent_test\n\ntest_always_fails if {\n  false\n}\n',
+    );
+    const bad = policy(['test', failing, '--json']);
+    expect(bad.code).to.equal(1);
+    const failed = jsonOf(bad);
+    expect(
+      (failed.results as { name: string; fail?: boolean }[]).find((x) => x.name === 'test_always_fails'),
+    ).to.have.property('fail', true);
+  });
+
+  it('a --url with a password is never printed with it (refused: the key goes in --key)', () => {
+    for (const [url, args] of [
+      ['http://user:s3cret@127.0.0.1:9', ['diff', POLICIES]],
+      ['http://user:s3cret@127.0.0.1:9/', ['push', POLICIES]],
+      ['https://user:s3cret@arbiter.example', ['pull', tempDir()]],
+      ['ftp://user:s3cret@arbiter.example', ['diff', POLICIES]],
+      ['http://user:s3cret@host:99999', ['diff', POLICIES]],
+    ] as const) {
+      for (const how of ['flag', 'env', 'json'] as const) {
+        const r =
+          how === 'env'
+            ? policy([...args], { ARBITER_URL: url, ARBITER_KEY: 'k' })
+            : policy([...args, '--url', url, '--key', 'k', ...(how === 'json' ? ['--json'] : [])]);
+        expect(r.code, `${url} ${how}: ${r.stderr}`).to.equal(2);
+        expect(r.stdout + r.stderr).to.not.contain('s3cret');
+        if (!url.includes('99999')) expect(r.stderr).to.contain('user:***@');
+        if (how === 'json') jsonOf(r);
+      }
+    }
+  });
+
+  it('a server that is not Arbiter (another JSON shape, null lists, endless or repeating cursors) is exit 2, never a loop', async () => {
+    const sha = 'a'.repeat(64);
+    const list = (req: { url: string }, field: string, items: unknown, next: unknown) =>
+      req.url.startsWith(`/api/v1/${field === 'policies' ? 'policies' : 'data'}?`)
+        ? { status: 200, body: { [field]: items, revision: 1, next_cursor: next } }
+        : undefined;
+    const fakes: [string, Parameters<typeof withServer>[0], RegExp][] = [
+      ['hello world', () => ({ status: 200, body: { hello: 'world' } }), /policies is not a list/],
+      ['null lists', (req) => list(req, 'policies', null, null), /policies is not a list/],
+      ['an array', () => ({ status: 200, body: [] }), /JSON that is not an object/],
+      [
+        'a repeated cursor',
+        (req) => list(req, 'policies', [{ name: 'p', sha256: sha }], 'same'),
+        /next_cursor repeats/,
+      ],
+      ['an empty page with a next one', (req) => list(req, 'policies', [], 'next'), /an empty page/],
+      [
+        'endless pages',
+        (req, n) => list(req, 'policies', [{ name: `p${n}`, sha256: sha }], `c${n}`),
+        /more than 1000 pages/,
+      ],
+      [
+        'a data path that climbs out',
+        (req) =>
+          list(req, 'policies', [], null) ??
+          list(req, 'documents', [{ path: '../../escape' }], null) ?? { status: 200, body: { value: 1 } },
+        /escape/,
+      ],
+      ['a 500', () => ({ status: 500, body: { error: 'boom' } }), /500 boom/],
+    ];
+    for (const [what, answer, why] of fakes) {
+      await withServer(answer, async (url) => {
+        const pulled = path.join(tempDir(), 'pulled');
+        for (const args of [
+          ['diff', POLICIES],
+          ['pull', pulled],
+        ]) {
+          const started = Date.now();
+          const r = await policyAsync([...args, '--json'], { ARBITER_URL: url, ARBITER_KEY: 'k' });
+          expect(r.code, `${what} ${args[0]}: ${r.stdout}${r.stderr}`).to.equal(2);
+          expect(jsonOf(r).error).to.match(why);
+          expect(Date.now() - started).to.be.below(60_000);
+        }
+        expect(existsSync(pulled), what).to.equal(false);
+      });
+    }
   });
 });
 
@@ -371,6 +664,7 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     // A pass-through proxy to the real server that, just before forwarding the bundle, lets
     // another writer change the live set: the race the conditional push exists for.
     let raced = 0;
+    let races = 0;
     const proxy: Server = createServer((req, res) => {
       const chunks: Buffer[] = [];
       req.on('data', (c: Buffer) => chunks.push(c));
@@ -378,7 +672,9 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
         void (async () => {
           if (req.method === 'POST' && req.url === '/api/v1/bundle') {
             raced = (
-              await call('PUT', `${a.platform}/api/v1/policies/cli-racer`, { body: { rego: HARMLESS } })
+              await call('PUT', `${a.platform}/api/v1/policies/cli-racer`, {
+                body: { rego: `${HARMLESS}# race ${++races}\n` },
+              })
             ).json.revision as number;
           }
           const headers: Record<string, string> = {};
@@ -410,6 +706,15 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
       expect(r.stderr).to.contain('changed since the plan was made');
       expect(raced).to.be.greaterThan(0);
       expect(await revision()).to.equal(raced);
+      expect(await names()).to.not.include('cli-late');
+      // With --json: one JSON object saying so, the same exit.
+      const j = await policyAsync(['push', dir, '--json'], {
+        ARBITER_URL: `http://127.0.0.1:${port}`,
+        ARBITER_KEY: ADMIN_KEY,
+      });
+      expect(j.code, j.stdout + j.stderr).to.equal(1);
+      expect(jsonOf(j).error).to.contain('changed since the plan was made');
+      expect(races).to.equal(2);
       expect(await names()).to.not.include('cli-late');
     } finally {
       await new Promise<void>((resolve) => proxy.close(() => resolve()));
@@ -473,5 +778,232 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     expect(existsSync(path.join(dir, 'gone.rego'))).to.equal(false);
     expect(existsSync(path.join(dir, 'keep_test.rego'))).to.equal(true);
     await call('DELETE', `${a.platform}/api/v1/data/cli/nested`);
+  });
+  it('diff and push: a symlinked policy or directory is exit 1, and push --prune does not delete the live policy it holds', async () => {
+    expect(
+      (await call('PUT', `${a.platform}/api/v1/policies/cli-linked`, { body: { rego: HARMLESS } })).status,
+    ).to.equal(201);
+    const before = await revision();
+    const outside = tempDir({ 'cli-linked.rego': HARMLESS, 'team/x.rego': HARMLESS });
+    for (const [name, target] of [
+      ['cli-linked.rego', path.join(outside, 'cli-linked.rego')],
+      ['team', path.join(outside, 'team')],
+    ]) {
+      const dir = copyOfPolicies();
+      symlinkSync(target as string, path.join(dir, name as string));
+      for (const args of [
+        ['diff', dir],
+        ['push', dir, '--prune'],
+        ['push', dir, '--prune', '--json'],
+      ]) {
+        const r = policy(args, env);
+        expect(r.code, `${args.join(' ')}: ${r.stdout}${r.stderr}`).to.equal(1);
+        expect(r.stderr).to.contain(`${path.join(dir, name as string)}: a symbolic link`);
+        if (args.includes('--json')) jsonOf(r);
+      }
+    }
+    expect(await revision()).to.equal(before);
+    expect(await names()).to.include('cli-linked');
+    expect((await call('DELETE', `${a.platform}/api/v1/policies/cli-linked`)).status).to.equal(204);
+  });
+
+  it('diff and push: a null data document or a non-finite number is exit 1 and the live document stays', async () => {
+    expect((await call('PUT', `${a.platform}/api/v1/data/cli-kill`, { body: { on: true } })).status).to.equal(
+      201,
+    );
+    const before = await revision();
+    for (const [file, text, message] of [
+      ['data.json', null, "data document cli-kill is null: a bundle's null deletes a document"],
+      ['data.json', '1e400', 'data document cli-kill holds Infinity'],
+    ] as const) {
+      const dir = copyOfPolicies();
+      const raw = readFileSync(path.join(dir, file), 'utf8').trimEnd();
+      // The document spliced in as text: JSON.stringify would already have turned 1e400 into null.
+      writeFileSync(path.join(dir, file), raw.replace(/\}$/, `, "cli-kill": ${String(text)}}`));
+      for (const args of [
+        ['diff', dir],
+        ['push', dir],
+        ['push', dir, '--json'],
+      ]) {
+        const r = policy(args, env);
+        expect(r.code, `${args.join(' ')}: ${r.stdout}${r.stderr}`).to.equal(1);
+        expect(r.stderr).to.contain(`${path.join(dir, file)}: ${message}`);
+        expect(r.stdout).to.not.match(/update +data +cli-kill/);
+        if (args.includes('--json')) jsonOf(r);
+      }
+    }
+    expect(await revision()).to.equal(before);
+    const live = await call('GET', `${a.platform}/api/v1/data/cli-kill`);
+    expect(live.status).to.equal(200);
+    expect(live.json.value).to.deep.equal({ on: true });
+    expect((await call('DELETE', `${a.platform}/api/v1/data/cli-kill`)).status).to.equal(204);
+  });
+
+  it('pull: a live null document is written with a warning that push refuses it; push then refuses and keeps it', async () => {
+    expect(
+      (
+        await call('PUT', `${a.platform}/api/v1/data/cli-null`, {
+          raw: 'null',
+          headers: { 'content-type': 'application/json' },
+        })
+      ).status,
+    ).to.equal(201);
+    try {
+      const dir = path.join(tempDir(), 'pulled');
+      const r = policy(['pull', dir], env);
+      expect(r.code, r.stderr).to.equal(0);
+      expect(r.stderr).to.contain('warning: data document cli-null is null');
+      expect(r.stderr).to.contain('push refuse a null document');
+      expect(JSON.parse(readFileSync(path.join(dir, 'data.json'), 'utf8'))).to.have.property(
+        'cli-null',
+        null,
+      );
+      const j = policy(['pull', path.join(tempDir(), 'pulled'), '--json'], env);
+      expect(j.code).to.equal(0);
+      expect(jsonOf(j).warnings).to.be.an('array').with.lengthOf(1);
+      const before = await revision();
+      const back = policy(['push', dir, '--prune'], env);
+      expect(back.code, back.stdout + back.stderr).to.equal(1);
+      expect(back.stderr).to.contain('data document cli-null is null');
+      expect(await revision()).to.equal(before);
+      expect((await call('GET', `${a.platform}/api/v1/data/cli-null`)).status).to.equal(200);
+    } finally {
+      await call('DELETE', `${a.platform}/api/v1/data/cli-null`);
+    }
+  });
+
+  it('pull: never writes through a link (a file, a directory on the way, a FIFO), --force or not; links count as content', async () => {
+    await call('PUT', `${a.platform}/api/v1/data/cli/nested`, { body: { deep: true } });
+    try {
+      const victim = path.join(tempDir(), 'victim');
+      writeFileSync(victim, 'precious\n');
+      const elsewhere = tempDir();
+      const cases: [string, (dir: string) => void, string][] = [
+        ['a linked policy file', (dir) => symlinkSync(victim, path.join(dir, 'agent.rego')), 'agent.rego'],
+        [
+          'a dangling link',
+          (dir) => symlinkSync(path.join(elsewhere, 'new'), path.join(dir, 'budgets.rego')),
+          'budgets.rego',
+        ],
+        ['a linked directory on the way', (dir) => symlinkSync(elsewhere, path.join(dir, 'cli')), 'cli'],
+        ['a FIFO', (dir) => execFileSync('mkfifo', [path.join(dir, 'human.rego')]), 'human.rego'],
+        ['a file where a directory goes', (dir) => writeFileSync(path.join(dir, 'cli'), 'x'), 'cli'],
+      ];
+      for (const [what, make, name] of cases) {
+        for (const force of [false, true]) {
+          const dir = tempDir();
+          make(dir);
+          const r = policy(['pull', dir, ...(force ? ['--force'] : [])], env);
+          expect(r.code, `${what} ${force}: ${r.stdout}${r.stderr}`).to.equal(1);
+          expect(r.stderr, what).to.contain(path.join(dir, name));
+          expect(readdirSync(dir), what).to.deep.equal([name]);
+        }
+      }
+      expect(readFileSync(victim, 'utf8')).to.equal('precious\n');
+      expect(readdirSync(elsewhere)).to.deep.equal([]);
+      // A link pull would not write through still means DIR is not empty; --force leaves it be.
+      const dir = tempDir();
+      symlinkSync(victim, path.join(dir, 'notes'));
+      const r = policy(['pull', dir], env);
+      expect(r.code).to.equal(1);
+      expect(r.stderr).to.contain('already holds policies or data, or links (notes…); pass --force');
+      const forced = policy(['pull', dir, '--force'], env);
+      expect(forced.code, forced.stderr).to.equal(0);
+      expect(lstatSync(path.join(dir, 'notes')).isSymbolicLink()).to.equal(true);
+      expect(lstatSync(path.join(dir, 'agent.rego')).isFile()).to.equal(true);
+      expect(readdirSync(dir).filter((f) => f.startsWith('.'))).to.deep.equal([]);
+      expect(readFileSync(victim, 'utf8')).to.equal('precious\n');
+    } finally {
+      await call('DELETE', `${a.platform}/api/v1/data/cli/nested`);
+    }
+  });
+
+  it('diff: 413 and other 4xx from the impact replay are exit 1; 429 is retried as Retry-After asks, then exit 2; 5xx is exit 2', async () => {
+    const dir = copyOfPolicies();
+    writeFileSync(path.join(dir, 'cli-new.rego'), HARMLESS);
+    // Real: a candidate larger than the server takes (1 MiB) is refused with 413, as push would be.
+    const big = copyOfPolicies();
+    mkdirSync(path.join(big, 'cli-big'));
+    writeFileSync(path.join(big, 'cli-big', 'data.json'), JSON.stringify({ blob: 'x'.repeat(1_200_000) }));
+    const before = await revision();
+    const r413 = policy(['diff', big], env);
+    expect(r413.code, r413.stdout + r413.stderr).to.equal(1);
+    expect(r413.stdout).to.match(/the plan would be refused: the impact replay answered 413/);
+    const j413 = policy(['diff', big, '--json'], env);
+    expect(j413.code).to.equal(1);
+    expect(jsonOf(j413).refused).to.match(/413/);
+    expect(await revision()).to.equal(before);
+
+    const impacts = (status: number, headers: Record<string, string> = {}, times = Infinity) => {
+      let n = 0;
+      return (req: { method: string; url: string }) =>
+        req.method === 'POST' && req.url === '/api/v1/impact' && n++ < times
+          ? { status, headers, body: { error: `canned ${status}` } }
+          : undefined;
+    };
+    // Busy twice, then the real replay.
+    let seen = 0;
+    const twice = impacts(429, { 'retry-after': '1' }, 2);
+    await withServer(
+      (req) => {
+        if (req.url === '/api/v1/impact') seen++;
+        return twice(req);
+      },
+      async (url) => {
+        const started = Date.now();
+        const r = await policyAsync(['diff', dir], { ARBITER_URL: url, ARBITER_KEY: ADMIN_KEY });
+        expect(r.code, r.stdout + r.stderr).to.equal(0);
+        expect(r.stdout).to.match(/impact: \d+ of \d+ recent decisions would change/);
+        expect(seen).to.equal(3);
+        expect(Date.now() - started).to.be.at.least(2000);
+      },
+      a.platform,
+    );
+    for (const [answer, exit, message] of [
+      [impacts(429, { 'retry-after': '3600' }), 2, /server is busy \(429 canned 429\)/],
+      [impacts(503), 2, /the impact replay failed: 503 canned 503/],
+      [impacts(500), 2, /the impact replay failed: 500/],
+      [impacts(403), 1, /the plan would be refused: the impact replay answered 403 canned 403/],
+      [impacts(422), 1, /answered 422/],
+    ] as const) {
+      await withServer(
+        answer,
+        async (url) => {
+          for (const json of [false, true]) {
+            const r = await policyAsync(['diff', dir, ...(json ? ['--json'] : [])], {
+              ARBITER_URL: url,
+              ARBITER_KEY: ADMIN_KEY,
+            });
+            expect(r.code, `${String(message)}: ${r.stdout}${r.stderr}`).to.equal(exit);
+            expect(json ? String(jsonOf(r).error) : r.stdout + r.stderr).to.match(message);
+            if (!json) expect(r.stdout).to.match(/create +policy cli-new/);
+          }
+        },
+        a.platform,
+      );
+    }
+    expect(await revision()).to.equal(before);
+  });
+
+  it('push: needs policies:read and policies:write (write alone is a 403 naming both); --json on a 403', async () => {
+    const writer = a.createKey('cli-writer', ['policies:write']);
+    const both = a.createKey('cli-pusher', ['policies:read', 'policies:write']);
+    const dir = copyOfPolicies();
+    writeFileSync(path.join(dir, 'cli-scoped.rego'), HARMLESS);
+    const before = await revision();
+    const r = policy(['push', dir], { ARBITER_URL: a.platform, ARBITER_KEY: writer });
+    expect(r.code).to.equal(1);
+    expect(r.stderr).to.contain('403');
+    expect(r.stderr).to.contain(
+      'push needs a key with policies:read (to read the live set) and policies:write',
+    );
+    const j = policy(['push', dir, '--json'], { ARBITER_URL: a.platform, ARBITER_KEY: writer });
+    expect(j.code).to.equal(1);
+    expect(jsonOf(j).error).to.contain('403');
+    expect(await revision()).to.equal(before);
+    const ok = policy(['push', dir], { ARBITER_URL: a.platform, ARBITER_KEY: both });
+    expect(ok.code, ok.stderr).to.equal(0);
+    expect(await names()).to.include('cli-scoped');
+    expect((await call('DELETE', `${a.platform}/api/v1/policies/cli-scoped`)).status).to.equal(204);
   });
 });

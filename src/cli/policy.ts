@@ -1,13 +1,15 @@
 import { execFile } from 'node:child_process';
-import { cp, mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { cp, lstat, mkdir, mkdtemp, open, readdir, rename, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { canonicalJson } from '../common/canonical-json.js';
+import { maskPassword } from '../common/urls.js';
 import { loadConfig } from '../config.js';
 import { BUILTIN_MODULE_PATH, CompileError, RegoCompiler } from '../policy/compiler.js';
 import { EvaluationThread, thresholdErrorsOn } from '../policy/eval-thread.js';
-import { dataTree, regoSha256 } from '../policy/documents.js';
+import { checkDataPath, dataTree, POLICY_NAME, regoSha256 } from '../policy/documents.js';
 import { BUNDLED_BUILTIN, readPolicyDir } from '../policy/policy-dir.js';
 import { thresholdErrorMessage } from '../policy/thresholds.js';
 
@@ -22,10 +24,19 @@ export const POLICY_USAGE = `  arbiter policy check DIR [--json]
   arbiter policy push DIR [--prune] [--message M] [--url URL] [--key KEY] [--json]
   arbiter policy pull DIR [--force] [--url URL] [--key KEY] [--json]`;
 
-/** Exit 2: the command line is wrong, or the server cannot be reached. */
+/** Exit 2: the command line is wrong, or the server cannot be reached (or is not Arbiter). */
 export class CliUsageError extends Error {}
 /** Exit 1: the policies, the server or the tests said no. */
 class Refused extends Error {}
+/** Exit 1: the server answered this 4xx. */
+class HttpRefused extends Refused {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
 
 type Out = (line: string) => void;
 
@@ -38,9 +49,38 @@ interface Options {
   key: string | undefined;
 }
 
-/** Runs one `arbiter policy` command; returns its exit code (0, 1 or 2) having printed its output. */
+/** What a command prints: text lines, or with --json one JSON object (and warnings on stderr). */
+interface Io {
+  json: boolean;
+  out: Out;
+  err: Out;
+}
+function print(io: Io, text: string[], json: Record<string, unknown>): void {
+  if (io.json) io.out(JSON.stringify(json));
+  else for (const line of text) io.out(line);
+}
+
+/** The scopes each server command needs, named when the server answers 403. */
+const NEEDS: Record<string, string> = {
+  diff: 'policies:read',
+  pull: 'policies:read',
+  push: 'policies:read (to read the live set) and policies:write',
+};
+
+/**
+ * Runs one `arbiter policy` command; returns its exit code (0, 1 or 2) having printed its output.
+ * With --json every outcome, errors included, prints exactly one JSON object on stdout (errors:
+ * `{"ok": false, "error", "exit"}`); the message also goes to stderr.
+ */
 export async function policyCommand(args: string[], out: Out, err: Out): Promise<number> {
   const [sub, ...rest] = args;
+  // Known before the command line parses, so that even a usage error answers in JSON.
+  let json = args.includes('--json');
+  const fail = (message: string, exit: number, usage = false): number => {
+    err(`arbiter policy: ${message}${usage ? `\n\nusage:\n${POLICY_USAGE}` : ''}`);
+    if (json) out(JSON.stringify({ ok: false, error: message, exit }));
+    return exit;
+  };
   let parsed;
   try {
     parsed = parseArgs({
@@ -57,11 +97,12 @@ export async function policyCommand(args: string[], out: Out, err: Out): Promise
       },
     });
   } catch (e) {
-    err(`arbiter policy: ${(e as Error).message}\n\nusage:\n${POLICY_USAGE}`);
-    return 2;
+    return fail((e as Error).message, 2, true);
   }
   const { values, positionals } = parsed;
+  json = values.json;
   const opts: Options = { ...values, message: values.message, url: values.url, key: values.key };
+  const io: Io = { json, out, err };
   try {
     if (positionals.length !== 1) throw new CliUsageError(`policy ${sub ?? ''} needs exactly one DIR`.trim());
     const dir = positionals[0] as string;
@@ -79,47 +120,56 @@ export async function policyCommand(args: string[], out: Out, err: Out): Promise
         throw new CliUsageError(`policy ${sub} takes no --${k}`);
       }
     }
-    const print = (text: string[], json: unknown) => {
-      if (opts.json) out(JSON.stringify(json));
-      else for (const line of text) out(line);
-    };
     switch (sub) {
       case 'check':
-        return await check(dir, print);
+        return await check(dir, io);
       case 'test':
-        return await test(dir, opts, out);
+        return await test(dir, io);
       case 'diff':
-        return await diff(dir, opts, print);
+        return await diff(dir, opts, io);
       case 'push':
-        return await push(dir, opts, print);
+        return await push(dir, opts, io);
       default:
-        return await pull(dir, opts, print);
+        return await pull(dir, opts, io);
     }
   } catch (e) {
-    if (e instanceof CliUsageError) {
-      err(`arbiter policy: ${e.message}`);
-      return 2;
+    if (e instanceof CliUsageError) return fail(e.message, 2);
+    if (e instanceof HttpRefused && e.status === 403 && sub !== undefined && NEEDS[sub]) {
+      return fail(`${e.message} (${sub} needs a key with ${NEEDS[sub]})`, 1);
     }
-    if (e instanceof Refused) {
-      err(`arbiter policy: ${e.message}`);
-      return 1;
-    }
-    throw e;
+    if (e instanceof Refused) return fail(e.message, 1);
+    // Anything else (a file pull cannot write, say) is a failure of this command: exit 1.
+    return fail(e instanceof Error ? e.message : String(e), 1);
   }
 }
 
-type Print = (text: string[], json: unknown) => void;
 type LocalSet = Awaited<ReturnType<typeof readPolicyDir>>;
 
-/** DIR as the service would seed it; a missing DIR is a usage error, unreadable content a refusal. */
-async function readLocal(dir: string): Promise<LocalSet> {
+/**
+ * DIR as the service would seed it; a missing DIR is a usage error, unreadable content a refusal.
+ * `forBundle` (check, diff, push): a data document whose value is null is refused too, since a
+ * bundle's null deletes the document (docs/decisions.md).
+ */
+async function readLocal(dir: string, forBundle: boolean): Promise<LocalSet> {
   const st = await stat(dir).catch(() => undefined);
   if (!st?.isDirectory()) throw new CliUsageError(`${dir} is not a directory`);
+  let local: LocalSet;
   try {
-    return await readPolicyDir(dir);
+    local = await readPolicyDir(dir);
   } catch (e) {
     throw new Refused((e as Error).message);
   }
+  if (forBundle) {
+    for (const d of local.data) {
+      if (d.value !== null) continue;
+      throw new Refused(
+        `${path.join(dir, local.dataFiles.get(d.path) ?? '')}: data document ${d.path} is null: a bundle's ` +
+          `null deletes a document, so a null document cannot be pushed in a bundle; remove it, or ` +
+          `write it with PUT /api/v1/data/${d.path}`,
+      );
+    }
+  }
+  return local;
 }
 
 /** A RegoCompiler over the configured opa binary; one that cannot run is an environment (exit 2) error. */
@@ -135,8 +185,8 @@ async function compilerOf(): Promise<RegoCompiler> {
 }
 
 /** Compiles DIR exactly as the service compiles a change: the OPA compiler, then the thresholds. */
-async function check(dir: string, print: Print): Promise<number> {
-  const local = await readLocal(dir);
+async function check(dir: string, io: Io): Promise<number> {
+  const local = await readLocal(dir, true);
   const fileOf = (policy: string | undefined) => {
     const m = local.modules.find((x) => x.name === policy);
     return m ? path.join(dir, m.file) : policy === undefined ? 'builtin/authz.rego' : policy;
@@ -155,8 +205,9 @@ async function check(dir: string, print: Print): Promise<number> {
         message: p.message,
       }));
       print(
+        io,
         problems.map((p) => `${p.file}:${p.row}:${p.col}: ${p.message}`),
-        { ok: false, errors: problems },
+        { ok: false, errors: problems, exit: 1 },
       );
       return 1;
     }
@@ -180,10 +231,10 @@ async function check(dir: string, print: Print): Promise<number> {
         /policy ([a-z0-9][a-z0-9._-]*):(\d+)/g,
         (_all, name: string, row: string) => `${fileOf(name)}:${row}:1`,
       );
-      print([message], { ok: false, errors: [{ message }] });
+      print(io, [message], { ok: false, errors: [{ message }], exit: 1 });
       return 1;
     }
-    print([`ok: ${local.modules.length} policies and ${local.data.length} data documents compile`], {
+    print(io, [`ok: ${local.modules.length} policies and ${local.data.length} data documents compile`], {
       ok: true,
       policies: local.modules.map((m) => m.name),
       data: local.data.map((d) => d.path),
@@ -194,9 +245,13 @@ async function check(dir: string, print: Print): Promise<number> {
   }
 }
 
-/** Runs DIR's Rego tests with OPA's test runner, with the service's built-in module in place of any copy. */
-async function test(dir: string, opts: Options, out: Out): Promise<number> {
-  await readLocal(dir);
+/**
+ * Runs DIR's Rego tests with OPA's test runner, with the service's built-in module in place of any
+ * copy. With --json: `{"ok", "results": [OPA's results]}`, or OPA's own error (a file it cannot
+ * load) as `{"ok": false, "error", "exit": 1}`.
+ */
+async function test(dir: string, io: Io): Promise<number> {
+  await readLocal(dir, false);
   const opa = loadConfig().opaBin;
   const work = await mkdtemp(path.join(os.tmpdir(), 'arbiter-policy-test-'));
   try {
@@ -209,15 +264,39 @@ async function test(dir: string, opts: Options, out: Out): Promise<number> {
     await cp(BUILTIN_MODULE_PATH, path.join(work, 'builtin', 'authz.rego'));
     const r = await run(
       opa,
-      ['test', ...(opts.json ? ['--format', 'json'] : ['-v']), 'builtin', 'policies'],
+      ['test', ...(io.json ? ['--format', 'json'] : ['-v']), 'builtin', 'policies'],
       work,
     );
-    const text = (r.stdout + r.stderr)
-      .trim()
-      .split(work + path.sep)
-      .join('');
-    if (text) out(text);
-    return r.code === 0 ? 0 : 1;
+    const local = (text: string) =>
+      text
+        .trim()
+        .split(work + path.sep)
+        .join('');
+    const exit = r.code === 0 ? 0 : 1;
+    if (!io.json) {
+      const text = local(r.stdout + r.stderr);
+      if (text) io.out(text);
+      return exit;
+    }
+    let results: unknown;
+    try {
+      results = JSON.parse(local(r.stdout));
+    } catch {
+      results = undefined;
+    }
+    const stderr = local(r.stderr);
+    if (!Array.isArray(results)) {
+      throw new Refused(stderr || local(r.stdout) || `the OPA test runner exited with ${r.code}`);
+    }
+    if (stderr) io.err(stderr);
+    io.out(
+      JSON.stringify({
+        ok: exit === 0,
+        results,
+        ...(exit === 0 ? {} : { ...(stderr ? { error: stderr } : {}), exit }),
+      }),
+    );
+    return exit;
   } finally {
     await rm(work, { recursive: true, force: true });
   }
@@ -239,9 +318,25 @@ function run(
   });
 }
 
+/** Pages of one list the CLI reads at most: 1000 of 1000 items, far beyond any real set. */
+const MAX_PAGES = 1000;
+const PAGE_SIZE = 1000;
+
+/** A password-shaped part of a URL anywhere in a text (`//user:secret@`), masked. */
+const scrub = (text: string) => text.replace(/(\/\/[^/\s@:]*:)[^/\s@]*@/g, '$1***@');
+
+const errorOf = (json: Record<string, unknown>) =>
+  typeof json.error === 'string' ? json.error : json.error === undefined ? '' : JSON.stringify(json.error);
+
+/** An answer no Arbiter gives (another service on the port, a proxy's page): exit 2. */
+const notArbiter = (what: string, why: string) =>
+  new CliUsageError(`${what}: ${why}: the answer is not Arbiter's (is --url the Platform API?)`);
+
 /** The Platform API at --url / ARBITER_URL with the key at --key / ARBITER_KEY. */
 class Server {
   readonly base: string;
+  /** The URL as printed: never its password. */
+  readonly shown: string;
   private readonly key: string;
   constructor(opts: Options) {
     const url = opts.url ?? process.env.ARBITER_URL;
@@ -252,12 +347,21 @@ class Server {
     try {
       parsed = new URL(url);
     } catch {
-      throw new CliUsageError(`--url ${url} is not a URL`);
-    }
-    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
-      throw new CliUsageError(`--url ${url} must be http:// or https://`);
+      // Not echoed: a URL that does not parse may still hold a password.
+      throw new CliUsageError('the server URL (--url or ARBITER_URL) is not a URL');
     }
     this.base = url.replace(/\/+$/, '');
+    this.shown = scrub(maskPassword(this.base));
+    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+      throw new CliUsageError(`--url ${this.shown} must be http:// or https://`);
+    }
+    if (parsed.username !== '' || parsed.password !== '') {
+      // fetch refuses such a URL, and the key is the credential the API takes.
+      throw new CliUsageError(
+        `--url ${this.shown} holds a user name or password, which the CLI cannot send: ` +
+          'give the URL without them and the API key with --key or ARBITER_KEY',
+      );
+    }
     this.key = key;
   }
 
@@ -267,7 +371,7 @@ class Server {
     p: string,
     body?: unknown,
     headers: Record<string, string> = {},
-  ): Promise<{ status: number; json: Record<string, unknown> }> {
+  ): Promise<{ status: number; json: Record<string, unknown>; headers: Headers }> {
     let res: Response;
     try {
       res = await fetch(this.base + p, {
@@ -283,50 +387,105 @@ class Server {
     } catch (e) {
       const cause = (e as { cause?: { code?: string; message?: string } }).cause;
       throw new CliUsageError(
-        `cannot reach ${this.base}: ${cause?.code ?? cause?.message ?? (e as Error).message}`,
+        scrub(`cannot reach ${this.shown}: ${cause?.code ?? cause?.message ?? (e as Error).message}`),
       );
     }
     let text: string;
     try {
       text = await res.text();
     } catch (e) {
-      throw new CliUsageError(`${method} ${p}: the answer broke off: ${(e as Error).message}`);
+      throw new CliUsageError(scrub(`${method} ${p}: the answer broke off: ${(e as Error).message}`));
     }
-    let json: Record<string, unknown>;
+    let json: unknown;
     try {
-      json = text === '' ? {} : (JSON.parse(text) as Record<string, unknown>);
+      json = text === '' ? {} : JSON.parse(text);
     } catch {
       // Not Arbiter answering (a proxy's error page, another service): a connection problem.
       throw new CliUsageError(`${method} ${p}: answered ${res.status} with a body that is not JSON`);
     }
-    return { status: res.status, json };
+    if (typeof json !== 'object' || json === null || Array.isArray(json)) {
+      throw notArbiter(`${method} ${p}`, `answered ${res.status} with JSON that is not an object`);
+    }
+    return { status: res.status, json: json as Record<string, unknown>, headers: res.headers };
   }
 
-  /** A 2xx answer's body; anything else is a refusal naming the server's error. */
+  /** A 2xx answer's body; a 4xx is a refusal naming the server's error, a 5xx exit 2. */
   async ok(method: string, p: string, body?: unknown, headers?: Record<string, string>) {
     const r = await this.call(method, p, body, headers);
-    if (r.status < 200 || r.status > 299) {
-      throw new Refused(`${method} ${p}: ${r.status} ${String(r.json.error ?? '')}`.trim());
-    }
-    return r.json;
+    if (r.status >= 200 && r.status <= 299) return r.json;
+    const what = `${method} ${p}: ${r.status} ${errorOf(r.json)}`.trim();
+    if (r.status >= 400 && r.status <= 499) throw new HttpRefused(r.status, what);
+    throw new CliUsageError(r.status >= 500 ? `${what} (the server failed; try again)` : what);
   }
 
-  /** Every item of a paginated list. */
-  async all<T>(p: string, field: string): Promise<{ items: T[]; revision: number }> {
+  /**
+   * Every item of a paginated list, each checked by `item` (undefined: not an item Arbiter lists).
+   * Bounded: a repeated cursor, an empty page with a next one, or more than MAX_PAGES pages is
+   * not Arbiter answering (exit 2), never an endless loop.
+   */
+  async all<T>(
+    p: string,
+    field: string,
+    item: (x: unknown) => T | undefined,
+  ): Promise<{ items: T[]; revision: number }> {
     const items: T[] = [];
+    const seen = new Set<string>();
     let cursor: string | null = null;
     const revisions = new Set<number>();
-    do {
-      const q = `?limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
+    for (let pages = 0; ; pages++) {
+      if (pages >= MAX_PAGES) throw notArbiter(`GET ${p}`, `more than ${MAX_PAGES} pages`);
+      const q = `?limit=${PAGE_SIZE}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
       const page = await this.ok('GET', p + q);
-      items.push(...(page[field] as T[]));
-      revisions.add(page.revision as number);
-      cursor = page.next_cursor as string | null;
-    } while (cursor !== null);
+      const list = page[field];
+      if (!Array.isArray(list)) throw notArbiter(`GET ${p}`, `${field} is not a list`);
+      if (list.length > PAGE_SIZE) throw notArbiter(`GET ${p}`, `a page of more than ${PAGE_SIZE} items`);
+      for (const x of list) {
+        const v = item(x);
+        if (v === undefined) throw notArbiter(`GET ${p}`, `${JSON.stringify(x)?.slice(0, 200)} in ${field}`);
+        items.push(v);
+      }
+      revisions.add(revisionOf(page, `GET ${p}`));
+      const next = page.next_cursor;
+      if (next === null) break;
+      if (typeof next !== 'string' || next === '')
+        throw notArbiter(`GET ${p}`, 'next_cursor is not a cursor');
+      if (list.length === 0) throw notArbiter(`GET ${p}`, 'an empty page with a next page');
+      if (seen.has(next)) throw notArbiter(`GET ${p}`, 'next_cursor repeats an earlier one');
+      seen.add(next);
+      cursor = next;
+    }
     // Pages read at different revisions are not one set: -1 makes the caller read again.
     return { items, revision: revisions.size === 1 ? ([...revisions][0] as number) : -1 };
   }
 }
+
+/** An answer's `revision`: a non-negative integer, else not Arbiter answering. */
+function revisionOf(json: Record<string, unknown>, what: string): number {
+  const r = json.revision;
+  if (typeof r !== 'number' || !Number.isSafeInteger(r) || r < 0) throw notArbiter(what, 'no revision');
+  return r;
+}
+
+const isObject = (x: unknown): x is Record<string, unknown> =>
+  typeof x === 'object' && x !== null && !Array.isArray(x);
+const policyItem = (x: unknown) =>
+  isObject(x) &&
+  typeof x.name === 'string' &&
+  POLICY_NAME.test(x.name) &&
+  typeof x.sha256 === 'string' &&
+  /^[0-9a-f]{64}$/.test(x.sha256)
+    ? { name: x.name, sha256: x.sha256 }
+    : undefined;
+/** A data document's path as listed; one that is not a valid path (`../x`) never reaches pull. */
+const documentItem = (x: unknown) => {
+  if (!isObject(x) || typeof x.path !== 'string') return undefined;
+  try {
+    checkDataPath(x.path);
+  } catch {
+    return undefined;
+  }
+  return { path: x.path };
+};
 
 interface LiveSet {
   revision: number;
@@ -337,26 +496,29 @@ interface LiveSet {
 /** The live set at one revision (read again if a change landed between the reads). */
 async function readLive(server: Server, withRego = false): Promise<LiveSet & { rego: Map<string, string> }> {
   for (let tries = 0; tries < 5; tries++) {
-    const policies = await server.all<{ name: string; sha256: string }>('/api/v1/policies', 'policies');
-    const docs = await server.all<{ path: string }>('/api/v1/data', 'documents');
+    const policies = await server.all('/api/v1/policies', 'policies', policyItem);
+    const docs = await server.all('/api/v1/data', 'documents', documentItem);
+    const byName = new Map(policies.items.map((p) => [p.name, { sha256: p.sha256 }]));
+    if (byName.size !== policies.items.length)
+      throw notArbiter('GET /api/v1/policies', 'a name listed twice');
     const data = new Map<string, unknown>();
     for (const d of docs.items) {
-      data.set(d.path, (await server.ok('GET', `/api/v1/data/${d.path}`)).value);
+      if (data.has(d.path)) throw notArbiter('GET /api/v1/data', 'a path listed twice');
+      const doc = await server.ok('GET', `/api/v1/data/${d.path}`);
+      if (!Object.hasOwn(doc, 'value')) throw notArbiter(`GET /api/v1/data/${d.path}`, 'no value');
+      data.set(d.path, doc.value);
     }
     const rego = new Map<string, string>();
     if (withRego) {
       for (const p of policies.items) {
-        rego.set(p.name, (await server.ok('GET', `/api/v1/policies/${p.name}`)).rego as string);
+        const one = await server.ok('GET', `/api/v1/policies/${p.name}`);
+        if (typeof one.rego !== 'string') throw notArbiter(`GET /api/v1/policies/${p.name}`, 'no rego');
+        rego.set(p.name, one.rego);
       }
     }
-    const again = (await server.ok('GET', '/api/v1/policies?limit=1')).revision as number;
+    const again = revisionOf(await server.ok('GET', '/api/v1/policies?limit=1'), 'GET /api/v1/policies');
     if (policies.revision === docs.revision && docs.revision === again) {
-      return {
-        revision: again,
-        policies: new Map(policies.items.map((p) => [p.name, { sha256: p.sha256 }])),
-        data,
-        rego,
-      };
+      return { revision: again, policies: byName, data, rego };
     }
   }
   throw new Refused('the live policy set kept changing while it was read; try again');
@@ -444,35 +606,83 @@ function planText(p: Plan, server: string): string[] {
   return lines;
 }
 
-/** The impact replay of the plan, when the server offers POST /api/v1/impact; else why not. */
+/** How long diff waits in all for a replay that is already running (429) to finish. */
+const BUSY_BUDGET_MS = 30_000;
+
+/** Retry-After (seconds or an HTTP date) in ms: at least 1 s, 1 s when absent or unreadable. */
+function retryAfterMs(header: string | null): number {
+  if (header === null) return 1000;
+  const ms = /^\d+$/.test(header.trim()) ? Number(header.trim()) * 1000 : Date.parse(header) - Date.now();
+  return Number.isFinite(ms) ? Math.max(1000, ms) : 1000;
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/**
+ * The impact replay of the plan, when the server offers POST /api/v1/impact; else why not.
+ * `refused` (exit 1): the server refused the candidate set or the request (any 4xx but 404/405,
+ * which mean impact is not offered). `failed` (exit 2): the server is busy with another replay
+ * for longer than diff waits, or failed (5xx).
+ */
 async function impactOf(
   server: Server,
   p: Plan,
-): Promise<{ text: string[]; json: unknown; refused?: string }> {
+): Promise<{ text: string[]; json: unknown; refused?: string; failed?: string }> {
   if (changes(p) === 0) return { text: ['impact: no changes to replay'], json: null };
   const policies: Record<string, string | null> = {};
   for (const n of [...p.policies.create, ...p.policies.update]) policies[n] = p.bundle.policies[n] as string;
   for (const n of p.policies.delete) policies[n] = null;
   const data: Record<string, unknown> = {};
   for (const n of [...p.data.create, ...p.data.update, ...p.data.delete]) data[n] = p.bundle.data[n];
-  const r = await server.call('POST', '/api/v1/impact', { policies, data });
+  const deadline = Date.now() + BUSY_BUDGET_MS;
+  let r = await server.call('POST', '/api/v1/impact', { policies, data });
+  // One replay runs at a time per server process: wait as it asks, within the budget.
+  while (r.status === 429) {
+    const wait = retryAfterMs(r.headers.get('retry-after'));
+    if (Date.now() + wait > deadline) {
+      const failed =
+        `the impact replay could not run: the server is busy (429 ${errorOf(r.json)}) and asks to wait ` +
+        `${Math.ceil(wait / 1000)} s more, beyond the ${BUSY_BUDGET_MS / 1000} s diff waits in all; try again later`;
+      return { text: [], json: null, failed };
+    }
+    await sleep(wait);
+    r = await server.call('POST', '/api/v1/impact', { policies, data });
+  }
   if (r.status === 404 || r.status === 405) return { text: ['impact: not available'], json: null };
-  if (r.status === 400 || r.status === 409) {
-    // The candidate set itself is refused (it does not compile with the live set, or its data
-    // overlaps live data): push would be refused too, so the plan fails here already.
-    const refused = `the plan would be refused: ${String(r.json.error ?? r.status)}`;
+  if (r.status >= 400 && r.status <= 499) {
+    // The candidate set (400 does not compile with the live set, 409 overlaps live data, 413
+    // too large) or the request itself is refused: push would be refused too, so the plan
+    // fails here already.
+    const refused =
+      r.status === 400 || r.status === 409
+        ? `the plan would be refused: ${errorOf(r.json) || r.status}`
+        : `the plan would be refused: the impact replay answered ${r.status} ${errorOf(r.json)}`.trim();
     return { text: [refused], json: r.json, refused };
   }
-  if (r.status !== 200) {
-    return { text: [`impact: not available (${r.status} ${String(r.json.error ?? '')})`], json: null };
+  if (r.status >= 500) {
+    return {
+      text: [],
+      json: null,
+      failed:
+        `the impact replay failed: ${r.status} ${errorOf(r.json)} (the server failed; try again)`.trim(),
+    };
   }
-  const c = (r.json.changes ?? {}) as Record<string, number>;
+  const c = r.json.changes ?? {};
+  if (
+    r.status !== 200 ||
+    typeof r.json.replayed !== 'number' ||
+    typeof r.json.changed !== 'number' ||
+    !isObject(c) ||
+    !Object.values(c).every((v) => typeof v === 'number')
+  ) {
+    throw notArbiter('POST /api/v1/impact', `answered ${r.status} without replayed, changed and changes`);
+  }
   const detail = Object.entries(c)
-    .map(([k, v]) => `${k} ${v}`)
+    .map(([k, v]) => `${k} ${String(v)}`)
     .join(', ');
   return {
     text: [
-      `impact: ${String(r.json.changed)} of ${String(r.json.replayed)} recent decisions would change${detail ? ` (${detail})` : ''}`,
+      `impact: ${r.json.changed} of ${r.json.replayed} recent decisions would change${detail ? ` (${detail})` : ''}`,
     ],
     json: r.json,
   };
@@ -480,27 +690,40 @@ async function impactOf(
 
 const planJson = ({ bundle: _b, ...rest }: Plan) => rest;
 
-async function diff(dir: string, opts: Options, print: Print): Promise<number> {
-  const local = await readLocal(dir);
+async function diff(dir: string, opts: Options, io: Io): Promise<number> {
+  const local = await readLocal(dir, true);
   const server = new Server(opts);
   const plan = planOf(local, await readLive(server), opts.prune);
   const impact = await impactOf(server, plan);
-  print([...planText(plan, server.base), ...impact.text], {
+  const text = [...planText(plan, server.shown), ...impact.text];
+  if (impact.failed) {
+    // The plan is still worth printing; the replay's failure is a server problem: exit 2.
+    if (!io.json) for (const line of text) io.out(line);
+    io.err(`arbiter policy: ${impact.failed}`);
+    if (io.json)
+      io.out(
+        JSON.stringify({ ok: false, plan: planJson(plan), impact: null, error: impact.failed, exit: 2 }),
+      );
+    return 2;
+  }
+  print(io, text, {
+    ok: !impact.refused,
     plan: planJson(plan),
     impact: impact.json,
-    ...(impact.refused ? { refused: impact.refused } : {}),
+    ...(impact.refused ? { refused: impact.refused, error: impact.refused, exit: 1 } : {}),
   });
   return impact.refused ? 1 : 0;
 }
 
 /** Applies the plan as one bundle, conditional on the revision it was made against. */
-async function push(dir: string, opts: Options, print: Print): Promise<number> {
-  const local = await readLocal(dir);
+async function push(dir: string, opts: Options, io: Io): Promise<number> {
+  const local = await readLocal(dir, true);
   const server = new Server(opts);
   const plan = planOf(local, await readLive(server), opts.prune);
-  const text = planText(plan, server.base);
+  const text = planText(plan, server.shown);
   if (changes(plan) === 0) {
-    print([...text, `nothing to push: revision ${plan.revision} is live`], {
+    print(io, [...text, `nothing to push: revision ${plan.revision} is live`], {
+      ok: true,
       plan: planJson(plan),
       revision: plan.revision,
       pushed: false,
@@ -518,22 +741,106 @@ async function push(dir: string, opts: Options, print: Print): Promise<number> {
       `the live set changed since the plan was made against revision ${plan.revision}; nothing was pushed, run diff again`,
     );
   }
-  if (r.status !== 200) throw new Refused(`push refused: ${r.status} ${String(r.json.error ?? '')}`);
-  print([...text, `pushed: revision ${String(r.json.revision)} is live`], {
+  if (r.status >= 400 && r.status <= 499) {
+    throw new HttpRefused(r.status, `push refused: ${r.status} ${errorOf(r.json)}`.trim());
+  }
+  if (r.status >= 500) {
+    throw new CliUsageError(
+      `push failed: ${r.status} ${errorOf(r.json)} (the server failed; diff shows what is live)`,
+    );
+  }
+  if (r.status !== 200) throw notArbiter('POST /api/v1/bundle', `answered ${r.status}`);
+  const revision = revisionOf(r.json, 'POST /api/v1/bundle');
+  print(io, [...text, `pushed: revision ${revision} is live`], {
+    ok: true,
     plan: planJson(plan),
-    revision: r.json.revision,
+    revision,
     pushed: true,
     result: r.json,
   });
   return 0;
 }
 
+const isPolicyOrDataFile = (rel: string) =>
+  (rel.endsWith('.rego') && !rel.endsWith('_test.rego') && rel !== BUNDLED_BUILTIN) ||
+  /(^|\/)data\.(json|ya?ml)$/.test(rel);
+
+/** lstat, or undefined when nothing is there. */
+async function lstatOrNone(p: string) {
+  try {
+    return await lstat(p);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw e;
+  }
+}
+
+/**
+ * Refuses when `rel` (a file pull writes, relative to DIR) or a directory on its way inside DIR
+ * is a symbolic link, or not what pull would make there (a regular file, directories).
+ */
+async function checkTarget(dir: string, rel: string): Promise<void> {
+  const segs = rel.split('/');
+  for (let i = 1; i <= segs.length; i++) {
+    const at = path.join(dir, ...segs.slice(0, i));
+    const st = await lstatOrNone(at);
+    if (!st) return;
+    const file = i === segs.length;
+    if (st.isSymbolicLink()) {
+      throw new Refused(
+        `${at} is a symbolic link: pull writes only inside ${dir} and never through a link; remove it first`,
+      );
+    }
+    if (file ? !st.isFile() : !st.isDirectory()) {
+      throw new Refused(
+        `${at} is not a ${file ? 'regular file' : 'directory'}, and pull would write ${rel} there; remove it first`,
+      );
+    }
+  }
+}
+
+/**
+ * Writes `text` to DIR/rel without following links: each directory on the way is made (or found)
+ * and must be a real directory; the text goes to a new file (O_CREAT|O_EXCL, which never follows
+ * a link) in the same directory, renamed over the target (which replaces a link there, never
+ * writes through it).
+ */
+async function writeInside(dir: string, rel: string, text: string): Promise<void> {
+  const segs = rel.split('/');
+  let at = dir;
+  for (const s of segs.slice(0, -1)) {
+    at = path.join(at, s);
+    await mkdir(at).catch((e: NodeJS.ErrnoException) => {
+      if (e.code !== 'EEXIST') throw e;
+    });
+    const st = await lstat(at);
+    if (st.isSymbolicLink() || !st.isDirectory())
+      throw new Refused(`${at} is not a directory pull made; nothing more was written`);
+  }
+  const name = segs[segs.length - 1] as string;
+  const tmp = path.join(at, `.${name}.${randomBytes(6).toString('hex')}.arbiter-pull`);
+  const fh = await open(tmp, 'wx');
+  try {
+    try {
+      await fh.writeFile(text);
+    } finally {
+      await fh.close();
+    }
+    await rename(tmp, path.join(at, name));
+  } catch (e) {
+    await rm(tmp, { force: true });
+    throw e;
+  }
+}
+
 /**
  * Writes the live set in DIR's layout: NAME.rego per policy, top-level data documents in
  * data.json, deeper ones in PATH/data.json. DIR must be empty or absent unless --force, which
- * first removes the policy and data files DIR holds (never its *_test.rego files).
+ * first removes the policy and data files DIR holds (never its *_test.rego files). Nothing is
+ * written outside DIR: a link (or anything but a regular file or directory) where pull would
+ * write is refused, and links anywhere in DIR count as content for the --force guard.
  */
-async function pull(dir: string, opts: Options, print: Print): Promise<number> {
+async function pull(dir: string, opts: Options, io: Io): Promise<number> {
   const server = new Server(opts);
   const st = await stat(dir).catch(() => undefined);
   if (st && !st.isDirectory()) throw new CliUsageError(`${dir} is not a directory`);
@@ -547,44 +854,54 @@ async function pull(dir: string, opts: Options, print: Print): Promise<number> {
         'so push --prune would delete them; rename them first',
     );
   }
+  const files = new Map<string, string>();
+  for (const [name, rego] of [...live.rego].sort(([a], [b]) => a.localeCompare(b)))
+    files.set(`${name}.rego`, rego);
+  const root: Record<string, unknown> = {};
+  for (const [p, value] of [...live.data].sort(([a], [b]) => a.localeCompare(b))) {
+    if (p.includes('/')) files.set(`${p}/data.json`, JSON.stringify(value, null, 2) + '\n');
+    else root[p] = value;
+  }
+  if (Object.keys(root).length > 0) files.set('data.json', JSON.stringify(root, null, 2) + '\n');
   if (st) {
+    for (const rel of files.keys()) await checkTarget(dir, rel);
     const entries = await readdir(dir, { recursive: true, withFileTypes: true });
-    const ours = entries
-      .filter((e) => e.isFile())
-      .map((e) => path.relative(dir, path.join(e.parentPath, e.name)))
-      .filter(
-        (rel) =>
-          (rel.endsWith('.rego') && !rel.endsWith('_test.rego') && rel !== BUNDLED_BUILTIN) ||
-          /(^|\/)data\.(json|ya?ml)$/.test(rel.split(path.sep).join('/')),
-      );
-    if (ours.length > 0 && !opts.force) {
-      throw new Refused(`${dir} already holds policies or data (${ours[0]}…); pass --force to replace them`);
+    const ours: string[] = [];
+    const odd: string[] = [];
+    for (const e of entries) {
+      if (e.isDirectory()) continue;
+      const rel = path.relative(dir, path.join(e.parentPath, e.name)).split(path.sep).join('/');
+      if (isPolicyOrDataFile(rel)) ours.push(rel);
+      else if (!e.isFile()) odd.push(rel);
     }
+    const holds = [...ours, ...odd];
+    if (holds.length > 0 && !opts.force) {
+      throw new Refused(
+        `${dir} already holds policies or data, or links (${holds[0]}…); pass --force to replace them`,
+      );
+    }
+    // Removing a link removes the link, never what it points to.
     for (const rel of ours) await rm(path.join(dir, rel));
   }
   await mkdir(dir, { recursive: true });
-  const written: string[] = [];
-  for (const [name, rego] of [...live.rego].sort(([a], [b]) => a.localeCompare(b))) {
-    await writeFile(path.join(dir, `${name}.rego`), rego);
-    written.push(`${name}.rego`);
-  }
-  const root: Record<string, unknown> = {};
-  for (const [p, value] of [...live.data].sort(([a], [b]) => a.localeCompare(b))) {
-    if (!p.includes('/')) {
-      root[p] = value;
-      continue;
-    }
-    await mkdir(path.join(dir, ...p.split('/')), { recursive: true });
-    await writeFile(path.join(dir, ...p.split('/'), 'data.json'), JSON.stringify(value, null, 2) + '\n');
-    written.push(`${p}/data.json`);
-  }
-  if (Object.keys(root).length > 0) {
-    await writeFile(path.join(dir, 'data.json'), JSON.stringify(root, null, 2) + '\n');
-    written.push('data.json');
-  }
-  print([`pulled revision ${live.revision} into ${dir}:`, ...written.map((f) => `  ${f}`)], {
+  for (const [rel, text] of files) await writeInside(dir, rel, text);
+  const written = [...files.keys()];
+  // A bundle's null deletes a document, so push refuses a null one: say so now (pulled all the
+  // same: left out, the next push --prune would delete the live document).
+  const warnings = [...live.data]
+    .filter(([, v]) => v === null)
+    .map(
+      ([p]) =>
+        `warning: data document ${p} is null; it is written to ${p.includes('/') ? `${p}/data.json` : 'data.json'}, ` +
+        "but check, diff and push refuse a null document (a bundle's null deletes it): give it a value, or " +
+        `remove it from the directory, push without --prune and manage it with PUT /api/v1/data/${p}`,
+    );
+  for (const w of warnings) io.err(w);
+  print(io, [`pulled revision ${live.revision} into ${dir}:`, ...written.map((f) => `  ${f}`)], {
+    ok: true,
     revision: live.revision,
     files: written,
+    ...(warnings.length > 0 ? { warnings } : {}),
   });
   return 0;
 }
