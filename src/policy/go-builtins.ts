@@ -375,7 +375,7 @@ function yamlToJson(node: Node | null, doc: Document, depth = 0): unknown {
     const tag = node.tag;
     const src = String(node.source ?? node.value ?? '');
     const plain = node.type === Scalar.PLAIN;
-    if (tag === undefined || tag === '!') return plain && tag === undefined ? resolvePlain(src) : src;
+    if (tag === undefined) return plain ? resolvePlain(src) : src;
     if (tag === 'tag:yaml.org,2002:str') return src;
     if (tag === 'tag:yaml.org,2002:null' && NULLS.has(src)) return null;
     if (tag === 'tag:yaml.org,2002:bool' && (TRUES.has(src) || FALSES.has(src))) return TRUES.has(src);
