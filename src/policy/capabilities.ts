@@ -1,8 +1,8 @@
 /**
  * The builtins a policy may call. OPA's wasm target implements some natively; the rest become
  * imports that the host must provide at evaluation time. We admit exactly the natively compiled
- * ones, the ones @open-policy-agent/opa-wasm implements in JS, and the ones Arbiter implements
- * (src/policy/host-builtins.ts). Anything else (http.send, net.lookup_ip_addr, crypto.*, …) is
+ * ones, the ones @open-policy-agent/opa-wasm implements in JS (which Arbiter replaces with its own:
+ * src/policy/go-builtins.ts), and the ones Arbiter implements (src/policy/host-builtins.ts). Anything else (http.send, net.lookup_ip_addr, crypto.*, …) is
  * refused by the compiler at PUT time, never discovered at decision time.
  */
 
@@ -26,7 +26,10 @@ export const WASM_NATIVE_BUILTINS = [
   'regex.is_valid', 'regex.match', 're_match', 'regex.find_all_string_submatch_n',
 ] as const; // prettier-ignore
 
-/** Implemented in JavaScript by @open-policy-agent/opa-wasm itself. */
+/**
+ * Implemented in JavaScript by @open-policy-agent/opa-wasm itself, and replaced there by Arbiter's
+ * Go-faithful versions (go-builtins.ts), which fail closed where they cannot be exact.
+ */
 export const SDK_BUILTINS = [
   'sprintf',
   'regex.split',
