@@ -30,13 +30,7 @@ export const WASM_NATIVE_BUILTINS = [
  * Implemented in JavaScript by @open-policy-agent/opa-wasm itself, and replaced there by Arbiter's
  * Go-faithful versions (go-builtins.ts), which fail closed where they cannot be exact.
  */
-export const SDK_BUILTINS = [
-  'sprintf',
-  'regex.split',
-  'yaml.marshal',
-  'yaml.unmarshal',
-  'yaml.is_valid',
-] as const;
+export const SDK_BUILTINS = ['sprintf', 'regex.split', 'yaml.unmarshal', 'yaml.is_valid'] as const;
 
 /** Implemented by Arbiter as host functions (see host-builtins.ts). */
 export const HOST_BUILTINS = [
