@@ -28,17 +28,37 @@ onceOnly('migrations of a database an earlier version left', () => {
     ['failed-1', 'failed', lease],
   ] as const;
 
+  /** A SQLite database in `dir` built by the migrations before `version`, as that version left it. */
+  const sqliteBefore = (version: number, dir: string) => {
+    const db = new Database(path.join(dir, 'arbiter.db'));
+    db.exec(`CREATE TABLE schema_migrations (
+      version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`);
+    for (const m of sqliteMigrations.filter((x) => x.version < version)) {
+      db.exec(m.sql);
+      m.up?.(db);
+      db.prepare('INSERT INTO schema_migrations VALUES (?, ?, ?)').run(m.version, m.name, past);
+    }
+    return db;
+  };
+
+  /** A new PostgreSQL database built by the migrations before `version`, and a client on it. */
+  const postgresBefore = async (version: number) => {
+    const test = await createTestDatabase();
+    const client = new pg.Client({ connectionString: test.url });
+    await client.connect();
+    await client.query(`CREATE TABLE schema_migrations (
+      version integer PRIMARY KEY, name text NOT NULL, applied_at text NOT NULL)`);
+    for (const m of pgMigrations.filter((x) => x.version < version)) {
+      await client.query(m.sql);
+      await client.query('INSERT INTO schema_migrations VALUES ($1, $2, $3)', [m.version, m.name, past]);
+    }
+    return { test, client };
+  };
+
   it('SQLite 15: a settled webhook delivery loses the lease time it kept; a pending one keeps its due time', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-migrate-'));
     try {
-      const db = new Database(path.join(dir, 'arbiter.db'));
-      db.exec(`CREATE TABLE schema_migrations (
-        version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`);
-      for (const m of sqliteMigrations.filter((x) => x.version < 15)) {
-        db.exec(m.sql);
-        m.up?.(db);
-        db.prepare('INSERT INTO schema_migrations VALUES (?, ?, ?)').run(m.version, m.name, past);
-      }
+      const db = sqliteBefore(15, dir);
       db.prepare(
         `INSERT INTO webhooks (name, url, events, format, secret, created_at, updated_at)
          VALUES ('ops', 'http://127.0.0.1:9/x', '[]', 'json', 'whsec_x', ?, ?)`,
@@ -81,16 +101,8 @@ onceOnly('migrations of a database an earlier version left', () => {
   });
 
   it('PostgreSQL 8: a settled webhook delivery loses the lease time it kept; a pending one keeps its due time', async () => {
-    const test = await createTestDatabase();
-    const client = new pg.Client({ connectionString: test.url });
-    await client.connect();
+    const { test, client } = await postgresBefore(8);
     try {
-      await client.query(`CREATE TABLE schema_migrations (
-        version integer PRIMARY KEY, name text NOT NULL, applied_at text NOT NULL)`);
-      for (const m of pgMigrations.filter((x) => x.version < 8)) {
-        await client.query(m.sql);
-        await client.query('INSERT INTO schema_migrations VALUES ($1, $2, $3)', [m.version, m.name, past]);
-      }
       await client.query(
         `INSERT INTO webhooks (name, url, events, format, secret, created_at, updated_at)
          VALUES ('ops', 'http://127.0.0.1:9/x', '[]', 'json', 'whsec_x', $1, $1)`,
@@ -144,14 +156,7 @@ onceOnly('migrations of a database an earlier version left', () => {
   it('SQLite 16: existing tokens keep their rows with no signing_kid, the existing key stays the active one', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-migrate-'));
     try {
-      const db = new Database(path.join(dir, 'arbiter.db'));
-      db.exec(`CREATE TABLE schema_migrations (
-        version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`);
-      for (const m of sqliteMigrations.filter((x) => x.version < 16)) {
-        db.exec(m.sql);
-        m.up?.(db);
-        db.prepare('INSERT INTO schema_migrations VALUES (?, ?, ?)').run(m.version, m.name, past);
-      }
+      const db = sqliteBefore(16, dir);
       db.prepare(
         "INSERT INTO signing_keys (kid, private_jwk, public_jwk, created_at) VALUES ('k0', 'p', 'q', ?)",
       ).run(past);
@@ -185,16 +190,8 @@ onceOnly('migrations of a database an earlier version left', () => {
   });
 
   it('PostgreSQL 9: existing tokens keep their rows with no signing_kid, the existing key stays the active one', async () => {
-    const test = await createTestDatabase();
-    const client = new pg.Client({ connectionString: test.url });
-    await client.connect();
+    const { test, client } = await postgresBefore(9);
     try {
-      await client.query(`CREATE TABLE schema_migrations (
-        version integer PRIMARY KEY, name text NOT NULL, applied_at text NOT NULL)`);
-      for (const m of pgMigrations.filter((x) => x.version < 9)) {
-        await client.query(m.sql);
-        await client.query('INSERT INTO schema_migrations VALUES ($1, $2, $3)', [m.version, m.name, past]);
-      }
       await client.query(
         "INSERT INTO signing_keys (kid, private_jwk, public_jwk, created_at) VALUES ('k0', 'p', 'q', $1)",
         [past],
