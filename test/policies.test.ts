@@ -652,6 +652,26 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
       404,
     );
   });
+  it('refuses a change after which the set fails on recent decisions that the live set decides (a conflict)', async () => {
+    // Every read now gives `x` two values: an evaluation error, so a deny, on every read.
+    const conflicting =
+      'package authz.agent\n\nx := 1 if input.action == "read"\n\nx := 2 if input.confidence > 0.1\n\ndeny contains "never" if x == 3\n';
+    expect((await authorize(AGENT.allow)).status).to.equal(200);
+    const refused =
+      /^the new policy set fails on recorded decision [0-9a-f-]{36}, which the live set decides: policy evaluation failed: .*conflict.*; every decision like it would be a deny with an evaluation error; nothing changed$/;
+    await expectUnchanged(async () => {
+      expectError(await put('conflicting', { rego: conflicting }), 400, refused);
+      const bundle = await call('POST', a.platform + '/api/v1/bundle', {
+        body: { policies: { conflicting } },
+      });
+      expectError(bundle, 400, refused);
+    });
+    // The same module on deploys only never meets a recorded read: it goes live.
+    const onDeploys = conflicting.replace('input.action == "read"', 'input.action == "deploy-nothing"');
+    expect((await put('conflicting', { rego: onDeploys })).status).to.equal(201);
+    await remove('conflicting');
+  });
+
   it('refuses a change after which the set would not finish evaluating recent decisions (it would stall the engine)', async () => {
     const refused =
       /^the new policy set did not finish evaluating recorded decision [0-9a-f-]{36} \(evaluation timed out: no answer within \d+ ms\): decisions like it would stall the engine; nothing changed$/;

@@ -99,9 +99,7 @@ export class Evaluator {
       this.lastMs = performance.now() - started;
     }
     if (this.lastMs > this.budgetMs) {
-      return failClosed(
-        `policy evaluation exceeded its ${this.budgetMs} ms budget (took ${this.lastMs.toFixed(1)} ms)`,
-      );
+      return failClosed(`${OVER_BUDGET} ${this.budgetMs} ms budget (took ${this.lastMs.toFixed(1)} ms)`);
     }
     return checkDecision(result);
   }
@@ -150,6 +148,14 @@ function checkDecision(result: unknown): PolicyDecision {
     ...(d.limits !== undefined ? { limits: d.limits } : {}),
   };
 }
+
+const OVER_BUDGET = 'policy evaluation exceeded its';
+
+/**
+ * Whether `d` is the deny of an evaluation that ran past its budget: a matter of the machine's
+ * load as much as of the set, unlike an evaluation that failed (a conflict, a builtin's error).
+ */
+export const overBudget = (d: PolicyDecision): boolean => d.error?.startsWith(OVER_BUDGET) === true;
 
 /** The fail-closed deny for an evaluation that gave no decision, saying why (`error`). */
 export function failClosed(error: string, reason = 'evaluation_error'): PolicyDecision {

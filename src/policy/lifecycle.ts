@@ -8,6 +8,7 @@ import type { Principal } from '../keys/types.js';
 import type { Explainer, FiredRule } from './explain.js';
 import type { PolicyDecision } from './evaluator.js';
 import type { PolicyHistory } from './history.js';
+import type { RecordedInput } from './types.js';
 import type { PolicyService } from './service.js';
 import { EvaluationThread, THREAD_FAILURE } from './eval-thread.js';
 
@@ -280,13 +281,11 @@ function replayed(d: PolicyDecision | undefined, event: AuditEvent, set: 'live' 
 }
 
 /** The policy inputs of the `n` most recent decision events, newest first (those that recorded one). */
-export async function recentRecordedInputs(
-  audit: AuditStore,
-  n: number,
-): Promise<{ requestId: string; input: Record<string, unknown> }[]> {
+export async function recentRecordedInputs(audit: AuditStore, n: number): Promise<RecordedInput[]> {
   return (await audit.query({ kind: 'decision', limit: n })).flatMap(({ event }) => {
     const input = recordedInput(event);
-    return input && event.request_id ? [{ requestId: event.request_id, input }] : [];
+    const failed = typeof event.details.error === 'string';
+    return input && event.request_id ? [{ requestId: event.request_id, input, failed }] : [];
   });
 }
 

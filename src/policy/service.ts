@@ -12,7 +12,7 @@ import {
 } from './documents.js';
 import { blobOf } from './history.js';
 import { readPolicyDir } from './policy-dir.js';
-import { Evaluator } from './evaluator.js';
+import { Evaluator, overBudget } from './evaluator.js';
 import { EvaluationThread, THREAD_FAILURE, thresholdErrorsOn } from './eval-thread.js';
 import { ShadowSet, shadowModules } from './shadow-set.js';
 import { thresholdErrorMessage } from './thresholds.js';
@@ -22,6 +22,7 @@ import type {
   PolicyRecord,
   PolicySnapshot,
   PolicyStore,
+  RecordedInput,
   ShadowState,
 } from './types.js';
 
@@ -119,9 +120,7 @@ export class PolicyService {
     /** Whether a proven shadow set moves to the serving thread (ADR 0010). */
     shadowInline: boolean,
     /** The policy inputs of the most recent recorded decisions, newest first (the audit trail). */
-    private readonly recentInputs?: (
-      n: number,
-    ) => Promise<{ requestId: string; input: Record<string, unknown> }[]>,
+    private readonly recentInputs?: (n: number) => Promise<RecordedInput[]>,
   ) {
     this.shadowSet = new ShadowSet({
       inline: shadowInline,
@@ -787,7 +786,7 @@ export class PolicyService {
       const errors = await thresholdErrorsOn(thread, e.threadSet);
       if (errors.length > 0) throw invalid(thresholdErrorMessage(modules, errors));
       // One at a time: each has its own allowance, and none is left running when this returns.
-      for (const { requestId, input } of recent) {
+      for (const { requestId, input, failed } of recent) {
         const d = await thread.evaluate(input);
         if (d.reasons[0] === THREAD_FAILURE) {
           throw invalid(
@@ -795,10 +794,33 @@ export class PolicyService {
               `(${d.error ?? 'the evaluation thread failed'}): decisions like it would stall the engine; nothing changed`,
           );
         }
+        if (d.error !== undefined && !overBudget(d) && !failed && (await this.liveEvaluates(input))) {
+          throw invalid(
+            `the new policy set fails on recorded decision ${requestId}, which the live set decides: ` +
+              `${d.error}; every decision like it would be a deny with an evaluation error; nothing changed`,
+          );
+        }
       }
       return e;
     } finally {
       if (thread !== this.checkThread) await thread.close();
+    }
+  }
+
+  /**
+   * Whether the live set evaluates `input` (a recorded input, masked as recorded) without an
+   * error, on a thread of its own: only asked when a new set fails on it, to refuse only the
+   * failures the change itself brings. No live set yet: nothing to compare with.
+   */
+  private async liveEvaluates(input: Record<string, unknown>): Promise<boolean> {
+    if (!this.live) return false;
+    const thread = new EvaluationThread();
+    try {
+      thread.load(this.live.threadSet);
+      const d = await thread.evaluate(input);
+      return d.error === undefined;
+    } finally {
+      await thread.close();
     }
   }
 

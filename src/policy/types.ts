@@ -169,3 +169,10 @@ export interface PolicyStore {
    */
   dropShadow(name: string, sha256: string | undefined, events: NewAuditEvent[]): Promise<boolean>;
 }
+
+/** A recorded decision's policy input, and whether its own evaluation failed (`details.error`). */
+export interface RecordedInput {
+  requestId: string;
+  input: Record<string, unknown>;
+  failed: boolean;
+}
