@@ -45,7 +45,7 @@ onEveryBackend('POST /api/v1/impact: replay recorded decisions against a candida
     const before = await observable();
     const r = await impact({ policies: { 'deny-read': DENY_READ } });
     expect(r.status, r.text).to.equal(200);
-    expect(r.json).to.have.keys('replayed', 'skipped', 'changed', 'changes', 'samples');
+    expect(r.json).to.have.keys('replayed', 'skipped', 'changed', 'changes', 'errors', 'samples');
     expect(r.json.replayed).to.equal(7);
     expect(r.json.skipped).to.equal(0);
     // The three allowed reads turn to deny; the low-confidence read was a deny already.
@@ -76,7 +76,14 @@ onEveryBackend('POST /api/v1/impact: replay recorded decisions against a candida
 
     const future = await impact({ policies: { 'deny-read': DENY_READ }, since: '2999-01-01T00:00:00Z' });
     expect(future.status, future.text).to.equal(200);
-    expect(future.json).to.deep.equal({ replayed: 0, skipped: 0, changed: 0, changes: {}, samples: [] });
+    expect(future.json).to.deep.equal({
+      replayed: 0,
+      skipped: 0,
+      changed: 0,
+      changes: {},
+      errors: 0,
+      samples: [],
+    });
 
     const past = await impact({ policies: { 'deny-read': DENY_READ }, since: '2000-01-01T00:00:00Z' });
     expect(past.json.replayed).to.equal(8);
@@ -97,6 +104,22 @@ onEveryBackend('POST /api/v1/impact: replay recorded decisions against a candida
     // In an hour, written at -05:00 (its text sorts before now): none.
     const minus5 = new Date(inAnHour.getTime() - 5 * 3_600_000).toISOString().slice(0, 19) + '-05:00';
     expect(await at(minus5)).to.equal(0);
+  });
+
+  it('counts the decisions a candidate fails on (evaluation errors), with the error in the samples', async () => {
+    // Every read gives `x` two values (a conflict): an error deny; nothing else changes.
+    const conflicting =
+      'package authz.agent\n\nx := 1 if input.action == "read"\n\nx := 2 if input.confidence > 0.1\n\ndeny contains "never" if x == 3\n';
+    const r = await impact({ policies: { conflicting } });
+    expect(r.status, r.text).to.equal(200);
+    // Every replayed read fails, those the live set allowed (changed) and those it denied (not).
+    expect(r.json.changes).to.have.keys('allow→deny');
+    expect(r.json.errors).to.be.at.least(r.json.changes['allow→deny']).and.greaterThan(0);
+    expect(r.json.samples).to.have.length(r.json.changed);
+    for (const s of r.json.samples) expect(s.error).to.match(/conflict/);
+    const clean = await impact({ policies: { 'deny-read': DENY_READ } });
+    expect(clean.json.errors).to.equal(0);
+    for (const s of clean.json.samples) expect(s).to.not.have.property('error');
   });
 
   it('replays a removed policy (null) and changed data documents', async () => {

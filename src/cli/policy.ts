@@ -680,9 +680,15 @@ async function impactOf(
   const detail = Object.entries(c)
     .map(([k, v]) => `${k} ${String(v)}`)
     .join(', ');
+  const errors = typeof r.json.errors === 'number' ? r.json.errors : 0;
   return {
     text: [
       `impact: ${r.json.changed} of ${r.json.replayed} recent decisions would change${detail ? ` (${detail})` : ''}`,
+      ...(errors > 0
+        ? [
+            `impact: ${errors} of the ${r.json.replayed} would be a deny with an evaluation error (see the samples' error)`,
+          ]
+        : []),
     ],
     json: r.json,
   };

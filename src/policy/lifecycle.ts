@@ -64,6 +64,8 @@ export interface ImpactSample {
   time: string;
   before: string;
   after: string;
+  /** The candidate's evaluation error, when it failed on this decision. */
+  error?: string;
 }
 
 export interface ImpactReport {
@@ -72,6 +74,12 @@ export interface ImpactReport {
   skipped: number;
   changed: number;
   changes: Record<string, number>;
+  /**
+   * Replayed decisions the candidate answered with an evaluation error (a conflict, a builtin's
+   * error): each is a deny, counted in `changes` too when the live answer was not a deny, but
+   * rarely what a change means to do.
+   */
+  errors: number;
   samples: ImpactSample[];
 }
 
@@ -133,7 +141,14 @@ export class LifecycleService {
       candidate.load(sets.candidate.threadSet);
       try {
         const limit = req.limit ?? IMPACT_DEFAULT_LIMIT;
-        const report: ImpactReport = { replayed: 0, skipped: 0, changed: 0, changes: {}, samples: [] };
+        const report: ImpactReport = {
+          replayed: 0,
+          skipped: 0,
+          changed: 0,
+          changes: {},
+          errors: 0,
+          samples: [],
+        };
         let before: { seq: number; time?: string } | undefined;
         let read = 0;
         while (read < limit) {
@@ -161,13 +176,21 @@ export class LifecycleService {
             chunk.forEach(({ event }, j) => {
               const w = replayed(was?.[j], event, 'live');
               const n = replayed(now?.[j], event, 'candidate');
+              const error = now?.[j]?.error;
               report.replayed++;
+              if (error !== undefined) report.errors++;
               if (w === n) return;
               report.changed++;
               const key = `${w}→${n}`;
               report.changes[key] = (report.changes[key] ?? 0) + 1;
               if (report.samples.length < IMPACT_MAX_SAMPLES) {
-                report.samples.push({ request_id: event.request_id, time: event.time, before: w, after: n });
+                report.samples.push({
+                  request_id: event.request_id,
+                  time: event.time,
+                  before: w,
+                  after: n,
+                  ...(error !== undefined ? { error } : {}),
+                });
               }
             });
           }

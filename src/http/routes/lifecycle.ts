@@ -340,7 +340,7 @@ const STATUS = { type: 'string', enum: ['allow', 'requires_approval', 'deny'] };
 
 const impactSchema = {
   type: 'object',
-  required: ['replayed', 'skipped', 'changed', 'changes', 'samples'],
+  required: ['replayed', 'skipped', 'changed', 'changes', 'errors', 'samples'],
   properties: {
     replayed: { type: 'integer', description: 'recorded decisions replayed' },
     skipped: { type: 'integer', description: 'recorded decisions without a stored policy input' },
@@ -349,6 +349,11 @@ const impactSchema = {
       type: 'object',
       description: '"before→after" → count, e.g. {"allow→deny": 3}',
       additionalProperties: { type: 'integer' },
+    },
+    errors: {
+      type: 'integer',
+      description:
+        'replayed decisions the candidate answered with an evaluation error (a deny; also in changes when the live answer was not a deny)',
     },
     samples: {
       type: 'array',
@@ -361,6 +366,7 @@ const impactSchema = {
           time: { type: 'string', format: 'date-time' },
           before: STATUS,
           after: STATUS,
+          error: { type: 'string', description: "the candidate's evaluation error, when it failed" },
         },
       },
     },
