@@ -554,6 +554,20 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
       delete: ['cli-live-only'],
     });
     expect(plan.data.create).to.deep.equal(['cli_doc']);
+    expect(r.stdout).to.not.contain('evaluation error');
+    // A candidate that fails on recorded reads (two values for one rule): the count is printed.
+    expect((await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow })).status).to.equal(
+      200,
+    );
+    writeFileSync(
+      path.join(dir, 'cli-new.rego'),
+      'package authz.agent\n\nx := 1 if input.action == "read"\n\nx := 2 if input.confidence > 0.1\n\ndeny contains "never" if x == 3\n',
+    );
+    const failing = policy(['diff', dir], env);
+    expect(failing.code, failing.stderr).to.equal(0);
+    expect(failing.stdout, failing.stdout).to.match(
+      /impact: [1-9]\d* of the \d+ would be a deny with an evaluation error/,
+    );
     expect(await revision()).to.equal(before + 1);
     await call('DELETE', `${a.platform}/api/v1/policies/cli-live-only`);
   });
