@@ -46,29 +46,35 @@ approval_reasons contains reason_text(r) if {
 
 # A deny or require_approval rule whose value is a single value rather than a set (from data or
 # input, which the type checker cannot see: `deny := data.freeze.message if …`) is one reason:
-# iterating a string yields nothing, and a defined deny rule must never silently vanish.
+# iterating a string yields nothing, and a defined deny rule must never silently vanish. `false`
+# is no reason (the boolean idiom `default deny := false`).
 deny_reasons contains reason_text(d) if {
 	input.kind == "agent"
 	d := data.authz.agent.deny
-	not collection(d)
+	scalar_reason(d)
 }
 
 deny_reasons contains reason_text(d) if {
 	input.kind == "human"
 	d := data.authz.human.deny
-	not collection(d)
+	scalar_reason(d)
 }
 
 approval_reasons contains reason_text(a) if {
 	input.kind == "agent"
 	a := data.authz.agent.require_approval
-	not collection(a)
+	scalar_reason(a)
 }
 
 approval_reasons contains reason_text(a) if {
 	input.kind == "human"
 	a := data.authz.human.require_approval
-	not collection(a)
+	scalar_reason(a)
+}
+
+scalar_reason(x) if {
+	not collection(x)
+	x != false
 }
 
 collection(x) if is_set(x)

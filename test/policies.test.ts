@@ -652,13 +652,13 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
       404,
     );
   });
-  it('refuses a change after which the set fails on recent decisions that the live set decides (a conflict)', async () => {
+  it('refuses a change after which the set meets a conflict on recent decisions that the live set decides', async () => {
     // Every read now gives `x` two values: an evaluation error, so a deny, on every read.
     const conflicting =
       'package authz.agent\n\nx := 1 if input.action == "read"\n\nx := 2 if input.confidence > 0.1\n\ndeny contains "never" if x == 3\n';
     expect((await authorize(AGENT.allow)).status).to.equal(200);
     const refused =
-      /^the new policy set fails on recorded decision [0-9a-f-]{36}, which the live set decides: policy evaluation failed: .*conflict.*; every decision like it would be a deny with an evaluation error; nothing changed$/;
+      /^the new policy set meets a conflict on recorded decision [0-9a-f-]{36}, which the live set decides: policy evaluation failed: .*conflict.*; every decision like it would be a deny with an evaluation error; nothing changed$/;
     await expectUnchanged(async () => {
       expectError(await put('conflicting', { rego: conflicting }), 400, refused);
       const bundle = await call('POST', a.platform + '/api/v1/bundle', {

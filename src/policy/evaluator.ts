@@ -99,7 +99,9 @@ export class Evaluator {
       this.lastMs = performance.now() - started;
     }
     if (this.lastMs > this.budgetMs) {
-      return failClosed(`${OVER_BUDGET} ${this.budgetMs} ms budget (took ${this.lastMs.toFixed(1)} ms)`);
+      return failClosed(
+        `policy evaluation exceeded its ${this.budgetMs} ms budget (took ${this.lastMs.toFixed(1)} ms)`,
+      );
     }
     return checkDecision(result);
   }
@@ -149,13 +151,14 @@ function checkDecision(result: unknown): PolicyDecision {
   };
 }
 
-const OVER_BUDGET = 'policy evaluation exceeded its';
-
 /**
- * Whether `d` is the deny of an evaluation that ran past its budget: a matter of the machine's
- * load as much as of the set, unlike an evaluation that failed (a conflict, a builtin's error).
+ * Whether `d` is the deny of an evaluation that met a conflict: a rule or function with two
+ * values for one input (OPA's wasm runtime says "var assignment conflict" or "object insert
+ * conflict"). That is a fault of the set, whatever the input; unlike a budget overrun (the
+ * machine's load) or a builtin refusing an odd input (which any caller can send).
  */
-export const overBudget = (d: PolicyDecision): boolean => d.error?.startsWith(OVER_BUDGET) === true;
+export const evaluationConflict = (d: PolicyDecision): boolean =>
+  /\b(var assignment|object insert) conflict\b/.test(d.error ?? '');
 
 /** The fail-closed deny for an evaluation that gave no decision, saying why (`error`). */
 export function failClosed(error: string, reason = 'evaluation_error'): PolicyDecision {

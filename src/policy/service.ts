@@ -12,7 +12,7 @@ import {
 } from './documents.js';
 import { blobOf } from './history.js';
 import { readPolicyDir } from './policy-dir.js';
-import { Evaluator, overBudget } from './evaluator.js';
+import { evaluationConflict, Evaluator } from './evaluator.js';
 import { EvaluationThread, THREAD_FAILURE, thresholdErrorsOn } from './eval-thread.js';
 import { ShadowSet, shadowModules } from './shadow-set.js';
 import { thresholdErrorMessage } from './thresholds.js';
@@ -794,9 +794,9 @@ export class PolicyService {
               `(${d.error ?? 'the evaluation thread failed'}): decisions like it would stall the engine; nothing changed`,
           );
         }
-        if (d.error !== undefined && !overBudget(d) && !failed && (await this.liveEvaluates(input))) {
+        if (evaluationConflict(d) && !failed && (await this.liveEvaluates(input))) {
           throw invalid(
-            `the new policy set fails on recorded decision ${requestId}, which the live set decides: ` +
+            `the new policy set meets a conflict on recorded decision ${requestId}, which the live set decides: ` +
               `${d.error}; every decision like it would be a deny with an evaluation error; nothing changed`,
           );
         }

@@ -215,9 +215,10 @@ export class TokenService {
   async introspect(body: unknown, principal: Principal): Promise<Record<string, unknown>> {
     const { token } = this.validateIntrospect(body);
     let payload: JWTPayload;
+    let kid: unknown;
     try {
       // The key the token names, if it is active or still verifying: a retired kid is inactive.
-      const { kid } = decodeProtectedHeader(token);
+      ({ kid } = decodeProtectedHeader(token));
       const key = typeof kid === 'string' ? await this.keys.verifier(kid) : undefined;
       if (!key) return { active: false };
       ({ payload } = await jwtVerify(token, key, {
@@ -228,8 +229,11 @@ export class TokenService {
     } catch {
       return { active: false };
     }
-    if (typeof payload.jti !== 'string' || (await this.store.revokedAt(payload.jti)) !== null)
-      return { active: false };
+    // A token we issued, live, and signed by the key it names: a leaked key that a process has
+    // not yet seen retired cannot vouch for a forged token carrying a real token's jti.
+    const stored = typeof payload.jti === 'string' ? await this.store.tokenState(payload.jti) : undefined;
+    if (!stored || stored.revoked_at !== null) return { active: false };
+    if ((stored.signing_kid ?? this.keys.oldestKid()) !== kid) return { active: false };
     const tenant = typeof payload.tenant_id === 'string' ? payload.tenant_id : null;
     // Another tenant's token is none of a bound key's business: inactive, as RFC 7662 §4 allows.
     if (!admits(principal, 'tenant', tenant)) return { active: false };

@@ -120,6 +120,11 @@ export class SigningKeyService {
     return k && statusOf(k.record, Date.now()) !== 'retired' ? k.verifier : undefined;
   }
 
+  /** The first key's kid: it signed the tokens minted before tokens recorded their kid. */
+  oldestKid(): string | undefined {
+    return this.held.at(-1)?.record.kid;
+  }
+
   /** The JWK Set: the public part of every key that still verifies, newest first. */
   jwks(): { keys: JWK[] } {
     const now = Date.now();

@@ -81,6 +81,10 @@ export interface TokenStore {
   get(id: string): Promise<TokenRecord | undefined>;
   /** Revokes (idempotently: keeps the first revoked_at); undefined if unknown. */
   revoke(id: string, at: string, event: (t: TokenRecord) => NewAuditEvent): Promise<TokenRecord | undefined>;
-  /** When the token was revoked (null: live), or undefined if unknown; read per introspection. */
-  revokedAt(id: string): Promise<string | null | undefined>;
+  /**
+   * What introspection needs of a stored token: when it was revoked (null: live) and the kid of
+   * the key that signed it (null: minted before kids were recorded, so the oldest key's);
+   * undefined if unknown. Read per introspection.
+   */
+  tokenState(id: string): Promise<{ revoked_at: string | null; signing_kid: string | null } | undefined>;
 }

@@ -698,9 +698,9 @@ export function storageContract(backend: Backend): void {
         expect(r?.previous.kid).to.equal('k2');
         expect(r?.previous.verify_until).to.equal(r?.previous.retired_at);
         expect(revokedIds).to.deep.equal([`${k2.id}@k2`]);
-        expect(await stores.tokens.revokedAt(k2.id)).to.equal(r?.previous.retired_at);
+        expect((await stores.tokens.tokenState(k2.id))?.revoked_at).to.equal(r?.previous.retired_at);
         // k1's token is untouched: only the previous key's are revoked.
-        expect(await stores.tokens.revokedAt(k1.id)).to.equal(null);
+        expect((await stores.tokens.tokenState(k1.id))?.revoked_at).to.equal(null);
         expect(await verifyChain(stores)).to.include({ ok: true });
       });
 
@@ -720,14 +720,14 @@ export function storageContract(backend: Backend): void {
         expect([x, y].sort()).to.deep.equal(['already', 'ok']);
         expect((await stores.decisions.get(d.request_id))?.token_id).to.be.a('string');
         const minted = (await stores.decisions.get(d.request_id))!.token_id!;
-        expect(await stores.tokens.revokedAt(minted)).to.equal(null);
+        expect((await stores.tokens.tokenState(minted))?.revoked_at).to.equal(null);
         const at = iso();
         const r1 = await stores.tokens.revoke(minted, at, () => ({ kind: 'token.revoke' }));
         const r2 = await stores.tokens.revoke(minted, iso(5000), () => ({ kind: 'token.revoke' }));
         expect(r1?.revoked_at).to.equal(at);
         expect(r2?.revoked_at).to.equal(at);
-        expect(await stores.tokens.revokedAt(minted)).to.equal(at);
-        expect(await stores.tokens.revokedAt('no-such-token')).to.equal(undefined);
+        expect((await stores.tokens.tokenState(minted))?.revoked_at).to.equal(at);
+        expect((await stores.tokens.tokenState('no-such-token'))?.revoked_at).to.equal(undefined);
         expect(await stores.tokens.revoke('no-such-token', at, () => ({ kind: 'token.revoke' }))).to.equal(
           undefined,
         );
@@ -779,10 +779,10 @@ export function storageContract(backend: Backend): void {
         expect(await stores.tokens.insert(token({ minted_by: 'ci-bot' }), { kind: 'token.mint' })).to.equal(
           'key_revoked',
         );
-        expect(await stores.tokens.revokedAt(live.id)).to.equal(revoked?.key.revoked_at);
-        expect(await stores.tokens.revokedAt(expired.id)).to.equal(null);
-        expect(await stores.tokens.revokedAt(alreadyRevoked.id)).to.equal(earlier);
-        expect(await stores.tokens.revokedAt(others.id)).to.equal(null);
+        expect((await stores.tokens.tokenState(live.id))?.revoked_at).to.equal(revoked?.key.revoked_at);
+        expect((await stores.tokens.tokenState(expired.id))?.revoked_at).to.equal(null);
+        expect((await stores.tokens.tokenState(alreadyRevoked.id))?.revoked_at).to.equal(earlier);
+        expect((await stores.tokens.tokenState(others.id))?.revoked_at).to.equal(null);
         expect((await stores.keys.findById(k.id))?.revoked_at).to.equal(revoked?.key.revoked_at);
         // Revoking again writes nothing and revokes nothing.
         const none = { key: () => ({ kind: 'key.revoke' }), token: () => ({ kind: 'token.revoke' }) };

@@ -540,7 +540,7 @@ test_scalar_deny_is_one_reason if {
 }
 
 test_scalar_deny_of_any_type_denies if {
-	every v in [0, 1.5, true, false, null, ""] {
+	every v in [0, 1.5, true, null, ""] {
 		d := data.authz.decision with input as agent_req("read", 0.99)
 			with data.authz.agent.deny as v
 			with data.authz.agent.require_approval as set()
@@ -595,4 +595,13 @@ test_scalar_human_limits_is_one_limit if {
 		with data.authz.human.allow as true
 		with data.authz.human.limits as 5
 	d.limits == [5]
+}
+
+test_false_deny_is_no_reason if {
+	d := data.authz.decision with input as agent_req("read", 0.99)
+		with data.authz.agent.deny as false
+		with data.authz.agent.require_approval as false
+		with data.authz.agent.allow as true
+		with data.authz.agent.thresholds as {}
+	d.status == "allow"
 }

@@ -169,13 +169,14 @@ export class PgTokenStore implements TokenStore {
     });
   }
 
-  async revokedAt(id: string): Promise<string | null | undefined> {
-    const r = await one<{ revoked_at: string | null }>(
+  async tokenState(
+    id: string,
+  ): Promise<{ revoked_at: string | null; signing_kid: string | null } | undefined> {
+    return one<{ revoked_at: string | null; signing_kid: string | null }>(
       this.pool,
-      'SELECT revoked_at FROM tokens WHERE id = $1',
+      'SELECT revoked_at, signing_kid FROM tokens WHERE id = $1',
       [id],
     );
-    return r === undefined ? undefined : r.revoked_at;
   }
 }
 

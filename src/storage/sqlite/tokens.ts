@@ -13,7 +13,7 @@ import type { Db } from './db.js';
 
 export class SqliteTokenStore implements TokenStore {
   private readonly byId: Statement;
-  private readonly revokedStmt: Statement;
+  private readonly stateStmt: Statement;
   private readonly insertStmt: Statement;
   private readonly keyRevoked: Statement;
   private readonly signingKeyRetired: Statement;
@@ -22,7 +22,7 @@ export class SqliteTokenStore implements TokenStore {
     private readonly writer: AuditWriter,
   ) {
     this.byId = db.prepare('SELECT * FROM tokens WHERE id = ?');
-    this.revokedStmt = db.prepare('SELECT revoked_at FROM tokens WHERE id = ?');
+    this.stateStmt = db.prepare('SELECT revoked_at, signing_kid FROM tokens WHERE id = ?');
     // The admin principal has no row: never revoked.
     this.keyRevoked = db.prepare('SELECT 1 FROM api_keys WHERE name = ? AND revoked_at IS NOT NULL').pluck();
     // A token with no signing_kid is refused too: every mint names the key it signed with.
@@ -176,8 +176,9 @@ export class SqliteTokenStore implements TokenStore {
       .immediate();
   }
 
-  async revokedAt(id: string): Promise<string | null | undefined> {
-    const r = this.revokedStmt.get(id) as { revoked_at: string | null } | undefined;
-    return r === undefined ? undefined : r.revoked_at;
+  async tokenState(
+    id: string,
+  ): Promise<{ revoked_at: string | null; signing_kid: string | null } | undefined> {
+    return this.stateStmt.get(id) as { revoked_at: string | null; signing_kid: string | null } | undefined;
   }
 }
