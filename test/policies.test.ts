@@ -477,6 +477,27 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
       }
     });
 
+    it('refuses (400) data that outgrows the evaluation memory, naming the limit, and changes nothing', async function () {
+      this.timeout(120_000);
+      // About 1 MB of JSON each, far more as the policy's wasm holds it: two fit, a third does not.
+      const big = Array.from({ length: 500_000 }, () => 1);
+      try {
+        for (const p of ['big-1', 'big-2']) {
+          const r = await call('PUT', data(p), { body: big });
+          expect(r.status, r.text).to.equal(201);
+        }
+        await expectUnchanged(async () => {
+          expectError(
+            await call('PUT', data('big-3'), { body: big }),
+            400,
+            /^the policy set's data does not fit in the evaluation memory \(at most 256 MiB\): opa_malloc/,
+          );
+        });
+      } finally {
+        for (const p of ['big-1', 'big-2']) await call('DELETE', data(p));
+      }
+    });
+
     it('creates with 201, replaces with 200, bumps the revision, serves and lists the document, deletes with 204', async () => {
       const rev0 = await revision();
       const created = await call('PUT', data('blocked_extra'), { body: ['repo/nothing'] });

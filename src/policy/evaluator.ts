@@ -1,4 +1,5 @@
 import { loadPolicy, type LoadedPolicy } from '@open-policy-agent/opa-wasm';
+import { invalid } from '../errors.js';
 import { ENTRYPOINT, THRESHOLD_ERRORS } from './compiler.js';
 import type { ThreadSet } from './eval-thread.js';
 import { hostBuiltins, type EvalClock } from './host-builtins.js';
@@ -67,7 +68,17 @@ export class Evaluator {
     const module = wasm instanceof WebAssembly.Module ? wasm : await WebAssembly.compile(wasm);
     const clock: EvalClock = { nowNs: 0 };
     const policy = await loadPolicy(module, { ...MEMORY }, hostBuiltins(clock));
-    policy.setData(data);
+    try {
+      policy.setData(data);
+    } catch (e) {
+      // The data documents, as the policy's wasm holds them, outgrow its memory: a refused change.
+      if (/opa_malloc/.test(errorText(e))) {
+        throw invalid(
+          `the policy set's data does not fit in the evaluation memory (at most ${(MEMORY.maximum * 64) / 1024} MiB): ${errorText(e)}`,
+        );
+      }
+      throw e;
+    }
     return new Evaluator(revision, module, data, policy, clock, budgetMs);
   }
 
