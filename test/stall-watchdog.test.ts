@@ -65,6 +65,11 @@ onceOnly('An evaluation that never finishes ends the process (ARBITER_EVAL_STALL
       const fatal = await fatalLine(a, 5_000);
       expect(fatal?.msg).to.match(/has run for 2 s without finishing \(ARBITER_EVAL_STALL_SECONDS\)/);
       expect(fatal?.time).to.match(/^\d{4}-\d\d-\d\dT/);
+      // What was being evaluated, so that the operator can find the input and the policy (the
+      // decision is never recorded): the set and revision, subject, action and resource, no context.
+      expect(fatal?.evaluating).to.match(
+        /^live set, revision \d+ kind="agent" agent_id="deploy-bot" action="read" resource="repo\/arbiter"$/,
+      );
       // Restarted over the same state: it answers, and the trail it wrote is intact.
       await a.restart();
       expect((await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow })).status).to.equal(

@@ -22,9 +22,9 @@ const MEMORY = { initial: 32, maximum: 4096 };
 
 const STATUSES: ReadonlySet<string> = new Set(['allow', 'requires_approval', 'deny']);
 
-/** Told when an evaluation on this thread starts and ends (stall-watchdog.ts). */
+/** Told when an evaluation on this thread starts (of what, by which set) and ends (stall-watchdog.ts). */
 export interface EvaluationGuard {
-  enter(): void;
+  enter(input: unknown, revision: number, set: 'live' | 'shadow'): void;
   leave(): void;
 }
 
@@ -96,10 +96,10 @@ export class Evaluator {
    * Evaluates data.authz.decision. Never throws: any fault (trap, builtin error, memory limit,
    * over-budget evaluation, undefined or malformed result) yields a deny carrying `error`.
    */
-  evaluate(input: unknown): PolicyDecision {
+  evaluate(input: unknown, set: 'live' | 'shadow' = 'live'): PolicyDecision {
     const started = performance.now();
     let result: unknown;
-    guard?.enter();
+    guard?.enter(input, this.revision, set);
     try {
       this.clock.nowNs = Date.now() * 1_000_000;
       result = this.policy.evaluate(input, ENTRYPOINT);

@@ -110,7 +110,7 @@ export class ShadowRunner {
       let d: PolicyDecision;
       let ms = 0;
       try {
-        d = this.local.evaluate(input);
+        d = this.local.evaluate(input, 'shadow');
         ms = this.local.lastMs;
       } catch (e) {
         // Evaluator.evaluate never throws; should it, the shadow counts an error, never the decision.
