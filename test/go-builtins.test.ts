@@ -23,6 +23,16 @@ const OPA = path.join(REPO, '.opa-bin', 'opa');
  */
 type Expect = 'same' | 'error' | 'refused';
 
+/** a0: &a0 [x × n], then a1: &a1 [*a0 × m] … up to a<levels>, as Rego string-literal text. */
+function bomb(n: number, m: number, levels: number): string {
+  let s = `a0: &a0 [${Array<string>(n).fill('x').join(',')}]\\n`;
+  for (let l = 1; l <= levels; l++)
+    s += `a${l}: &a${l} [${Array<string>(m)
+      .fill(`*a${l - 1}`)
+      .join(',')}]\\n`;
+  return s;
+}
+
 const CASES: [string, Expect][] = [
   // sprintf: the probe's finding, and Go's fmt for each kind of value.
   ['sprintf("%v", [{"env": "prod"}])', 'refused'],
@@ -94,6 +104,14 @@ const CASES: [string, Expect][] = [
   ['yaml.unmarshal("a:\\n  - {b: [1, 2], c: null}\\n  - -3\\n  - +.5e1\\n  - 1e3")', 'same'],
   ['yaml.unmarshal("a: b: c")', 'error'],
   ['yaml.unmarshal("\\ta: 1")', 'error'],
+  // An alias bomb (330 bytes, 10^7 nodes expanded): go-yaml stops it ("excessive aliasing"),
+  // Arbiter counts as go-yaml does and stops at the same node; just below the bound it is valid.
+  [`yaml.unmarshal("${bomb(10, 10, 6)}")`, 'error'],
+  [`yaml.is_valid("${bomb(10, 10, 6)}")`, 'same'],
+  [`yaml.is_valid("${bomb(2, 2, 9)}")`, 'same'],
+  [`yaml.unmarshal("${bomb(2, 2, 8)}")`, 'same'],
+  [`yaml.is_valid("${bomb(5, 3, 6)}")`, 'same'],
+  [`yaml.unmarshal("${bomb(5, 3, 5)}")`, 'same'],
   ['yaml.is_valid("a: 1\\na: 2")', 'same'],
   ['yaml.is_valid("a: [1")', 'same'],
   ['yaml.is_valid("")', 'same'],

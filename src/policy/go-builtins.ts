@@ -363,17 +363,73 @@ function exactInt(i: bigint): number {
   return n;
 }
 
-function yamlToJson(node: Node | null, doc: Document, depth = 0): unknown {
+/**
+ * go-yaml's guard against alias bombs (decode.go, decoder.unmarshal): every node decoded counts,
+ * and every node decoded under an alias counts as aliased too; past 100 aliased nodes and 1000 in
+ * all, a ratio of aliased to all above allowedAliasRatio is "yaml: document contains excessive
+ * aliasing". The walk below decodes in go-yaml's order (document node, then depth first, key
+ * before value), so it trips where go-yaml trips.
+ */
+const ALIAS_RATIO_RANGE_LOW = 400_000;
+const ALIAS_RATIO_RANGE_HIGH = 4_000_000;
+
+function allowedAliasRatio(decodeCount: number): number {
+  if (decodeCount <= ALIAS_RATIO_RANGE_LOW) return 0.99;
+  if (decodeCount >= ALIAS_RATIO_RANGE_HIGH) return 0.1;
+  return (
+    0.99 - 0.89 * ((decodeCount - ALIAS_RATIO_RANGE_LOW) / (ALIAS_RATIO_RANGE_HIGH - ALIAS_RATIO_RANGE_LOW))
+  );
+}
+
+/** go-yaml refuses the text (is_valid false, unmarshal an error). */
+class YamlInvalid extends Error {}
+
+/** Beyond this many decoded nodes or characters of scalars, Arbiter refuses outright (fails closed). */
+const MAX_DECODED_NODES = 1_000_000;
+const MAX_DECODED_CHARS = 16 * 1024 * 1024;
+
+interface Walk {
+  doc: Document;
+  decodeCount: number;
+  aliasCount: number;
+  aliasDepth: number;
+  chars: number;
+  targets: Map<Node, Node | undefined>;
+}
+
+function countNode(w: Walk): void {
+  w.decodeCount++;
+  if (w.aliasDepth > 0) w.aliasCount++;
+  if (
+    w.aliasCount > 100 &&
+    w.decodeCount > 1000 &&
+    w.aliasCount / w.decodeCount > allowedAliasRatio(w.decodeCount)
+  )
+    throw new YamlInvalid('yaml: document contains excessive aliasing');
+  if (w.decodeCount > MAX_DECODED_NODES) refuse('yaml.unmarshal', 'more than 1000000 nodes');
+}
+
+function yamlToJson(node: Node | null, w: Walk, depth = 0): unknown {
   if (depth > 1000) refuse('yaml.unmarshal', 'too deeply nested');
   if (node === null) return null;
+  countNode(w);
   if (isAlias(node)) {
-    const target = node.resolve(doc);
+    let target = w.targets.get(node);
+    if (target === undefined) {
+      target = node.resolve(w.doc) as Node | undefined;
+      w.targets.set(node, target);
+    }
     if (!target) refuse('yaml.unmarshal', 'unresolved alias');
-    return yamlToJson(target as Node, doc, depth + 1);
+    w.aliasDepth++;
+    const v = yamlToJson(target as Node, w, depth + 1);
+    w.aliasDepth--;
+    return v;
   }
   if (isScalar(node)) {
     const tag = node.tag;
     const src = String(node.source ?? node.value ?? '');
+    w.chars += src.length;
+    if (w.chars > MAX_DECODED_CHARS) refuse('yaml.unmarshal', 'more than 16 MiB of scalars');
     const plain = node.type === Scalar.PLAIN;
     if (tag === undefined) return plain ? resolvePlain(src) : src;
     if (tag === 'tag:yaml.org,2002:str') return src;
@@ -384,7 +440,7 @@ function yamlToJson(node: Node | null, doc: Document, depth = 0): unknown {
   if (isSeq(node)) {
     if (node.tag !== undefined && node.tag !== 'tag:yaml.org,2002:seq')
       refuse('yaml.unmarshal', `the tag ${node.tag} is not supported`);
-    return node.items.map((n) => yamlToJson(n as Node, doc, depth + 1));
+    return node.items.map((n) => yamlToJson(n as Node, w, depth + 1));
   }
   if (isMap(node)) {
     if (node.tag !== undefined && node.tag !== 'tag:yaml.org,2002:map')
@@ -395,13 +451,13 @@ function yamlToJson(node: Node | null, doc: Document, depth = 0): unknown {
       if (isScalar(k) && k.type === Scalar.PLAIN && k.tag === undefined && k.source === '<<') {
         refuse('yaml.unmarshal', 'merge keys (<<) are not supported');
       }
-      const key = yamlToJson(k, doc, depth + 1);
+      const key = yamlToJson(k, w, depth + 1);
       let name: string;
       if (typeof key === 'string') name = key;
       else if (typeof key === 'boolean' || (typeof key === 'number' && Number.isInteger(key)))
         name = String(key);
       else return refuse('yaml.unmarshal', 'a key that is not a string, integer or boolean');
-      out[name] = yamlToJson(pair.value as Node | null, doc, depth + 1);
+      out[name] = yamlToJson(pair.value as Node | null, w, depth + 1);
     }
     return { ...out };
   }
@@ -430,7 +486,14 @@ function parseYaml(s: unknown, fn: string): { ok: true; value: unknown } | { ok:
   const first = docs[0];
   if (!first) return { ok: true, value: null };
   if (first.directives?.docStart === undefined && first.contents === null) return { ok: true, value: null };
-  return { ok: true, value: yamlToJson(first.contents as Node | null, first) };
+  // The document node counts as one decode in go-yaml.
+  const w: Walk = { doc: first, decodeCount: 1, aliasCount: 0, aliasDepth: 0, chars: 0, targets: new Map() };
+  try {
+    return { ok: true, value: yamlToJson(first.contents as Node | null, w) };
+  } catch (e) {
+    if (e instanceof YamlInvalid) return { ok: false };
+    throw e;
+  }
 }
 
 export const goYaml = {
