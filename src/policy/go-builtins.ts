@@ -11,7 +11,17 @@
  */
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { isAlias, isMap, isScalar, isSeq, parseAllDocuments, Scalar, type Document, type Node } from 'yaml';
+import {
+  isAlias,
+  isMap,
+  isScalar,
+  isSeq,
+  parseAllDocuments,
+  Parser,
+  Scalar,
+  type Document,
+  type Node,
+} from 'yaml';
 
 class Refused extends Error {}
 
@@ -464,9 +474,77 @@ function yamlToJson(node: Node | null, w: Walk, depth = 0): unknown {
   return refuse('yaml.unmarshal', 'an unsupported node');
 }
 
+/**
+ * What go-yaml decides before (or besides) the grammar the yaml package reads: false when go-yaml
+ * certainly refuses the text, true when the rest is up to the parse; throws where the two readers
+ * differ in ways not reproduced here.
+ */
+function goYamlStreamOk(s: string, fn: string): boolean {
+  // The reader (readerc.go): only these characters; anything else is "control characters are
+  // not allowed", wherever it is (every document is read).
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdfff) {
+      const d = s.charCodeAt(i + 1);
+      if (c <= 0xdbff && d >= 0xdc00 && d <= 0xdfff) {
+        i++;
+        continue;
+      }
+      return refuse(fn, 'a lone surrogate has no UTF-8 form');
+    }
+    const ok =
+      c === 0x09 ||
+      c === 0x0a ||
+      c === 0x0d ||
+      (c >= 0x20 && c <= 0x7e) ||
+      c === 0x85 ||
+      (c >= 0xa0 && c <= 0xfffd); // surrogates are handled above
+    if (!ok) return false;
+  }
+  // go-yaml (YAML 1.1) also breaks lines at a lone CR, NEL, LS and PS; the yaml package (1.2) does not.
+  if (/[\u0085\u2028\u2029]|\r(?!\n)/.test(s))
+    refuse(fn, 'line breaks other than LF and CRLF (CR, U+0085, U+2028, U+2029)');
+  // Directives (scannerc.go, parserc.go): only %YAML 1.1 (once) and %TAG (each handle once) per
+  // document; any other name, version or a repeat is an error.
+  const directiveAt = new Set<number>();
+  let version = false;
+  const handles = new Set<string>();
+  for (const t of new Parser().parse(s)) {
+    if (t.type === 'document') {
+      version = false;
+      handles.clear();
+    }
+    if (t.type !== 'directive') continue;
+    directiveAt.add(t.offset);
+    const m = /^%([^ \t]*)(.*)$/.exec(t.source);
+    const name = m?.[1] ?? '';
+    const args = (m?.[2] ?? '').split(/[ \t]+/).filter((a) => a !== '');
+    if (name === 'YAML') {
+      const v = args.length === 1 ? /^(\d+)\.(\d+)$/.exec(args[0] as string) : null;
+      if (!v) return refuse(fn, `the directive ${JSON.stringify(t.source)}`);
+      if (version) return false;
+      version = true;
+      const [major, minor] = [v[1] as string, v[2] as string];
+      if (major.length > 9 || minor.length > 9) return false;
+      if (Number(major) !== 1 || Number(minor) !== 1) return false;
+    } else if (name === 'TAG') {
+      if (args.length !== 2) return refuse(fn, `the directive ${JSON.stringify(t.source)}`);
+      if (handles.has(args[0] as string)) return false;
+      handles.add(args[0] as string);
+    } else return false;
+  }
+  // go-yaml's scanner takes a % at the start of any line for a directive; the yaml package may not.
+  for (let i = 0; i < s.length; i = s.indexOf('\n', i) + 1) {
+    if (s[i] === '%' && !directiveAt.has(i)) refuse(fn, 'a line starting with % that is not a directive');
+    if (s.indexOf('\n', i) < 0) break;
+  }
+  return true;
+}
+
 /** { ok: false } for text go-yaml refuses; throws for text Arbiter will not judge. */
 function parseYaml(s: unknown, fn: string): { ok: true; value: unknown } | { ok: false } {
   if (typeof s !== 'string') return refuse(fn, 'expected a string');
+  if (!goYamlStreamOk(s, fn)) return { ok: false };
   let docs: Document[];
   try {
     docs = parseAllDocuments(s, {
@@ -483,6 +561,9 @@ function parseYaml(s: unknown, fn: string): { ok: true; value: unknown } | { ok:
   }
   if (!Array.isArray(docs)) return { ok: false };
   for (const d of docs) if (d.errors.length > 0) return { ok: false };
+  // After "...", only "---", directives or the end may follow: go-yaml takes an implicit document
+  // (no "---") only at the start of the stream ("did not find expected <document start>").
+  for (const d of docs.slice(1)) if (d.directives?.docStart !== true) return { ok: false };
   const first = docs[0];
   if (!first) return { ok: true, value: null };
   if (first.directives?.docStart === undefined && first.contents === null) return { ok: true, value: null };
