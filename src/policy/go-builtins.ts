@@ -34,7 +34,12 @@ function refuse(fn: string, why: string): never {
 // it is one, else *big.Int, else float64; ast.String → string; anything else → its ast String()
 // form as a Go string) and calls Go's fmt.Sprintf.
 
-type GoArg = { kind: 'int64'; n: number } | { kind: 'float64'; n: number } | { kind: 'string'; s: string };
+type GoArg =
+  | { kind: 'int64'; n: number }
+  | { kind: 'float64'; n: number }
+  | { kind: 'string'; s: string }
+  // An array, set or object: a Go string to OPA (its ast String()), whose text the host cannot know.
+  | { kind: 'composite' };
 
 function toGoArg(v: unknown): GoArg {
   if (typeof v === 'string') return { kind: 'string', s: v };
@@ -51,7 +56,23 @@ function toGoArg(v: unknown): GoArg {
     return { kind: 'float64', n: v };
   }
   // Objects print as OPA's ast String(); arrays too, but a set reaches the host as an array too.
-  return refuse('sprintf', 'arrays, sets and objects are not formatted');
+  return { kind: 'composite' };
+}
+
+function needText(a: GoArg): Exclude<GoArg, { kind: 'composite' }> {
+  if (a.kind === 'composite') return refuse('sprintf', 'arrays, sets and objects are not formatted');
+  return a;
+}
+
+/**
+ * %T: the Go type of OPA's conversion (string for strings, booleans, null, arrays, sets and
+ * objects; int64 or *big.Int for integers; float64 otherwise). An integral number cannot be told
+ * from one written 1.0 or 1e6 (float64 to OPA), so only numbers with a fraction are answered.
+ */
+function goTypeName(a: GoArg): string {
+  if (a.kind === 'string' || a.kind === 'composite') return 'string';
+  if (a.kind === 'float64') return 'float64';
+  return refuse('sprintf', '%T of an integral number (int64 for 1, float64 for 1.0 or 1e6 in OPA)');
 }
 
 /** Exact decimal digits of a finite double: value = 0.digits × 10^exp10 (digits without zeros at the end). */
@@ -137,7 +158,8 @@ function fmtF(x: number, prec: number): string {
 }
 
 /** Go's %v of each kind, as in "%!d(float64=1.5)". */
-function goV(a: GoArg): string {
+function goV(arg: GoArg): string {
+  const a = needText(arg);
   if (a.kind === 'string') return a.s;
   if (a.kind === 'int64') return String(a.n);
   return fmtGShortestV(a.n);
@@ -205,7 +227,8 @@ function badVerb(verb: string, a: GoArg): string {
 }
 
 /** One verb applied to one argument, or a refusal. */
-function formatOne(verb: string, a: GoArg): string {
+function formatOne(verb: string, arg: GoArg): string {
+  const a = needText(arg);
   switch (a.kind) {
     case 'string':
       switch (verb) {
@@ -259,7 +282,8 @@ function formatOne(verb: string, a: GoArg): string {
   return refuse('sprintf', `%${verb} of a ${a.kind} is not implemented`);
 }
 
-function extraKind(a: GoArg): string {
+function extraKind(arg: GoArg): string {
+  const a = needText(arg);
   return `${a.kind}=${goV(a)}`;
 }
 
@@ -296,7 +320,8 @@ export function goSprintf(format: unknown, values: unknown): string {
       continue;
     }
     const a = args[argNum++] as GoArg;
-    if ('vsqxXdtfFeEgG'.includes(verb)) out += formatOne(verb, a);
+    if (verb === 'T') out += goTypeName(a);
+    else if ('vsqxXdtfFeEgG'.includes(verb)) out += formatOne(verb, a);
     else if ('bcoOUp'.includes(verb)) refuse('sprintf', `the verb %${verb} is not implemented`);
     else out += badVerb(verb, a);
   }
@@ -613,8 +638,22 @@ function translateRe2(p: string): string {
     if (SYNTAX_CHARS.includes(c) || (inClass && c === '-')) return '\\' + c;
     return fail(`the escape \\${c} is not supported`);
   };
+  // RE2 is linear; JS backtracks. A repeated group that itself repeats or alternates ((a+)+,
+  // (a|a)*, (?:\s*,\s*)+) can take exponential time on JS: refused. One stack entry per open
+  // group: whether it contains a repetition or an alternation.
+  const groups: boolean[] = [false];
+  let closed: boolean | undefined; // the group that just closed, if the last token was ")"
+  const mark = (): void => {
+    groups[groups.length - 1] = true;
+  };
+  const repeat = (group: boolean | undefined, bounded01: boolean): void => {
+    if (group === true && !bounded01) fail('a repeated group that repeats or alternates inside');
+    mark();
+  };
   while (i < p.length) {
     const c = p[i] as string;
+    const after = closed;
+    closed = undefined;
     if (c === '\\') out += escape(false);
     else if (c === '.') {
       out += '[^\\n]';
@@ -629,6 +668,7 @@ function translateRe2(p: string): string {
         out += '(?:';
         i++;
       }
+      groups.push(false);
     } else if (c === '[') {
       out += '[';
       i++;
@@ -659,10 +699,21 @@ function translateRe2(p: string): string {
       if (!m) return fail('a { that is not a repetition');
       if (Number(m[1]) > 1000 || (m[3] !== undefined && m[3] !== '' && Number(m[3]) > 1000))
         return fail('a repetition above 1000');
+      repeat(after, m[2] === undefined ? Number(m[1]) <= 1 : m[3] !== '' && Number(m[3]) <= 1);
       out += m[0];
       i += m[0].length;
     } else if (c === '}' || c === ']') return fail(`a lone ${c}`);
     else {
+      if (c === ')') {
+        const inner = groups.length > 1 ? (groups.pop() as boolean) : false;
+        if (inner) mark();
+        closed = inner;
+      } else if (c === '|') mark();
+      else if (c === '*' || c === '+' || c === '?') {
+        // A ? right after a repetition makes it lazy; it repeats nothing itself.
+        const lazy = c === '?' && i > 0 && '*+?}'.includes(p[i - 1] as string) && after === undefined;
+        if (!lazy) repeat(after, c === '?');
+      }
       out += c;
       i++;
     }
