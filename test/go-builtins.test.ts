@@ -33,6 +33,16 @@ function bomb(n: number, m: number, levels: number): string {
   return s;
 }
 
+/** The same with a0: &a0 {? k0, …}: keys without values, an empty scalar each that go-yaml counts. */
+function nullBomb(n: number, m: number, levels: number): string {
+  let s = `a0: &a0 {${Array.from({ length: n }, (_, i) => `? k${i}`).join(', ')}}\\n`;
+  for (let l = 1; l <= levels; l++)
+    s += `a${l}: &a${l} [${Array<string>(m)
+      .fill(`*a${l - 1}`)
+      .join(',')}]\\n`;
+  return s;
+}
+
 const CASES: [string, Expect][] = [
   // sprintf: the probe's finding, and Go's fmt for each kind of value.
   ['sprintf("%v", [{"env": "prod"}])', 'refused'],
@@ -119,6 +129,9 @@ const CASES: [string, Expect][] = [
   [`yaml.unmarshal("${bomb(2, 2, 8)}")`, 'same'],
   [`yaml.is_valid("${bomb(5, 3, 6)}")`, 'same'],
   [`yaml.unmarshal("${bomb(5, 3, 5)}")`, 'same'],
+  [`yaml.is_valid("${nullBomb(2, 2, 8)}")`, 'same'],
+  [`yaml.is_valid("${nullBomb(1, 60, 2)}")`, 'same'],
+  [`yaml.unmarshal("${nullBomb(1, 40, 2)}")`, 'same'],
   // What go-yaml refuses before the grammar: characters outside YAML's set (anywhere), directives
   // other than %YAML 1.1 and %TAG (each once a document), content after "..." without "---".
   ['yaml.is_valid("a: \\u0001")', 'same'],

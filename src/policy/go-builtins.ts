@@ -446,8 +446,9 @@ function countNode(w: Walk): void {
 
 function yamlToJson(node: Node | null, w: Walk, depth = 0): unknown {
   if (depth > 1000) refuse('yaml.unmarshal', 'too deeply nested');
-  if (node === null) return null;
+  // A missing value ("? a", "a:" in flow) is an empty scalar node to go-yaml: it counts too.
   countNode(w);
+  if (node === null) return null;
   if (isAlias(node)) {
     let target = w.targets.get(node);
     if (target === undefined) {
