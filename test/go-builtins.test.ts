@@ -23,6 +23,26 @@ const OPA = path.join(REPO, '.opa-bin', 'opa');
  */
 type Expect = 'same' | 'error' | 'refused';
 
+/** a0: &a0 [x × n], then a1: &a1 [*a0 × m] … up to a<levels>, as Rego string-literal text. */
+function bomb(n: number, m: number, levels: number): string {
+  let s = `a0: &a0 [${Array<string>(n).fill('x').join(',')}]\\n`;
+  for (let l = 1; l <= levels; l++)
+    s += `a${l}: &a${l} [${Array<string>(m)
+      .fill(`*a${l - 1}`)
+      .join(',')}]\\n`;
+  return s;
+}
+
+/** The same with a0: &a0 {? k0, …}: keys without values, an empty scalar each that go-yaml counts. */
+function nullBomb(n: number, m: number, levels: number): string {
+  let s = `a0: &a0 {${Array.from({ length: n }, (_, i) => `? k${i}`).join(', ')}}\\n`;
+  for (let l = 1; l <= levels; l++)
+    s += `a${l}: &a${l} [${Array<string>(m)
+      .fill(`*a${l - 1}`)
+      .join(',')}]\\n`;
+  return s;
+}
+
 const CASES: [string, Expect][] = [
   // sprintf: the probe's finding, and Go's fmt for each kind of value.
   ['sprintf("%v", [{"env": "prod"}])', 'refused'],
@@ -57,6 +77,13 @@ const CASES: [string, Expect][] = [
   ['sprintf("%q", ["日本"])', 'refused'],
   ['sprintf("%x|%X|%x|%X", ["hé", "hé", -255, 3054])', 'same'],
   ['sprintf("%q|%t|%x", [true, 1, null])', 'same'],
+  // %T: the Go type OPA converted to; an integral number may have been 1.0 (float64) to OPA.
+  ['sprintf("%T|%T|%T|%T|%T|%T", ["a", 1.5, true, null, [1], {"a": {1}}])', 'same'],
+  ['sprintf("%T", [])', 'same'],
+  ['sprintf("%T", [1])', 'refused'],
+  ['sprintf("%T", [1.0])', 'refused'],
+  ['sprintf("%T", [12345678901234567890])', 'refused'],
+  ['sprintf("%T %v", ["a", [1]])', 'refused'],
   ['sprintf("%5d", [3])', 'refused'],
   ['sprintf("%.2f", [3.14159])', 'refused'],
   ['sprintf("%x", [1.5])', 'refused'],
@@ -94,6 +121,46 @@ const CASES: [string, Expect][] = [
   ['yaml.unmarshal("a:\\n  - {b: [1, 2], c: null}\\n  - -3\\n  - +.5e1\\n  - 1e3")', 'same'],
   ['yaml.unmarshal("a: b: c")', 'error'],
   ['yaml.unmarshal("\\ta: 1")', 'error'],
+  // An alias bomb (330 bytes, 10^7 nodes expanded): go-yaml stops it ("excessive aliasing"),
+  // Arbiter counts as go-yaml does and stops at the same node; just below the bound it is valid.
+  [`yaml.unmarshal("${bomb(10, 10, 6)}")`, 'error'],
+  [`yaml.is_valid("${bomb(10, 10, 6)}")`, 'same'],
+  [`yaml.is_valid("${bomb(2, 2, 9)}")`, 'same'],
+  [`yaml.unmarshal("${bomb(2, 2, 8)}")`, 'same'],
+  [`yaml.is_valid("${bomb(5, 3, 6)}")`, 'same'],
+  [`yaml.unmarshal("${bomb(5, 3, 5)}")`, 'same'],
+  [`yaml.is_valid("${nullBomb(2, 2, 8)}")`, 'same'],
+  [`yaml.is_valid("${nullBomb(1, 60, 2)}")`, 'same'],
+  [`yaml.unmarshal("${nullBomb(1, 40, 2)}")`, 'same'],
+  // What go-yaml refuses before the grammar: characters outside YAML's set (anywhere), directives
+  // other than %YAML 1.1 and %TAG (each once a document), content after "..." without "---".
+  ['yaml.is_valid("a: \\u0001")', 'same'],
+  ['yaml.is_valid("a: \\u007f")', 'same'],
+  ['yaml.is_valid("a: \\u0080")', 'same'],
+  ['yaml.is_valid("a: \\ufffe")', 'same'],
+  ['yaml.is_valid("a: 1\\n---\\nb: 1 # \\u0001")', 'same'],
+  ['yaml.unmarshal("a: \\u0001")', 'error'],
+  ['yaml.unmarshal("\\ufeffa: \\ufeff\\u00a0")', 'same'],
+  ['yaml.is_valid("%FOO bar\\n---\\na: 1")', 'same'],
+  ['yaml.is_valid("%YAML 1.3\\n---\\na: 1")', 'same'],
+  ['yaml.is_valid("%YAML 2.0\\n---\\na: 1")', 'same'],
+  ['yaml.is_valid("%YAML 1.2\\n---\\na: 1")', 'same'],
+  ['yaml.is_valid("%YAML 1.1\\n%YAML 1.1\\n---\\na: 1")', 'same'],
+  ['yaml.is_valid("%TAG !a! tag:x,2000:\\n%TAG !a! tag:x,2000:\\n---\\na: 1")', 'same'],
+  [
+    'yaml.unmarshal("%YAML 01.01 # c\\n%TAG !a! tag:x,2000:\\n---\\na: 1\\n...\\n%YAML 1.1\\n%TAG !a! tag:y,2000:\\n---\\nb: 1")',
+    'same',
+  ],
+  ['yaml.unmarshal("a: 1\\n...\\nb: 2")', 'error'],
+  ['yaml.is_valid("a: 1\\n...\\nb: 2")', 'same'],
+  ['yaml.is_valid("...\\na: 1")', 'same'],
+  ['yaml.unmarshal("a: 1\\n...\\n# c\\n---\\nb: 2\\n...\\n")', 'same'],
+  // go-yaml breaks lines at CR, NEL, LS and PS too: Arbiter refuses those.
+  ['yaml.is_valid("a: 1\\u2028b: 2")', 'refused'],
+  ['yaml.is_valid("a: 1\\u0085b: 2")', 'refused'],
+  ['yaml.is_valid("a: 1\\rb: 2")', 'refused'],
+  ['yaml.unmarshal("a: \\"x\\u2029y\\"")', 'refused'],
+  ['yaml.unmarshal("a: 1\\r\\nb: 2")', 'same'],
   ['yaml.is_valid("a: 1\\na: 2")', 'same'],
   ['yaml.is_valid("a: [1")', 'same'],
   ['yaml.is_valid("")', 'same'],
@@ -107,6 +174,12 @@ const CASES: [string, Expect][] = [
   ['regex.split(".", "a\\rb")', 'same'],
   ['regex.split("a{2}", "baab")', 'same'],
   ['regex.split(",", "")', 'same'],
+  // Backtracking JS, linear RE2: a repeated group that repeats or alternates inside is refused.
+  ['regex.split("(?:\\\\s*,\\\\s*)+", "a , b,,c")', 'refused'],
+  ['regex.split("(a+)+", "aab")', 'refused'],
+  ['regex.split("(a|a)*", "aab")', 'refused'],
+  ['regex.split("(a+){2}", "aaaa")', 'refused'],
+  ['regex.split("(a|b)?c|(ab)+|(a+){1}|(x)*?y", "xacbabyd")', 'same'],
   ['regex.split("(?i)x", "aXb")', 'refused'],
   ['regex.split("\\\\pL", "a1b")', 'refused'],
   ['regex.split("[", "a")', 'error'],
@@ -136,11 +209,15 @@ const CASES: [string, Expect][] = [
   ['time.parse_duration_ns("1h30m")', 'same'],
   ['time.parse_duration_ns("-1.5s")', 'same'],
   ['time.parse_duration_ns("1d")', 'same'],
-  ['time.parse_duration_ns("1.5w")', 'same'],
+  ['time.parse_duration_ns("1.5w")', 'refused'],
   ['time.parse_duration_ns("1µs1μs1us")', 'same'],
   ['time.parse_duration_ns("0")', 'same'],
   ['time.parse_duration_ns("-0")', 'same'],
   ['time.parse_duration_ns("1.0000000001s")', 'same'],
+  // A fraction of d, w or y: OPA's own arithmetic, not reproduced.
+  ['time.parse_duration_ns("2.3d")', 'refused'],
+  ['time.parse_duration_ns("0.1y")', 'refused'],
+  ['time.parse_duration_ns("2.0d1.d2.3h")', 'same'],
   ['time.parse_duration_ns("3000000h")', 'error'],
   ['time.parse_duration_ns("9223372036854775808ns")', 'error'],
   ['time.parse_duration_ns("1")', 'error'],

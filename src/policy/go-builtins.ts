@@ -11,7 +11,17 @@
  */
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { isAlias, isMap, isScalar, isSeq, parseAllDocuments, Scalar, type Document, type Node } from 'yaml';
+import {
+  isAlias,
+  isMap,
+  isScalar,
+  isSeq,
+  parseAllDocuments,
+  Parser,
+  Scalar,
+  type Document,
+  type Node,
+} from 'yaml';
 
 class Refused extends Error {}
 
@@ -24,7 +34,12 @@ function refuse(fn: string, why: string): never {
 // it is one, else *big.Int, else float64; ast.String → string; anything else → its ast String()
 // form as a Go string) and calls Go's fmt.Sprintf.
 
-type GoArg = { kind: 'int64'; n: number } | { kind: 'float64'; n: number } | { kind: 'string'; s: string };
+type GoArg =
+  | { kind: 'int64'; n: number }
+  | { kind: 'float64'; n: number }
+  | { kind: 'string'; s: string }
+  // An array, set or object: a Go string to OPA (its ast String()), whose text the host cannot know.
+  | { kind: 'composite' };
 
 function toGoArg(v: unknown): GoArg {
   if (typeof v === 'string') return { kind: 'string', s: v };
@@ -41,7 +56,23 @@ function toGoArg(v: unknown): GoArg {
     return { kind: 'float64', n: v };
   }
   // Objects print as OPA's ast String(); arrays too, but a set reaches the host as an array too.
-  return refuse('sprintf', 'arrays, sets and objects are not formatted');
+  return { kind: 'composite' };
+}
+
+function needText(a: GoArg): Exclude<GoArg, { kind: 'composite' }> {
+  if (a.kind === 'composite') return refuse('sprintf', 'arrays, sets and objects are not formatted');
+  return a;
+}
+
+/**
+ * %T: the Go type of OPA's conversion (string for strings, booleans, null, arrays, sets and
+ * objects; int64 or *big.Int for integers; float64 otherwise). An integral number cannot be told
+ * from one written 1.0 or 1e6 (float64 to OPA), so only numbers with a fraction are answered.
+ */
+function goTypeName(a: GoArg): string {
+  if (a.kind === 'string' || a.kind === 'composite') return 'string';
+  if (a.kind === 'float64') return 'float64';
+  return refuse('sprintf', '%T of an integral number (int64 for 1, float64 for 1.0 or 1e6 in OPA)');
 }
 
 /** Exact decimal digits of a finite double: value = 0.digits × 10^exp10 (digits without zeros at the end). */
@@ -127,7 +158,8 @@ function fmtF(x: number, prec: number): string {
 }
 
 /** Go's %v of each kind, as in "%!d(float64=1.5)". */
-function goV(a: GoArg): string {
+function goV(arg: GoArg): string {
+  const a = needText(arg);
   if (a.kind === 'string') return a.s;
   if (a.kind === 'int64') return String(a.n);
   return fmtGShortestV(a.n);
@@ -195,7 +227,8 @@ function badVerb(verb: string, a: GoArg): string {
 }
 
 /** One verb applied to one argument, or a refusal. */
-function formatOne(verb: string, a: GoArg): string {
+function formatOne(verb: string, arg: GoArg): string {
+  const a = needText(arg);
   switch (a.kind) {
     case 'string':
       switch (verb) {
@@ -249,7 +282,8 @@ function formatOne(verb: string, a: GoArg): string {
   return refuse('sprintf', `%${verb} of a ${a.kind} is not implemented`);
 }
 
-function extraKind(a: GoArg): string {
+function extraKind(arg: GoArg): string {
+  const a = needText(arg);
   return `${a.kind}=${goV(a)}`;
 }
 
@@ -286,7 +320,8 @@ export function goSprintf(format: unknown, values: unknown): string {
       continue;
     }
     const a = args[argNum++] as GoArg;
-    if ('vsqxXdtfFeEgG'.includes(verb)) out += formatOne(verb, a);
+    if (verb === 'T') out += goTypeName(a);
+    else if ('vsqxXdtfFeEgG'.includes(verb)) out += formatOne(verb, a);
     else if ('bcoOUp'.includes(verb)) refuse('sprintf', `the verb %${verb} is not implemented`);
     else out += badVerb(verb, a);
   }
@@ -363,17 +398,74 @@ function exactInt(i: bigint): number {
   return n;
 }
 
-function yamlToJson(node: Node | null, doc: Document, depth = 0): unknown {
+/**
+ * go-yaml's guard against alias bombs (decode.go, decoder.unmarshal): every node decoded counts,
+ * and every node decoded under an alias counts as aliased too; past 100 aliased nodes and 1000 in
+ * all, a ratio of aliased to all above allowedAliasRatio is "yaml: document contains excessive
+ * aliasing". The walk below decodes in go-yaml's order (document node, then depth first, key
+ * before value), so it trips where go-yaml trips.
+ */
+const ALIAS_RATIO_RANGE_LOW = 400_000;
+const ALIAS_RATIO_RANGE_HIGH = 4_000_000;
+
+function allowedAliasRatio(decodeCount: number): number {
+  if (decodeCount <= ALIAS_RATIO_RANGE_LOW) return 0.99;
+  if (decodeCount >= ALIAS_RATIO_RANGE_HIGH) return 0.1;
+  return (
+    0.99 - 0.89 * ((decodeCount - ALIAS_RATIO_RANGE_LOW) / (ALIAS_RATIO_RANGE_HIGH - ALIAS_RATIO_RANGE_LOW))
+  );
+}
+
+/** go-yaml refuses the text (is_valid false, unmarshal an error). */
+class YamlInvalid extends Error {}
+
+/** Beyond this many decoded nodes or characters of scalars, Arbiter refuses outright (fails closed). */
+const MAX_DECODED_NODES = 1_000_000;
+const MAX_DECODED_CHARS = 16 * 1024 * 1024;
+
+interface Walk {
+  doc: Document;
+  decodeCount: number;
+  aliasCount: number;
+  aliasDepth: number;
+  chars: number;
+  targets: Map<Node, Node | undefined>;
+}
+
+function countNode(w: Walk): void {
+  w.decodeCount++;
+  if (w.aliasDepth > 0) w.aliasCount++;
+  if (
+    w.aliasCount > 100 &&
+    w.decodeCount > 1000 &&
+    w.aliasCount / w.decodeCount > allowedAliasRatio(w.decodeCount)
+  )
+    throw new YamlInvalid('yaml: document contains excessive aliasing');
+  if (w.decodeCount > MAX_DECODED_NODES) refuse('yaml.unmarshal', 'more than 1000000 nodes');
+}
+
+function yamlToJson(node: Node | null, w: Walk, depth = 0): unknown {
   if (depth > 1000) refuse('yaml.unmarshal', 'too deeply nested');
+  // A missing value ("? a", "a:" in flow) is an empty scalar node to go-yaml: it counts too.
+  countNode(w);
   if (node === null) return null;
   if (isAlias(node)) {
-    const target = node.resolve(doc);
+    let target = w.targets.get(node);
+    if (target === undefined) {
+      target = node.resolve(w.doc) as Node | undefined;
+      w.targets.set(node, target);
+    }
     if (!target) refuse('yaml.unmarshal', 'unresolved alias');
-    return yamlToJson(target as Node, doc, depth + 1);
+    w.aliasDepth++;
+    const v = yamlToJson(target as Node, w, depth + 1);
+    w.aliasDepth--;
+    return v;
   }
   if (isScalar(node)) {
     const tag = node.tag;
     const src = String(node.source ?? node.value ?? '');
+    w.chars += src.length;
+    if (w.chars > MAX_DECODED_CHARS) refuse('yaml.unmarshal', 'more than 16 MiB of scalars');
     const plain = node.type === Scalar.PLAIN;
     if (tag === undefined) return plain ? resolvePlain(src) : src;
     if (tag === 'tag:yaml.org,2002:str') return src;
@@ -384,7 +476,7 @@ function yamlToJson(node: Node | null, doc: Document, depth = 0): unknown {
   if (isSeq(node)) {
     if (node.tag !== undefined && node.tag !== 'tag:yaml.org,2002:seq')
       refuse('yaml.unmarshal', `the tag ${node.tag} is not supported`);
-    return node.items.map((n) => yamlToJson(n as Node, doc, depth + 1));
+    return node.items.map((n) => yamlToJson(n as Node, w, depth + 1));
   }
   if (isMap(node)) {
     if (node.tag !== undefined && node.tag !== 'tag:yaml.org,2002:map')
@@ -395,22 +487,90 @@ function yamlToJson(node: Node | null, doc: Document, depth = 0): unknown {
       if (isScalar(k) && k.type === Scalar.PLAIN && k.tag === undefined && k.source === '<<') {
         refuse('yaml.unmarshal', 'merge keys (<<) are not supported');
       }
-      const key = yamlToJson(k, doc, depth + 1);
+      const key = yamlToJson(k, w, depth + 1);
       let name: string;
       if (typeof key === 'string') name = key;
       else if (typeof key === 'boolean' || (typeof key === 'number' && Number.isInteger(key)))
         name = String(key);
       else return refuse('yaml.unmarshal', 'a key that is not a string, integer or boolean');
-      out[name] = yamlToJson(pair.value as Node | null, doc, depth + 1);
+      out[name] = yamlToJson(pair.value as Node | null, w, depth + 1);
     }
     return { ...out };
   }
   return refuse('yaml.unmarshal', 'an unsupported node');
 }
 
+/**
+ * What go-yaml decides before (or besides) the grammar the yaml package reads: false when go-yaml
+ * certainly refuses the text, true when the rest is up to the parse; throws where the two readers
+ * differ in ways not reproduced here.
+ */
+function goYamlStreamOk(s: string, fn: string): boolean {
+  // The reader (readerc.go): only these characters; anything else is "control characters are
+  // not allowed", wherever it is (every document is read).
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdfff) {
+      const d = s.charCodeAt(i + 1);
+      if (c <= 0xdbff && d >= 0xdc00 && d <= 0xdfff) {
+        i++;
+        continue;
+      }
+      return refuse(fn, 'a lone surrogate has no UTF-8 form');
+    }
+    const ok =
+      c === 0x09 ||
+      c === 0x0a ||
+      c === 0x0d ||
+      (c >= 0x20 && c <= 0x7e) ||
+      c === 0x85 ||
+      (c >= 0xa0 && c <= 0xfffd); // surrogates are handled above
+    if (!ok) return false;
+  }
+  // go-yaml (YAML 1.1) also breaks lines at a lone CR, NEL, LS and PS; the yaml package (1.2) does not.
+  if (/[\u0085\u2028\u2029]|\r(?!\n)/.test(s))
+    refuse(fn, 'line breaks other than LF and CRLF (CR, U+0085, U+2028, U+2029)');
+  // Directives (scannerc.go, parserc.go): only %YAML 1.1 (once) and %TAG (each handle once) per
+  // document; any other name, version or a repeat is an error.
+  const directiveAt = new Set<number>();
+  let version = false;
+  const handles = new Set<string>();
+  for (const t of new Parser().parse(s)) {
+    if (t.type === 'document') {
+      version = false;
+      handles.clear();
+    }
+    if (t.type !== 'directive') continue;
+    directiveAt.add(t.offset);
+    const m = /^%([^ \t]*)(.*)$/.exec(t.source);
+    const name = m?.[1] ?? '';
+    const args = (m?.[2] ?? '').split(/[ \t]+/).filter((a) => a !== '');
+    if (name === 'YAML') {
+      const v = args.length === 1 ? /^(\d+)\.(\d+)$/.exec(args[0] as string) : null;
+      if (!v) return refuse(fn, `the directive ${JSON.stringify(t.source)}`);
+      if (version) return false;
+      version = true;
+      const [major, minor] = [v[1] as string, v[2] as string];
+      if (major.length > 9 || minor.length > 9) return false;
+      if (Number(major) !== 1 || Number(minor) !== 1) return false;
+    } else if (name === 'TAG') {
+      if (args.length !== 2) return refuse(fn, `the directive ${JSON.stringify(t.source)}`);
+      if (handles.has(args[0] as string)) return false;
+      handles.add(args[0] as string);
+    } else return false;
+  }
+  // go-yaml's scanner takes a % at the start of any line for a directive; the yaml package may not.
+  for (let i = 0; i < s.length; i = s.indexOf('\n', i) + 1) {
+    if (s[i] === '%' && !directiveAt.has(i)) refuse(fn, 'a line starting with % that is not a directive');
+    if (s.indexOf('\n', i) < 0) break;
+  }
+  return true;
+}
+
 /** { ok: false } for text go-yaml refuses; throws for text Arbiter will not judge. */
 function parseYaml(s: unknown, fn: string): { ok: true; value: unknown } | { ok: false } {
   if (typeof s !== 'string') return refuse(fn, 'expected a string');
+  if (!goYamlStreamOk(s, fn)) return { ok: false };
   let docs: Document[];
   try {
     docs = parseAllDocuments(s, {
@@ -427,10 +587,20 @@ function parseYaml(s: unknown, fn: string): { ok: true; value: unknown } | { ok:
   }
   if (!Array.isArray(docs)) return { ok: false };
   for (const d of docs) if (d.errors.length > 0) return { ok: false };
+  // After "...", only "---", directives or the end may follow: go-yaml takes an implicit document
+  // (no "---") only at the start of the stream ("did not find expected <document start>").
+  for (const d of docs.slice(1)) if (d.directives?.docStart !== true) return { ok: false };
   const first = docs[0];
   if (!first) return { ok: true, value: null };
   if (first.directives?.docStart === undefined && first.contents === null) return { ok: true, value: null };
-  return { ok: true, value: yamlToJson(first.contents as Node | null, first) };
+  // The document node counts as one decode in go-yaml.
+  const w: Walk = { doc: first, decodeCount: 1, aliasCount: 0, aliasDepth: 0, chars: 0, targets: new Map() };
+  try {
+    return { ok: true, value: yamlToJson(first.contents as Node | null, w) };
+  } catch (e) {
+    if (e instanceof YamlInvalid) return { ok: false };
+    throw e;
+  }
 }
 
 export const goYaml = {
@@ -469,8 +639,22 @@ function translateRe2(p: string): string {
     if (SYNTAX_CHARS.includes(c) || (inClass && c === '-')) return '\\' + c;
     return fail(`the escape \\${c} is not supported`);
   };
+  // RE2 is linear; JS backtracks. A repeated group that itself repeats or alternates ((a+)+,
+  // (a|a)*, (?:\s*,\s*)+) can take exponential time on JS: refused. One stack entry per open
+  // group: whether it contains a repetition or an alternation.
+  const groups: boolean[] = [false];
+  let closed: boolean | undefined; // the group that just closed, if the last token was ")"
+  const mark = (): void => {
+    groups[groups.length - 1] = true;
+  };
+  const repeat = (group: boolean | undefined, bounded01: boolean): void => {
+    if (group === true && !bounded01) fail('a repeated group that repeats or alternates inside');
+    mark();
+  };
   while (i < p.length) {
     const c = p[i] as string;
+    const after = closed;
+    closed = undefined;
     if (c === '\\') out += escape(false);
     else if (c === '.') {
       out += '[^\\n]';
@@ -485,6 +669,7 @@ function translateRe2(p: string): string {
         out += '(?:';
         i++;
       }
+      groups.push(false);
     } else if (c === '[') {
       out += '[';
       i++;
@@ -515,10 +700,21 @@ function translateRe2(p: string): string {
       if (!m) return fail('a { that is not a repetition');
       if (Number(m[1]) > 1000 || (m[3] !== undefined && m[3] !== '' && Number(m[3]) > 1000))
         return fail('a repetition above 1000');
+      repeat(after, m[2] === undefined ? Number(m[1]) <= 1 : m[3] !== '' && Number(m[3]) <= 1);
       out += m[0];
       i += m[0].length;
     } else if (c === '}' || c === ']') return fail(`a lone ${c}`);
     else {
+      if (c === ')') {
+        const inner = groups.length > 1 ? (groups.pop() as boolean) : false;
+        if (inner) mark();
+        closed = inner;
+      } else if (c === '|') mark();
+      else if (c === '*' || c === '+' || c === '?') {
+        // A ? right after a repetition makes it lazy; it repeats nothing itself.
+        const lazy = c === '?' && i > 0 && '*+?}'.includes(p[i - 1] as string) && after === undefined;
+        if (!lazy) repeat(after, c === '?');
+      }
       out += c;
       i++;
     }

@@ -149,6 +149,12 @@ export function parseDurationBigNs(s: unknown): bigint {
     rest = rest.slice(k);
     if (unit === undefined) bad();
     const u = unit as bigint;
+    // OPA computes a fraction of d, w or y its own way ("2.3d" is 198719999999999 ns there, not
+    // Go's 198720000000000): not reproduced, so refused (a zero fraction, "2.0d", is exact).
+    if (f > 0n && u >= DURATION_UNITS.d!)
+      throw new TypeError(
+        `time.parse_duration_ns: a fraction of d, w or y in ${JSON.stringify(s)} (Arbiter refuses rather than answer differently from OPA)`,
+      );
     if (v > TWO_63 / u) bad();
     v *= u;
     if (f > 0n) {
