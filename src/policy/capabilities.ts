@@ -2,7 +2,8 @@
  * The builtins a policy may call. OPA's wasm target implements some natively; the rest become
  * imports that the host must provide at evaluation time. We admit exactly the natively compiled
  * ones, the ones @open-policy-agent/opa-wasm implements in JS (which Arbiter replaces with its own:
- * src/policy/go-builtins.ts), and the ones Arbiter implements (src/policy/host-builtins.ts). Anything else (http.send, net.lookup_ip_addr, crypto.*, …) is
+ * src/policy/go-builtins/), and the ones Arbiter implements (src/policy/host-builtins.ts).
+ * Anything else (http.send, net.lookup_ip_addr, crypto.*, …) is
  * refused by the compiler at PUT time, never discovered at decision time.
  */
 
@@ -28,7 +29,7 @@ export const WASM_NATIVE_BUILTINS = [
 
 /**
  * Implemented in JavaScript by @open-policy-agent/opa-wasm itself, and replaced there by Arbiter's
- * Go-faithful versions (go-builtins.ts), which fail closed where they cannot be exact.
+ * Go-faithful versions (go-builtins/), which fail closed where they cannot be exact.
  */
 export const SDK_BUILTINS = ['sprintf', 'regex.split', 'yaml.unmarshal', 'yaml.is_valid'] as const;
 

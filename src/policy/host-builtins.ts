@@ -6,7 +6,7 @@
  * results are exact to roughly a microsecond, which is what decisions need.
  */
 
-import { installGoBuiltins } from './go-builtins.js';
+import { installGoBuiltins } from './go-builtins/index.js';
 
 // The SDK's own JS sprintf, regex.split and yaml.* answer differently from OPA: every evaluator
 // imports this module, so replacing them here covers the serving and the evaluation threads.
