@@ -1,17 +1,20 @@
 import { execFile } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { cp, lstat, mkdir, mkdtemp, open, readdir, rename, rm, stat } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { canonicalJson } from '../common/canonical-json.js';
-import { maskPassword } from '../common/urls.js';
 import { loadConfig } from '../config.js';
 import { BUILTIN_MODULE_PATH, CompileError, RegoCompiler } from '../policy/compiler.js';
 import { EvaluationThread, thresholdErrorsOn } from '../policy/eval-thread.js';
-import { checkDataPath, dataTree, POLICY_NAME, regoSha256 } from '../policy/documents.js';
+import { dataTree } from '../policy/documents.js';
 import { BUNDLED_BUILTIN, readPolicyDir } from '../policy/policy-dir.js';
 import { thresholdErrorMessage } from '../policy/thresholds.js';
+import { CliUsageError, HttpRefused, Refused } from './policy-errors.js';
+import { checkTarget, isPolicyOrDataFile, writeInside } from './policy-files.js';
+import { changes, planJson, planOf, planText, type LocalSet, type Plan } from './policy-plan.js';
+import { errorOf, isObject, notArbiter, readLive, revisionOf, Server } from './policy-server.js';
+
+export { CliUsageError } from './policy-errors.js';
 
 /**
  * `arbiter policy check|test|diff|push|pull DIR` (SPEC §11): the policy lifecycle from a git
@@ -23,20 +26,6 @@ export const POLICY_USAGE = `  arbiter policy check DIR [--json]
   arbiter policy diff DIR [--prune] [--url URL] [--key KEY] [--json]
   arbiter policy push DIR [--prune] [--message M] [--url URL] [--key KEY] [--json]
   arbiter policy pull DIR [--force] [--url URL] [--key KEY] [--json]`;
-
-/** Exit 2: the command line is wrong, or the server cannot be reached (or is not Arbiter). */
-export class CliUsageError extends Error {}
-/** Exit 1: the policies, the server or the tests said no. */
-class Refused extends Error {}
-/** Exit 1: the server answered this 4xx. */
-class HttpRefused extends Refused {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
-  }
-}
 
 type Out = (line: string) => void;
 
@@ -142,8 +131,6 @@ export async function policyCommand(args: string[], out: Out, err: Out): Promise
     return fail(e instanceof Error ? e.message : String(e), 1);
   }
 }
-
-type LocalSet = Awaited<ReturnType<typeof readPolicyDir>>;
 
 /**
  * DIR as the service would seed it; a missing DIR is a usage error, unreadable content a refusal.
@@ -318,294 +305,6 @@ function run(
   });
 }
 
-/** Pages of one list the CLI reads at most: 1000 of 1000 items, far beyond any real set. */
-const MAX_PAGES = 1000;
-const PAGE_SIZE = 1000;
-
-/** A password-shaped part of a URL anywhere in a text (`//user:secret@`), masked. */
-const scrub = (text: string) => text.replace(/(\/\/[^/\s@:]*:)[^/\s@]*@/g, '$1***@');
-
-const errorOf = (json: Record<string, unknown>) =>
-  typeof json.error === 'string' ? json.error : json.error === undefined ? '' : JSON.stringify(json.error);
-
-/** An answer no Arbiter gives (another service on the port, a proxy's page): exit 2. */
-const notArbiter = (what: string, why: string) =>
-  new CliUsageError(`${what}: ${why}: the answer is not Arbiter's (is --url the Platform API?)`);
-
-/** The Platform API at --url / ARBITER_URL with the key at --key / ARBITER_KEY. */
-class Server {
-  readonly base: string;
-  /** The URL as printed: never its password. */
-  readonly shown: string;
-  private readonly key: string;
-  constructor(opts: Options) {
-    const url = opts.url ?? process.env.ARBITER_URL;
-    const key = opts.key ?? process.env.ARBITER_KEY;
-    if (!url) throw new CliUsageError('the server is unknown: pass --url or set ARBITER_URL');
-    if (!key) throw new CliUsageError('no API key: pass --key or set ARBITER_KEY');
-    let parsed: URL;
-    try {
-      parsed = new URL(url);
-    } catch {
-      // Not echoed: a URL that does not parse may still hold a password.
-      throw new CliUsageError('the server URL (--url or ARBITER_URL) is not a URL');
-    }
-    this.base = url.replace(/\/+$/, '');
-    this.shown = scrub(maskPassword(this.base));
-    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
-      throw new CliUsageError(`--url ${this.shown} must be http:// or https://`);
-    }
-    if (parsed.username !== '' || parsed.password !== '') {
-      // fetch refuses such a URL, and the key is the credential the API takes.
-      throw new CliUsageError(
-        `--url ${this.shown} holds a user name or password, which the CLI cannot send: ` +
-          'give the URL without them and the API key with --key or ARBITER_KEY',
-      );
-    }
-    this.key = key;
-  }
-
-  /** One request; a transport failure is exit 2, an error answer is returned to the caller. */
-  async call(
-    method: string,
-    p: string,
-    body?: unknown,
-    headers: Record<string, string> = {},
-  ): Promise<{ status: number; json: Record<string, unknown>; headers: Headers }> {
-    let res: Response;
-    try {
-      res = await fetch(this.base + p, {
-        method,
-        headers: {
-          authorization: `Bearer ${this.key}`,
-          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-          ...headers,
-        },
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(120_000),
-      });
-    } catch (e) {
-      const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-      throw new CliUsageError(
-        scrub(`cannot reach ${this.shown}: ${cause?.code ?? cause?.message ?? (e as Error).message}`),
-      );
-    }
-    let text: string;
-    try {
-      text = await res.text();
-    } catch (e) {
-      throw new CliUsageError(scrub(`${method} ${p}: the answer broke off: ${(e as Error).message}`));
-    }
-    let json: unknown;
-    try {
-      json = text === '' ? {} : JSON.parse(text);
-    } catch {
-      // Not Arbiter answering (a proxy's error page, another service): a connection problem.
-      throw new CliUsageError(`${method} ${p}: answered ${res.status} with a body that is not JSON`);
-    }
-    if (typeof json !== 'object' || json === null || Array.isArray(json)) {
-      throw notArbiter(`${method} ${p}`, `answered ${res.status} with JSON that is not an object`);
-    }
-    return { status: res.status, json: json as Record<string, unknown>, headers: res.headers };
-  }
-
-  /** A 2xx answer's body; a 4xx is a refusal naming the server's error, a 5xx exit 2. */
-  async ok(method: string, p: string, body?: unknown, headers?: Record<string, string>) {
-    const r = await this.call(method, p, body, headers);
-    if (r.status >= 200 && r.status <= 299) return r.json;
-    const what = `${method} ${p}: ${r.status} ${errorOf(r.json)}`.trim();
-    if (r.status >= 400 && r.status <= 499) throw new HttpRefused(r.status, what);
-    throw new CliUsageError(r.status >= 500 ? `${what} (the server failed; try again)` : what);
-  }
-
-  /**
-   * Every item of a paginated list, each checked by `item` (undefined: not an item Arbiter lists).
-   * Bounded: a repeated cursor, an empty page with a next one, or more than MAX_PAGES pages is
-   * not Arbiter answering (exit 2), never an endless loop.
-   */
-  async all<T>(
-    p: string,
-    field: string,
-    item: (x: unknown) => T | undefined,
-  ): Promise<{ items: T[]; revision: number }> {
-    const items: T[] = [];
-    const seen = new Set<string>();
-    let cursor: string | null = null;
-    const revisions = new Set<number>();
-    for (let pages = 0; ; pages++) {
-      if (pages >= MAX_PAGES) throw notArbiter(`GET ${p}`, `more than ${MAX_PAGES} pages`);
-      const q = `?limit=${PAGE_SIZE}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
-      const page = await this.ok('GET', p + q);
-      const list = page[field];
-      if (!Array.isArray(list)) throw notArbiter(`GET ${p}`, `${field} is not a list`);
-      if (list.length > PAGE_SIZE) throw notArbiter(`GET ${p}`, `a page of more than ${PAGE_SIZE} items`);
-      for (const x of list) {
-        const v = item(x);
-        if (v === undefined) throw notArbiter(`GET ${p}`, `${JSON.stringify(x)?.slice(0, 200)} in ${field}`);
-        items.push(v);
-      }
-      revisions.add(revisionOf(page, `GET ${p}`));
-      const next = page.next_cursor;
-      if (next === null) break;
-      if (typeof next !== 'string' || next === '')
-        throw notArbiter(`GET ${p}`, 'next_cursor is not a cursor');
-      if (list.length === 0) throw notArbiter(`GET ${p}`, 'an empty page with a next page');
-      if (seen.has(next)) throw notArbiter(`GET ${p}`, 'next_cursor repeats an earlier one');
-      seen.add(next);
-      cursor = next;
-    }
-    // Pages read at different revisions are not one set: -1 makes the caller read again.
-    return { items, revision: revisions.size === 1 ? ([...revisions][0] as number) : -1 };
-  }
-}
-
-/** An answer's `revision`: a non-negative integer, else not Arbiter answering. */
-function revisionOf(json: Record<string, unknown>, what: string): number {
-  const r = json.revision;
-  if (typeof r !== 'number' || !Number.isSafeInteger(r) || r < 0) throw notArbiter(what, 'no revision');
-  return r;
-}
-
-const isObject = (x: unknown): x is Record<string, unknown> =>
-  typeof x === 'object' && x !== null && !Array.isArray(x);
-const policyItem = (x: unknown) =>
-  isObject(x) &&
-  typeof x.name === 'string' &&
-  POLICY_NAME.test(x.name) &&
-  typeof x.sha256 === 'string' &&
-  /^[0-9a-f]{64}$/.test(x.sha256)
-    ? { name: x.name, sha256: x.sha256 }
-    : undefined;
-/** A data document's path as listed; one that is not a valid path (`../x`) never reaches pull. */
-const documentItem = (x: unknown) => {
-  if (!isObject(x) || typeof x.path !== 'string') return undefined;
-  try {
-    checkDataPath(x.path);
-  } catch {
-    return undefined;
-  }
-  return { path: x.path };
-};
-
-interface LiveSet {
-  revision: number;
-  policies: Map<string, { sha256: string }>;
-  data: Map<string, unknown>;
-}
-
-/** The live set at one revision (read again if a change landed between the reads). */
-async function readLive(server: Server, withRego = false): Promise<LiveSet & { rego: Map<string, string> }> {
-  for (let tries = 0; tries < 5; tries++) {
-    const policies = await server.all('/api/v1/policies', 'policies', policyItem);
-    const docs = await server.all('/api/v1/data', 'documents', documentItem);
-    const byName = new Map(policies.items.map((p) => [p.name, { sha256: p.sha256 }]));
-    if (byName.size !== policies.items.length)
-      throw notArbiter('GET /api/v1/policies', 'a name listed twice');
-    const data = new Map<string, unknown>();
-    for (const d of docs.items) {
-      if (data.has(d.path)) throw notArbiter('GET /api/v1/data', 'a path listed twice');
-      const doc = await server.ok('GET', `/api/v1/data/${d.path}`);
-      if (!Object.hasOwn(doc, 'value')) throw notArbiter(`GET /api/v1/data/${d.path}`, 'no value');
-      data.set(d.path, doc.value);
-    }
-    const rego = new Map<string, string>();
-    if (withRego) {
-      for (const p of policies.items) {
-        const one = await server.ok('GET', `/api/v1/policies/${p.name}`);
-        if (typeof one.rego !== 'string') throw notArbiter(`GET /api/v1/policies/${p.name}`, 'no rego');
-        rego.set(p.name, one.rego);
-      }
-    }
-    const again = revisionOf(await server.ok('GET', '/api/v1/policies?limit=1'), 'GET /api/v1/policies');
-    if (policies.revision === docs.revision && docs.revision === again) {
-      return { revision: again, policies: byName, data, rego };
-    }
-  }
-  throw new Refused('the live policy set kept changing while it was read; try again');
-}
-
-interface Plan {
-  revision: number;
-  policies: { create: string[]; update: string[]; delete: string[]; keep: string[]; unchanged: string[] };
-  data: { create: string[]; update: string[]; delete: string[]; keep: string[]; unchanged: string[] };
-  bundle: { policies: Record<string, string>; data: Record<string, unknown>; prune: boolean };
-}
-
-/** What pushing DIR would change in the live set: per policy and per data document. */
-function planOf(local: LocalSet, live: LiveSet, prune: boolean): Plan {
-  const plan: Plan = {
-    revision: live.revision,
-    policies: { create: [], update: [], delete: [], keep: [], unchanged: [] },
-    data: { create: [], update: [], delete: [], keep: [], unchanged: [] },
-    bundle: { policies: {}, data: {}, prune },
-  };
-  const localNames = new Set(local.modules.map((m) => m.name));
-  for (const m of local.modules) {
-    plan.bundle.policies[m.name] = m.rego;
-    const current = live.policies.get(m.name);
-    if (!current) plan.policies.create.push(m.name);
-    else if (current.sha256 !== regoSha256(m.rego)) plan.policies.update.push(m.name);
-    else plan.policies.unchanged.push(m.name);
-  }
-  for (const name of live.policies.keys()) {
-    if (!localNames.has(name)) (prune ? plan.policies.delete : plan.policies.keep).push(name);
-  }
-  const localPaths = new Set(local.data.map((d) => d.path));
-  for (const d of local.data) {
-    const has = live.data.has(d.path);
-    if (!has) plan.data.create.push(d.path);
-    else if (canonicalJson(live.data.get(d.path)) !== canonicalJson(d.value)) plan.data.update.push(d.path);
-    else {
-      plan.data.unchanged.push(d.path);
-      continue;
-    }
-    plan.bundle.data[d.path] = d.value;
-  }
-  for (const p of live.data.keys()) {
-    if (localPaths.has(p)) continue;
-    if (prune) {
-      plan.data.delete.push(p);
-      plan.bundle.data[p] = null;
-    } else plan.data.keep.push(p);
-  }
-  for (const list of [...Object.values(plan.policies), ...Object.values(plan.data)]) list.sort();
-  return plan;
-}
-
-const changes = (p: Plan) =>
-  p.policies.create.length +
-  p.policies.update.length +
-  p.policies.delete.length +
-  p.data.create.length +
-  p.data.update.length +
-  p.data.delete.length;
-
-/** The plan as a person reads it in a CI log. */
-function planText(p: Plan, server: string): string[] {
-  const lines = [`plan against revision ${p.revision} of ${server}:`];
-  for (const [verb, names] of [
-    ['create', p.policies.create],
-    ['update', p.policies.update],
-    ['delete', p.policies.delete],
-  ] as const) {
-    for (const n of names) lines.push(`  ${verb.padEnd(6)} policy ${n}`);
-  }
-  for (const [verb, names] of [
-    ['create', p.data.create],
-    ['update', p.data.update],
-    ['delete', p.data.delete],
-  ] as const) {
-    for (const n of names) lines.push(`  ${verb.padEnd(6)} data   ${n}`);
-  }
-  for (const n of p.policies.keep) lines.push(`  keep   policy ${n} (live only; --prune deletes it)`);
-  for (const n of p.data.keep) lines.push(`  keep   data   ${n} (live only; --prune deletes it)`);
-  if (changes(p) === 0) lines.push('  no changes');
-  lines.push(
-    `  unchanged: ${p.policies.unchanged.length} policies, ${p.data.unchanged.length} data documents`,
-  );
-  return lines;
-}
-
 /** How long diff waits in all for a replay that is already running (429) to finish. */
 const BUSY_BUDGET_MS = 30_000;
 
@@ -694,8 +393,6 @@ async function impactOf(
   };
 }
 
-const planJson = ({ bundle: _b, ...rest }: Plan) => rest;
-
 async function diff(dir: string, opts: Options, io: Io): Promise<number> {
   const local = await readLocal(dir, true);
   const server = new Server(opts);
@@ -765,78 +462,6 @@ async function push(dir: string, opts: Options, io: Io): Promise<number> {
     result: r.json,
   });
   return 0;
-}
-
-const isPolicyOrDataFile = (rel: string) =>
-  (rel.endsWith('.rego') && !rel.endsWith('_test.rego') && rel !== BUNDLED_BUILTIN) ||
-  /(^|\/)data\.(json|ya?ml)$/.test(rel);
-
-/** lstat, or undefined when nothing is there. */
-async function lstatOrNone(p: string) {
-  try {
-    return await lstat(p);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw e;
-  }
-}
-
-/**
- * Refuses when `rel` (a file pull writes, relative to DIR) or a directory on its way inside DIR
- * is a symbolic link, or not what pull would make there (a regular file, directories).
- */
-async function checkTarget(dir: string, rel: string): Promise<void> {
-  const segs = rel.split('/');
-  for (let i = 1; i <= segs.length; i++) {
-    const at = path.join(dir, ...segs.slice(0, i));
-    const st = await lstatOrNone(at);
-    if (!st) return;
-    const file = i === segs.length;
-    if (st.isSymbolicLink()) {
-      throw new Refused(
-        `${at} is a symbolic link: pull writes only inside ${dir} and never through a link; remove it first`,
-      );
-    }
-    if (file ? !st.isFile() : !st.isDirectory()) {
-      throw new Refused(
-        `${at} is not a ${file ? 'regular file' : 'directory'}, and pull would write ${rel} there; remove it first`,
-      );
-    }
-  }
-}
-
-/**
- * Writes `text` to DIR/rel without following links: each directory on the way is made (or found)
- * and must be a real directory; the text goes to a new file (O_CREAT|O_EXCL, which never follows
- * a link) in the same directory, renamed over the target (which replaces a link there, never
- * writes through it).
- */
-async function writeInside(dir: string, rel: string, text: string): Promise<void> {
-  const segs = rel.split('/');
-  let at = dir;
-  for (const s of segs.slice(0, -1)) {
-    at = path.join(at, s);
-    await mkdir(at).catch((e: NodeJS.ErrnoException) => {
-      if (e.code !== 'EEXIST') throw e;
-    });
-    const st = await lstat(at);
-    if (st.isSymbolicLink() || !st.isDirectory())
-      throw new Refused(`${at} is not a directory pull made; nothing more was written`);
-  }
-  const name = segs[segs.length - 1] as string;
-  const tmp = path.join(at, `.${name}.${randomBytes(6).toString('hex')}.arbiter-pull`);
-  const fh = await open(tmp, 'wx');
-  try {
-    try {
-      await fh.writeFile(text);
-    } finally {
-      await fh.close();
-    }
-    await rename(tmp, path.join(at, name));
-  } catch (e) {
-    await rm(tmp, { force: true });
-    throw e;
-  }
 }
 
 /**

@@ -16,3 +16,9 @@ export function maskPassword(url: string, param?: string): string {
   if (inParam) u.searchParams.set(param, '***');
   return u.toString();
 }
+
+/**
+ * `text` (an error message, say) with the password of every URL in it replaced by `***`: for text
+ * that may quote a URL it was not handed as one (Node's fetch errors quote the URL they refused).
+ */
+export const maskPasswordsIn = (text: string): string => text.replace(/(\/\/[^/\s@:]*:)[^/\s@]*@/g, '$1***@');
