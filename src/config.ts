@@ -213,7 +213,9 @@ function publicUrl(raw: string, name: string): string | undefined {
     throw new ConfigError(`${name} must be an http:// or https:// URL, got ${url.protocol}//…`);
   }
   if (url.username !== '' || url.password !== '' || /^[a-z]+:\/\/[^/?#]*@/i.test(v)) {
-    throw new ConfigError(`${name} must not contain a user name or password: it is published unauthenticated`);
+    throw new ConfigError(
+      `${name} must not contain a user name or password: it is published unauthenticated`,
+    );
   }
   if (v.includes('?') || v.includes('#')) {
     throw new ConfigError(`${name} must be a base URL without a query or fragment`);
