@@ -237,6 +237,23 @@ onceOnly('HTTP hardening: one answer per request, bounded connections, strict he
       }
     });
 
+    it('keeps an idle keep-alive connection past the headers timeout (that is the keep-alive timeout)', async () => {
+      const c = await Conn.open(a.engine);
+      try {
+        const healthz = head(['GET /healthz HTTP/1.1', `Host: ${new URL(a.engine).host}`]);
+        c.write(healthz);
+        expect(await c.until(() => c.hasResponses(1), 20_000)).to.equal(true);
+        // Three times the headers timeout, and past Node's check interval.
+        await sleep(3000);
+        expect(c.closed, 'still open').to.equal(false);
+        c.write(healthz);
+        expect(await c.until(() => c.hasResponses(2), 20_000)).to.equal(true);
+        expect(c.statuses).to.deep.equal([200, 200]);
+      } finally {
+        c.destroy();
+      }
+    });
+
     it('closes a connection that drips its headers with one 408', async () => {
       const c = await Conn.open(a.platform);
       const opened = Date.now();
