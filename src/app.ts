@@ -2,12 +2,12 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { isReservedKind } from './audit/kinds.js';
 import path from 'node:path';
-import { ConfigError, repoRoot, type Config, type Role } from './config.js';
+import { ConfigError, EXAMPLE_ADMIN_KEY, repoRoot, type Config, type Role } from './config.js';
 import { VERSION } from './version.js';
 import type { Api } from './http/context.js';
 import { ConsoleAssets } from './http/console.js';
 import { routeTable } from './http/routes/index.js';
-import { buildApp, createApiServer } from './http/server.js';
+import { buildApp, createApiServer, type ServerLimits } from './http/server.js';
 import { newId, newTraceId } from './ids.js';
 import type { Logger } from './observability/logger.js';
 import { isWorker, WorkerLink, type Listener } from './cluster.js';
@@ -184,9 +184,19 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     const apis: Api[] = role === 'all' ? ['engine', 'platform'] : [role];
     const servers: { api: Api; server: Server }[] = [];
     const listeners: Listener[] = [];
+    if (config.adminKey === EXAMPLE_ADMIN_KEY) {
+      log.warn(
+        'ARBITER_ADMIN_KEY is the example key from the README: anyone who read it has every scope; set a random key',
+      );
+    }
+    const limits: ServerLimits = {
+      headersTimeoutMs: config.httpHeadersTimeoutSeconds * 1000,
+      requestTimeoutMs: config.httpRequestTimeoutSeconds * 1000,
+      maxConnections: config.maxConnections,
+    };
     for (const api of apis) {
       const app = buildApp(api, routes, { keys, log, metrics, maxBodyBytes: config.maxBodyBytes });
-      const server = createApiServer(app, () => closing !== undefined);
+      const server = createApiServer(app, () => closing !== undefined, limits);
       const listener = await listen(server, api, config);
       // A worker's listeners are announced once, by the primary, when every worker is ready.
       if (!clustered) log.info({ api, port: listener.port, url: listener.url }, `${api} API listening`);

@@ -44,6 +44,12 @@ export interface Config {
   readonly webhookRetrySeconds: number;
   /** Tenant of an AuthZEN human decision whose subject names none (SPEC §14). */
   readonly authzenDefaultTenant: string;
+  /** A connection whose request headers take longer than this is closed (408). */
+  readonly httpHeadersTimeoutSeconds: number;
+  /** A request (headers and body) that takes longer than this to arrive is closed (408). */
+  readonly httpRequestTimeoutSeconds: number;
+  /** Open connections per listener (per serving process); more are closed as they arrive. */
+  readonly maxConnections: number;
 }
 
 /**
@@ -86,6 +92,17 @@ const settings = {
   publicUrl: { env: 'ARBITER_PUBLIC_URL', def: '', parse: publicUrl },
   webhookRetrySeconds: { env: 'ARBITER_WEBHOOK_RETRY_SECONDS', def: '5', parse: seconds },
   authzenDefaultTenant: { env: 'ARBITER_AUTHZEN_DEFAULT_TENANT', def: 'default', parse: tenantId },
+  httpHeadersTimeoutSeconds: {
+    env: 'ARBITER_HTTP_HEADERS_TIMEOUT_SECONDS',
+    def: '10',
+    parse: (raw: string, name: string) => positiveInt(raw, name, MAX_TIMEOUT_SECONDS),
+  },
+  httpRequestTimeoutSeconds: {
+    env: 'ARBITER_HTTP_REQUEST_TIMEOUT_SECONDS',
+    def: '30',
+    parse: (raw: string, name: string) => positiveInt(raw, name, MAX_TIMEOUT_SECONDS),
+  },
+  maxConnections: { env: 'ARBITER_MAX_CONNECTIONS', def: '4096', parse: positiveInt },
 } as const;
 
 /** The environment variable of every setting (the example configuration file lists them all). */
@@ -119,6 +136,8 @@ const MAX_INT = 2_147_483_647;
  * beyond what those hold would answer 500 on every request that uses it, not stop the start.
  */
 const MAX_SECONDS = 10 * 365 * 24 * 3600;
+/** The longest an HTTP timeout may be: Node holds it in milliseconds in a timer (about 24 days). */
+const MAX_TIMEOUT_SECONDS = Math.floor(MAX_INT / 1000);
 function positiveInt(raw: string, name: string, max = MAX_INT): number {
   const n = Number(raw);
   if (!/^\d+$/.test(raw.trim()) || n < 1 || n > max) {
@@ -146,9 +165,20 @@ function bool(raw: string, name: string): boolean {
   if (v === 'false' || v === '0') return false;
   throw new ConfigError(`${name} must be true or false, got "${raw}"`);
 }
+/** The README's example admin key: accepted, with a warning at start (src/app.ts). */
+export const EXAMPLE_ADMIN_KEY = 'dev-admin-key-change-me';
+
 function adminKey(raw: string, name: string): string | undefined {
   if (raw === '') return undefined;
   if (raw.length < 16) throw new ConfigError(`${name} must be at least 16 characters`);
+  // It is sent as `Authorization: Bearer <key>`: whitespace cannot be in the token, and Node reads
+  // header bytes as latin1, so a non-ASCII key would start fine and never authenticate. The key
+  // itself is never echoed.
+  if (!/^[\x21-\x7e]+$/.test(raw)) {
+    throw new ConfigError(
+      `${name} must be printable ASCII without whitespace (it is sent in an Authorization header)`,
+    );
+  }
   return raw;
 }
 function databaseUrl(raw: string, name: string): string | undefined {
@@ -165,6 +195,11 @@ function databaseUrl(raw: string, name: string): string | undefined {
   }
   return v;
 }
+/**
+ * The public base URL is published without authentication (AuthZEN metadata, Slack links): a
+ * user:password in it would be published too, and a query or fragment would break every URL
+ * built on it. None of these errors echo the value, which may hold a password.
+ */
 function publicUrl(raw: string, name: string): string | undefined {
   const v = raw.trim();
   if (v === '') return undefined;
@@ -172,10 +207,18 @@ function publicUrl(raw: string, name: string): string | undefined {
   try {
     url = new URL(v);
   } catch {
-    throw new ConfigError(`${name} must be an http:// or https:// URL, got "${raw}"`);
+    throw new ConfigError(`${name} must be an http:// or https:// URL`);
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw new ConfigError(`${name} must be an http:// or https:// URL, got "${raw}"`);
+    throw new ConfigError(`${name} must be an http:// or https:// URL, got ${url.protocol}//…`);
+  }
+  if (url.username !== '' || url.password !== '' || /^[a-z]+:\/\/[^/?#]*@/i.test(v)) {
+    throw new ConfigError(
+      `${name} must not contain a user name or password: it is published unauthenticated`,
+    );
+  }
+  if (v.includes('?') || v.includes('#')) {
+    throw new ConfigError(`${name} must be a base URL without a query or fragment`);
   }
   return v.replace(/\/+$/, '');
 }
@@ -268,6 +311,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (c.evalStallSeconds > 0 && c.evalStallSeconds < stallFloor && !defaulted.has('evalStallSeconds')) {
     throw new ConfigError(
       `ARBITER_EVAL_STALL_SECONDS must be 0 (off) or at least ARBITER_EVAL_BUDGET_MS plus 1 s (${stallFloor})`,
+    );
+  }
+  if (c.httpHeadersTimeoutSeconds > c.httpRequestTimeoutSeconds) {
+    throw new ConfigError(
+      'ARBITER_HTTP_HEADERS_TIMEOUT_SECONDS must not exceed ARBITER_HTTP_REQUEST_TIMEOUT_SECONDS',
     );
   }
   const evalStallSeconds = c.evalStallSeconds > 0 ? Math.max(c.evalStallSeconds, stallFloor) : 0;

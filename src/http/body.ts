@@ -15,7 +15,7 @@ import { AppError, invalid } from '../errors.js';
  * what its Content-Encoding says, is cut short, or is not UTF-8.
  */
 export async function readBodyText(req: IncomingMessage, limit: number): Promise<string> {
-  const encoding = req.headers['content-encoding'] ?? 'identity';
+  const encoding = contentCoding(req.headers['content-encoding']);
   const declared = req.headers['content-length'];
   let bytes: Buffer;
   try {
@@ -39,6 +39,17 @@ export async function readBodyText(req: IncomingMessage, limit: number): Promise
   const text = bytes.toString('utf8');
   // A leading byte order mark is framing, not content (the body parser before this dropped it too).
   return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
+}
+
+/**
+ * The Content-Encoding as one of the names `decoded` knows: codings are case-insensitive (RFC 9110
+ * §8.4.1) and x-gzip is gzip (§8.4.1.3). Anything else is kept (trimmed) to be refused by name.
+ */
+function contentCoding(header: string | undefined): string {
+  if (header === undefined) return 'identity';
+  const coding = header.trim().toLowerCase();
+  if (coding === 'x-gzip') return 'gzip';
+  return coding;
 }
 
 /**

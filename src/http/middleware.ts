@@ -1,4 +1,5 @@
-import type { Middleware, Next } from 'koa';
+import { isIPv6 } from 'node:net';
+import type { Context, Middleware, Next } from 'koa';
 import { AppError, forbidden, invalid, notFound } from '../errors.js';
 import { readBodyText, parseJson } from './body.js';
 import { HttpError, toHttpError } from './errors.js';
@@ -44,8 +45,8 @@ export const requestContext: Middleware<State> = async (ctx, next) => {
 
 /**
  * Counts and times every request under its route template (bounded labels), and logs one line
- * per request at info level: method, route, status, latency, request and trace ids and the key's
- * name (never headers or bodies: no keys, no tokens).
+ * per request at info level: method, route, status, latency, request and trace ids, the key's
+ * name and the client's address (never headers or bodies: no keys, no tokens).
  */
 export function metricsMiddleware(api: Api, metrics: Metrics, log: Logger): Middleware<State> {
   return async (ctx, next) => {
@@ -65,6 +66,8 @@ export function metricsMiddleware(api: Api, metrics: Metrics, log: Logger): Midd
             requestId: ctx.state.requestId,
             traceId: ctx.state.traceId,
             keyName: ctx.state.principal?.name,
+            // Where it came from (the connection's peer: a proxy in front, if there is one).
+            remoteAddress: ctx.req.socket.remoteAddress,
           },
           'request',
         );
@@ -76,10 +79,51 @@ export function metricsMiddleware(api: Api, metrics: Metrics, log: Logger): Midd
   };
 }
 
-/** HTTP/1.1 requires a Host header (RFC 9112 §3.2); Node is told to let us refuse it in JSON. */
+/** How many header lines named `name` (lower case) the request has. */
+export function headerLines(ctx: Context, name: string): number {
+  const raw = ctx.req.rawHeaders;
+  let n = 0;
+  for (let i = 0; i < raw.length; i += 2) if ((raw[i] as string).toLowerCase() === name) n++;
+  return n;
+}
+
+/**
+ * RFC 3986 host [":" port]: a reg-name (unreserved, pct-encoded, sub-delims), an IPv4 address
+ * (a reg-name of digits and dots already), or an IPv6 address in brackets. No userinfo, path,
+ * query, quotes or angle brackets: the value becomes the base of published URLs.
+ */
+const HOST = /^(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})*|\[([0-9A-Fa-f:.]+)\])(?::[0-9]*)?$/;
+
+export function isValidHost(value: string): boolean {
+  const m = HOST.exec(value);
+  if (!m) return false;
+  return m[1] === undefined || isIPv6(m[1]);
+}
+
+/**
+ * HTTP/1.1 requires exactly one Host header with a valid value (RFC 9112 §3.2); Node is told to
+ * let us refuse a missing one in JSON. An absolute-form request target (`GET http://host/path`)
+ * is accepted as §3.2.2 requires of a server, and its authority replaces Host (the request is then
+ * served as its origin form).
+ */
 export const requireHost: Middleware<State> = async (ctx, next) => {
-  if (ctx.req.httpVersionMajor === 1 && ctx.req.httpVersionMinor >= 1 && ctx.get('host') === '') {
+  const lines = headerLines(ctx, 'host');
+  if (lines > 1) throw invalid('send one Host header, not several');
+  const target = ctx.req.url ?? '';
+  if (!target.startsWith('/') && target !== '*') {
+    const m = /^(https?):\/\/([^/?#]*)([^#]*)$/i.exec(target);
+    if (!m || !isValidHost(m[2] as string) || m[2] === '') {
+      throw invalid('request target must be a path or an absolute http(s) URL with a valid host');
+    }
+    const rest = m[3] as string;
+    ctx.req.headers.host = m[2] as string;
+    ctx.url = rest.startsWith('/') ? rest : `/${rest}`;
+  } else if (ctx.req.httpVersionMajor === 1 && ctx.req.httpVersionMinor >= 1 && ctx.get('host') === '') {
     throw invalid('missing Host header');
+  }
+  const host = ctx.get('host');
+  if (host !== '' && !isValidHost(host)) {
+    throw invalid('invalid Host header: expected host[:port] (a name, an IPv4 address or an [IPv6] address)');
   }
   await next();
 };
@@ -113,6 +157,10 @@ export function authMiddleware(keys: KeyService, route: RouteDef): Middleware<St
   return async (ctx, next) => {
     ctx.state.route = route;
     if (scope === null) return next();
+    // Node keeps the first of several, silently: which key was meant is unknowable.
+    if (headerLines(ctx, 'authorization') > 1) {
+      throw unauthenticated('send one Authorization header, not several', 'invalid_request');
+    }
     const header = ctx.get('authorization');
     if (header === '') throw unauthenticated('missing API key: send Authorization: Bearer <key>');
     const m = /^Bearer +(\S+) *$/i.exec(header);
@@ -151,6 +199,25 @@ const unsupportedType = (allowed: string[], type: string) =>
   new AppError('unsupported_media', `Content-Type must be ${allowed.join(' or ')}, got ${type || 'none'}`);
 
 /**
+ * The Content-Type's type/subtype in lower case (RFC 9110 §8.3.1: case-insensitive; whitespace
+ * allowed before and after `;`), '' when absent or unparsable, and its charset parameter in lower
+ * case if it has one.
+ */
+export function mediaType(header: string): { type: string; charset: string | undefined } {
+  const [essence = '', ...params] = header.split(';');
+  const type = essence.trim().toLowerCase();
+  if (!/^[!#$%&'*+\-.^_`|~0-9a-z]+\/[!#$%&'*+\-.^_`|~0-9a-z]+$/.test(type)) {
+    return { type: header.trim() === '' ? '' : header.trim().slice(0, 100), charset: undefined };
+  }
+  let charset: string | undefined;
+  for (const p of params) {
+    const m = /^\s*charset\s*=\s*(?:"([^"]*)"|([^\s";]*))\s*$/i.exec(p);
+    if (m) charset = (m[1] ?? m[2] ?? '').toLowerCase();
+  }
+  return { type, charset };
+}
+
+/**
  * Parses the body the route expects; wrong type 415, too large 413, malformed or wrong shape 400.
  * An empty body is no body however it was framed (Content-Length: 0, or chunked with no data; an
  * empty body that claims a Content-Encoding is not valid in it: 400). A body announced with a
@@ -161,7 +228,15 @@ export function bodyMiddleware(kind: BodyKind, maxBodyBytes: number): Middleware
   if (kind === 'none') return (_ctx, next) => next();
   const allowed = kind === 'policy' ? ['application/json', 'text/plain'] : ['application/json'];
   return async (ctx, next: Next) => {
-    const type = ctx.request.type;
+    const { type, charset } = mediaType(ctx.get('content-type'));
+    // Request bodies are read as UTF-8, the one encoding of JSON (RFC 8259 §8.1): a body that
+    // declares another is refused, not misread.
+    if (charset !== undefined && charset !== 'utf-8' && allowed.includes(type)) {
+      throw new AppError(
+        'unsupported_media',
+        `Content-Type charset must be utf-8, got ${charset.slice(0, 40)}`,
+      );
+    }
     const length = Number(ctx.get('content-length') || '0');
     if (length > 0 && !allowed.includes(type)) throw unsupportedType(allowed, type);
     const framed = length > 0 || ctx.get('transfer-encoding') !== '';

@@ -69,17 +69,92 @@ function rawError(status: number, reason: string, message: string): string {
   );
 }
 
+/** The connection and time limits of a listener (src/config.ts). */
+export interface ServerLimits {
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+  maxConnections: number;
+}
+
+/**
+ * How long a connection answered before its request body was read stays open to take (and
+ * discard) what the client is still sending, so that the close does not reset the connection
+ * before the client has read the answer (RFC 9112 §9.6, "lingering close").
+ */
+export const LINGER_MS = 1500;
+
+/**
+ * Header lines Node keeps of a request; it silently drops the rest, so a request that reaches
+ * this many is refused (431) rather than served without, say, its Authorization.
+ */
+export const MAX_HEADERS_COUNT = 1000;
+
+/** What a socket's current request is, for the clientError handler. */
+const CURRENT = Symbol('arbiter.currentExchange');
+interface Tracked {
+  [CURRENT]?: { req: IncomingMessage; res: ServerResponse };
+}
+
+/**
+ * Closes the write side now and the whole connection once the client has closed its own or after
+ * LINGER_MS, discarding whatever else arrives meanwhile. Replaces Node's immediate destroySoon()
+ * for a connection whose request body was never read.
+ */
+function lingeringClose(socket: Duplex): void {
+  const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+  timer.unref();
+  socket.once('close', () => clearTimeout(timer));
+  socket.once('end', () => socket.destroy());
+  if (socket.writable) socket.end();
+}
+
 /**
  * The node:http server of one API. Answers that Node's HTTP layer would otherwise give on its own
  * (a parse error, oversized headers, a timed-out request, an `Expect` it cannot meet) take the
  * same `{"error"}` JSON shape with a request id as every other error. `isClosing` makes every
  * response ask the client to close its connection once shutdown has begun.
  */
-export function createApiServer(app: Koa<State>, isClosing: () => boolean): Server {
-  // A missing Host is refused by Koa's chain (JSON, with a request id), not by Node's bare 400.
-  const server = createServer({ requireHostHeader: false }, app.callback());
-  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+export function createApiServer(app: Koa<State>, isClosing: () => boolean, limits: ServerLimits): Server {
+  const handle = app.callback();
+  const server = createServer(
+    {
+      // A missing Host is refused by Koa's chain (JSON, with a request id), not by Node's bare 400.
+      requireHostHeader: false,
+      headersTimeout: limits.headersTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+      // How often Node looks for connections past those timeouts (its default, 30 s, would let a
+      // 10 s limit hold a connection for 40 s).
+      connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutMs),
+    },
+    (req, res) => {
+      (req.socket as Tracked)[CURRENT] = { req, res };
+      if (req.rawHeaders.length >= 2 * MAX_HEADERS_COUNT) {
+        res.shouldKeepAlive = false;
+        const body = JSON.stringify({ error: `more than ${MAX_HEADERS_COUNT - 1} header lines` });
+        res.writeHead(431, {
+          'Content-Type': 'application/json; charset=utf-8',
+          'Content-Length': Buffer.byteLength(body),
+          'X-Request-Id': newId(),
+          Connection: 'close',
+        });
+        res.end(body);
+        return;
+      }
+      void handle(req, res);
+    },
+  );
+  server.maxHeadersCount = MAX_HEADERS_COUNT;
+  server.maxConnections = limits.maxConnections;
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
     if (!socket.writable) return socket.destroy();
+    // One request, one response: once an answer to the request in progress has begun (a 401 or
+    // 413 sent before its body was read), an error in the rest of that body (a bad chunk, a
+    // timeout) only closes the connection, as Node's own handler does.
+    const current = (socket as Tracked)[CURRENT];
+    const http = socket as Duplex & { _httpMessage?: { headersSent?: boolean } | null };
+    if (http._httpMessage?.headersSent || (current && !current.req.complete && current.res.headersSent)) {
+      return socket.destroy();
+    }
     // Closed, not only half-closed, once the answer is written: a client that keeps its end open
     // must not hold the socket (and a graceful shutdown waiting for it) forever.
     const done = () => socket.destroy();
@@ -114,8 +189,20 @@ export function createApiServer(app: Koa<State>, isClosing: () => boolean): Serv
     });
     res.end(body);
   });
-  server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     if (isClosing()) res.shouldKeepAlive = false;
+    // An answer given before the request's body was read (401, 413, 415, …) closes the
+    // connection, with a linger: otherwise Node would read and discard the body, however long,
+    // to keep the connection for a next request.
+    const writeHead = res.writeHead;
+    res.writeHead = function (this: ServerResponse, ...args: unknown[]) {
+      if (!req.complete) {
+        res.shouldKeepAlive = false;
+        const socket = req.socket as Duplex & { destroySoon?: () => void };
+        socket.destroySoon = () => lingeringClose(socket);
+      }
+      return (writeHead as (...a: unknown[]) => ServerResponse).apply(this, args);
+    } as typeof res.writeHead;
   });
   server.keepAliveTimeout = 65_000;
   return server;
