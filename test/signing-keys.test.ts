@@ -141,10 +141,12 @@ onEveryBackend('signing-key rotation (/api/v1/signing-keys)', function () {
       revoke_previous: false,
       tokens_revoked: 0,
       previous_verify_until: old.exp,
+      also_revoked: [],
     });
+    expect(r.json.also_revoked).to.deep.equal([]);
   });
 
-  it('revoke_previous: the previous key leaves the JWKS at once and every live token it signed is revoked, each audited', async () => {
+  it('revoke_previous: the previous key and every earlier key still verifying leave the JWKS at once, and every live token they signed is revoked, each audited', async () => {
     const [current, older] = await listed(a);
     const t1 = await minted(a);
     const t2 = await minted(a);
@@ -158,23 +160,29 @@ onEveryBackend('signing-key rotation (/api/v1/signing-keys)', function () {
     expect(await introspect(a, t1.token)).to.equal(false);
     expect(await introspect(a, t2.token)).to.equal(false);
     expect(await verifiesOffline(a, t1.token)).to.equal(false);
-    // The key before it is untouched: still verifying its own token.
-    expect(await kids(a)).to.deep.equal([r.json.kid, older.kid]);
-    const revokes = (await auditEvents(a.platform, { kind: 'token.revoke' })).filter(
-      (e) => e.details.with_signing_key === current.kid,
-    );
+    // The key before it was still verifying (a leak may be older than the last rotation): revoked
+    // too, with the token the previous test minted under it.
+    expect(older.status).to.equal('verifying');
+    expect(r.json.also_revoked).to.deep.equal([older.kid]);
+    expect(await kids(a)).to.deep.equal([r.json.kid]);
+    const revokeEvents = await auditEvents(a.platform, { kind: 'token.revoke' });
+    const revokes = revokeEvents.filter((e) => e.details.with_signing_key === current.kid);
     // t1, t2 and the token the previous test minted under this key.
     expect(revokes).to.have.length(3);
     expect(revokes.map((e) => e.resource)).to.include.members([t1.id, t2.id]);
+    const olderRevokes = revokeEvents.filter((e) => e.details.with_signing_key === older.kid);
+    expect(olderRevokes).to.have.length.at.least(1);
     const [event] = await auditEvents(a.platform, { kind: 'signing_key.rotate' });
-    expect(event.details).to.include({
+    expect(event.details).to.deep.include({
       kid: r.json.kid,
       previous_kid: current.kid,
       revoke_previous: true,
-      tokens_revoked: 3,
+      tokens_revoked: 3 + olderRevokes.length,
+      also_revoked: [older.kid],
     });
     const keys = await listed(a);
     expect(keys[1]).to.include({ kid: current.kid, status: 'retired', retired_at: r.json.created_at });
+    expect(keys[2]).to.include({ kid: older.kid, status: 'retired', verify_until: r.json.created_at });
     // A token of the retired key that were somehow unrevoked still introspects inactive: its kid is retired.
     await a.alter('UPDATE tokens SET revoked_at = NULL WHERE id = $1', [t1.id]);
     expect(await introspect(a, t1.token)).to.equal(false);

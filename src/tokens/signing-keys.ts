@@ -30,6 +30,8 @@ export interface RotationResult {
   kid: string;
   created_at: string;
   previous: { kid: string; status: SigningKeyStatus; verify_until: string | null };
+  /** With revoke_previous: the earlier keys that were still verifying, revoked too. */
+  also_revoked: string[];
 }
 
 export const rotateRequestSchema = {
@@ -39,7 +41,7 @@ export const rotateRequestSchema = {
     revoke_previous: {
       type: 'boolean',
       description:
-        'true when the previous key leaked: it leaves the JWKS at once and every unexpired token it signed is revoked',
+        'true when a key leaked: the previous key and every earlier key still verifying leave the JWKS at once, and every unexpired token they signed is revoked',
     },
   },
 };
@@ -149,7 +151,7 @@ export class SigningKeyService {
       // Verifying longer than the last token needs only widens what a stolen key could sign.
       verifyUntil: (latest) => (latest !== null && latest > fresh.created_at ? latest : fresh.created_at),
       token: (t, kid) => tokenRevokeEvent(t, ctx.actor, ctx.traceId, { signing_key: kid }),
-      rotate: (previous, tokensRevoked) => ({
+      rotate: (previous, tokensRevoked, alsoRevoked) => ({
         kind: 'signing_key.rotate',
         actor: ctx.actor,
         trace_id: ctx.traceId,
@@ -162,6 +164,7 @@ export class SigningKeyService {
           revoke_previous: revokePrevious,
           tokens_revoked: tokensRevoked,
           previous_verify_until: previous.verify_until,
+          also_revoked: alsoRevoked,
         },
       }),
     });
@@ -176,6 +179,7 @@ export class SigningKeyService {
         status: statusOf(r.previous, Date.now()),
         verify_until: r.previous.verify_until,
       },
+      also_revoked: r.alsoRevoked,
     };
   }
 

@@ -34,14 +34,27 @@ export interface SigningKeyRecord {
 
 /** What a rotation asks of the store, besides the new key. */
 export interface RotationPlan {
-  /** Revoke the previous key's unexpired tokens and stop verifying with it at once (a leak). */
+  /**
+   * A leak: the previous key, and every earlier key still verifying, stop verifying at once, and
+   * every unexpired token any of them signed is revoked.
+   */
   revokePrevious: boolean;
   /** The previous key's verify_until, given the latest expiry of its live tokens (null: none). */
   verifyUntil: (latestExpiry: string | null) => string;
   /** The audit event of each token revoked with the previous key. */
   token: (t: TokenRecord, previousKid: string) => NewAuditEvent;
-  /** The rotation's own audit event, told the retired key and how many tokens were revoked. */
-  rotate: (previous: SigningKeyRecord, tokensRevoked: number) => NewAuditEvent;
+  /**
+   * The rotation's own audit event, told the retired key, how many tokens were revoked, and the
+   * earlier keys that were still verifying and were revoked with it.
+   */
+  rotate: (previous: SigningKeyRecord, tokensRevoked: number, alsoRevoked: string[]) => NewAuditEvent;
+}
+
+/** What a rotation did: the key it retired, the tokens it revoked, the earlier keys it revoked. */
+export interface RotationOutcome {
+  previous: SigningKeyRecord;
+  tokensRevoked: number;
+  alsoRevoked: string[];
 }
 
 /** Why a mint wrote nothing: its API key was revoked, or its signing key retired, meanwhile. */
@@ -54,14 +67,12 @@ export interface TokenStore {
   signingKeys(): Promise<SigningKeyRecord[]>;
   /**
    * Makes `fresh` the active key and retires the active one, in one transaction with the rotation's
-   * audit event. With `revokePrevious`, every unrevoked, unexpired token the previous key signed
-   * (tokens without a signing_kid count as the oldest key's) is revoked too, each with its event.
-   * Undefined (nothing written) when there is no active key.
+   * audit event. With `revokePrevious`, the previous key and every earlier key still verifying stop
+   * verifying, and every unrevoked, unexpired token they signed (tokens without a signing_kid count
+   * as the oldest key's) is revoked too, each with its event. Undefined (nothing written) when
+   * there is no active key.
    */
-  rotateSigningKey(
-    fresh: SigningKeyRecord,
-    plan: RotationPlan,
-  ): Promise<{ previous: SigningKeyRecord; tokensRevoked: number } | undefined>;
+  rotateSigningKey(fresh: SigningKeyRecord, plan: RotationPlan): Promise<RotationOutcome | undefined>;
   /**
    * Exchanges a decision for a token once: marks the decision exchanged, stores the token and its
    * audit event atomically. 'already' when the decision was exchanged before.

@@ -672,7 +672,7 @@ export function storageContract(backend: Backend): void {
         );
       });
 
-      it('rotates with revoke_previous: every live token of the previous key is revoked with its event', async () => {
+      it('rotates with revoke_previous: every live token of the previous key and of every earlier key still verifying is revoked with its event', async () => {
         const k1 = token();
         await stores.tokens.insert(k1, { kind: 'token.mint' });
         await stores.tokens.rotateSigningKey(signingKey('k2'), {
@@ -694,13 +694,17 @@ export function storageContract(backend: Backend): void {
           },
           rotate: (prev, n) => ({ kind: 'signing_key.rotate', details: { prev: prev.kid, n } }),
         });
-        expect(r?.tokensRevoked).to.equal(1);
+        expect(r?.tokensRevoked).to.equal(2);
         expect(r?.previous.kid).to.equal('k2');
         expect(r?.previous.verify_until).to.equal(r?.previous.retired_at);
-        expect(revokedIds).to.deep.equal([`${k2.id}@k2`]);
+        // k1 (the first key) was still verifying until iso(HOUR): revoked too, with its token.
+        expect(r?.alsoRevoked).to.have.length(1);
+        expect(revokedIds).to.deep.equal([`${k2.id}@k2`, `${k1.id}@${r?.alsoRevoked[0]}`]);
         expect((await stores.tokens.tokenState(k2.id))?.revoked_at).to.equal(r?.previous.retired_at);
-        // k1's token is untouched: only the previous key's are revoked.
-        expect((await stores.tokens.tokenState(k1.id))?.revoked_at).to.equal(null);
+        expect((await stores.tokens.tokenState(k1.id))?.revoked_at).to.equal(r?.previous.retired_at);
+        const keys = await stores.tokens.signingKeys();
+        const first = keys.find((k) => k.kid === r?.alsoRevoked[0]);
+        expect(first?.verify_until).to.equal(r?.previous.retired_at);
         expect(await verifyChain(stores)).to.include({ ok: true });
       });
 

@@ -58,6 +58,11 @@ export function signingKeyRoutes(keys: SigningKeyService): RouteDef[] {
             status: STATUS,
             verify_until: NULLABLE_DATE_TIME,
           }),
+          also_revoked: {
+            type: 'array',
+            items: { type: 'string' },
+            description: 'with revoke_previous: the earlier keys still verifying, revoked too (their kids)',
+          },
         }),
       },
       requestSchema: rotateRequestSchema,

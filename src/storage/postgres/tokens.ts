@@ -1,6 +1,7 @@
 import type { NewAuditEvent } from '../../audit/types.js';
 import type {
   MintRefusal,
+  RotationOutcome,
   RotationPlan,
   SigningKeyRecord,
   TokenRecord,
@@ -59,10 +60,7 @@ export class PgTokenStore implements TokenStore {
     return rows<SigningKeyRecord>(this.pool, 'SELECT * FROM signing_keys ORDER BY created_at DESC, kid DESC');
   }
 
-  async rotateSigningKey(
-    fresh: SigningKeyRecord,
-    plan: RotationPlan,
-  ): Promise<{ previous: SigningKeyRecord; tokensRevoked: number } | undefined> {
+  async rotateSigningKey(fresh: SigningKeyRecord, plan: RotationPlan): Promise<RotationOutcome | undefined> {
     return tx(this.pool, async (c) => {
       // After the chain head: a mint (which holds it too) has committed under the old key, or
       // waits and then finds its key retired.
@@ -80,22 +78,41 @@ export class PgTokenStore implements TokenStore {
       // Tokens minted before signing_kid existed were signed by the oldest key.
       const signedBy = `(signing_kid = $1 OR (signing_kid IS NULL AND $1 = $2))
         AND expires_at > $3 AND revoked_at IS NULL`;
-      const args = [previous.kid, oldest?.kid ?? null, at];
-      let tokensRevoked = 0;
       const events: NewAuditEvent[] = [];
+      /** Revokes the live tokens `kid` signed, each with its event; how many. */
+      const revokeSignedBy = async (kid: string): Promise<number> => {
+        const revoked = (
+          await rows<Row>(c, `UPDATE tokens SET revoked_at = $3 WHERE ${signedBy} RETURNING *`, [
+            kid,
+            oldest?.kid ?? null,
+            at,
+          ])
+        ).map(tokenFromRow);
+        events.push(...revoked.map((t) => plan.token(t, kid)));
+        return revoked.length;
+      };
+      let tokensRevoked = 0;
+      let alsoRevoked: string[] = [];
       let verifyUntil: string;
       if (plan.revokePrevious) {
-        const revoked = (
-          await rows<Row>(c, `UPDATE tokens SET revoked_at = $3 WHERE ${signedBy} RETURNING *`, args)
-        ).map(tokenFromRow);
-        tokensRevoked = revoked.length;
-        events.push(...revoked.map((t) => plan.token(t, previous.kid)));
+        tokensRevoked = await revokeSignedBy(previous.kid);
+        alsoRevoked = (
+          await rows<{ kid: string }>(
+            c,
+            'SELECT kid FROM signing_keys WHERE retired_at IS NOT NULL AND verify_until > $1 ORDER BY created_at, kid',
+            [at],
+          )
+        ).map((r) => r.kid);
+        for (const kid of alsoRevoked) {
+          tokensRevoked += await revokeSignedBy(kid);
+          await c.query('UPDATE signing_keys SET verify_until = $1 WHERE kid = $2', [at, kid]);
+        }
         verifyUntil = at;
       } else {
         const latest = await one<{ latest: string | null }>(
           c,
           `SELECT max(expires_at) AS latest FROM tokens WHERE ${signedBy}`,
-          args,
+          [previous.kid, oldest?.kid ?? null, at],
         );
         verifyUntil = plan.verifyUntil(latest?.latest ?? null);
       }
@@ -106,10 +123,10 @@ export class PgTokenStore implements TokenStore {
       ]);
       await insertKey(c, fresh);
       const retired = { ...previous, retired_at: at, verify_until: verifyUntil };
-      events.push(plan.rotate(retired, tokensRevoked));
+      events.push(plan.rotate(retired, tokensRevoked, alsoRevoked));
       await this.chain.appendAfter(c, head, events);
       await notify(c, { topic: 'signing_keys' });
-      return { previous: retired, tokensRevoked };
+      return { previous: retired, tokensRevoked, alsoRevoked };
     });
   }
 

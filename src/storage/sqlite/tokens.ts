@@ -2,6 +2,7 @@ import type { Statement } from 'better-sqlite3';
 import type { NewAuditEvent } from '../../audit/types.js';
 import type {
   MintRefusal,
+  RotationOutcome,
   RotationPlan,
   SigningKeyRecord,
   TokenRecord,
@@ -55,10 +56,7 @@ export class SqliteTokenStore implements TokenStore {
       .all() as SigningKeyRecord[];
   }
 
-  async rotateSigningKey(
-    fresh: SigningKeyRecord,
-    plan: RotationPlan,
-  ): Promise<{ previous: SigningKeyRecord; tokensRevoked: number } | undefined> {
+  async rotateSigningKey(fresh: SigningKeyRecord, plan: RotationPlan): Promise<RotationOutcome | undefined> {
     return this.db
       .transaction(() => {
         const previous = this.db
@@ -73,23 +71,38 @@ export class SqliteTokenStore implements TokenStore {
         // Tokens minted before signing_kid existed were signed by the oldest key.
         const signedBy = `(signing_kid = @kid OR (signing_kid IS NULL AND @kid = @oldest))
           AND expires_at > @at AND revoked_at IS NULL`;
-        const args = { kid: previous.kid, oldest, at };
-        let tokensRevoked = 0;
         const events: NewAuditEvent[] = [];
-        let verifyUntil: string;
-        if (plan.revokePrevious) {
+        /** Revokes the live tokens `kid` signed, each with its event; how many. */
+        const revokeSignedBy = (kid: string): number => {
+          const args = { kid, oldest, at };
           const live = (this.db.prepare(`SELECT * FROM tokens WHERE ${signedBy}`).all(args) as Row[]).map(
             tokenFromRow,
           );
           this.db.prepare(`UPDATE tokens SET revoked_at = @at WHERE ${signedBy}`).run(args);
-          tokensRevoked = live.length;
-          events.push(...live.map((t) => plan.token({ ...t, revoked_at: at }, previous.kid)));
+          events.push(...live.map((t) => plan.token({ ...t, revoked_at: at }, kid)));
+          return live.length;
+        };
+        let tokensRevoked = 0;
+        let alsoRevoked: string[] = [];
+        let verifyUntil: string;
+        if (plan.revokePrevious) {
+          tokensRevoked = revokeSignedBy(previous.kid);
+          alsoRevoked = this.db
+            .prepare(
+              'SELECT kid FROM signing_keys WHERE retired_at IS NOT NULL AND verify_until > ? ORDER BY created_at, kid',
+            )
+            .pluck()
+            .all(at) as string[];
+          for (const kid of alsoRevoked) {
+            tokensRevoked += revokeSignedBy(kid);
+            this.db.prepare('UPDATE signing_keys SET verify_until = ? WHERE kid = ?').run(at, kid);
+          }
           verifyUntil = at;
         } else {
           const latest = this.db
             .prepare(`SELECT max(expires_at) FROM tokens WHERE ${signedBy}`)
             .pluck()
-            .get(args) as string | null;
+            .get({ kid: previous.kid, oldest, at }) as string | null;
           verifyUntil = plan.verifyUntil(latest);
         }
         this.db
@@ -97,9 +110,9 @@ export class SqliteTokenStore implements TokenStore {
           .run(at, verifyUntil, previous.kid);
         this.insertKey(fresh);
         const retired = { ...previous, retired_at: at, verify_until: verifyUntil };
-        events.push(plan.rotate(retired, tokensRevoked));
+        events.push(plan.rotate(retired, tokensRevoked, alsoRevoked));
         this.writer.appendInTx(events);
-        return { previous: retired, tokensRevoked };
+        return { previous: retired, tokensRevoked, alsoRevoked };
       })
       .immediate();
   }
