@@ -2,7 +2,14 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { isReservedKind } from './audit/kinds.js';
 import path from 'node:path';
-import { ConfigError, EXAMPLE_ADMIN_KEY, repoRoot, type Config, type Role } from './config.js';
+import {
+  ConfigError,
+  EXAMPLE_ADMIN_KEY,
+  repoRoot,
+  unknownVariables,
+  type Config,
+  type Role,
+} from './config.js';
 import { VERSION } from './version.js';
 import type { Api } from './http/context.js';
 import { ConsoleAssets } from './http/console.js';
@@ -184,6 +191,9 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     const apis: Api[] = role === 'all' ? ['engine', 'platform'] : [role];
     const servers: { api: Api; server: Server }[] = [];
     const listeners: Listener[] = [];
+    for (const name of unknownVariables()) {
+      log.warn({ variable: name }, `${name} names no setting and is ignored (a typo?)`);
+    }
     if (config.adminKey === EXAMPLE_ADMIN_KEY) {
       log.warn(
         'ARBITER_ADMIN_KEY is the example key from the README: anyone who read it has every scope; set a random key',

@@ -242,6 +242,45 @@ function dbSync(raw: string, name: string): 'full' | 'normal' {
     throw new ConfigError(`${name} must be full or normal, got "${raw}"`);
   return raw;
 }
+/**
+ * A YAML value as the text a setting parses: a scalar as it is; a list only for a list setting,
+ * of scalars (joined as the environment would give it). A mapping, or a list where one value is
+ * meant, is refused rather than turned into "[object Object]" or "1,2".
+ */
+function fileValue(v: unknown, name: string, isList: boolean): string {
+  if (Array.isArray(v)) {
+    if (!isList) throw new ConfigError(`${name} must be a single value, got a list`);
+    if (v.some((x) => typeof x === 'object' && x !== null)) {
+      throw new ConfigError(`${name} must be a list of names, got a list holding a list or a mapping`);
+    }
+    return v.join(',');
+  }
+  if (typeof v === 'object') throw new ConfigError(`${name} must be a single value, got a mapping`);
+  return String(v);
+}
+
+/** Variables named ARBITER_* that are read by something other than the service's settings. */
+const OTHER_ARBITER_VARIABLES = new Set(['ARBITER_CONFIG', 'ARBITER_URL', 'ARBITER_KEY']);
+
+/**
+ * ARBITER_* variables in `env` that name no setting (a typo such as ARBITER_ENGIN_PORT, which
+ * would otherwise be ignored without a word): the service warns of them at start. Variables of
+ * the test and bench tooling (ARBITER_TEST_*, ARBITER_FUZZ_*, ARBITER_BENCH_*) are not settings
+ * and not reported.
+ */
+export function unknownVariables(env: NodeJS.ProcessEnv = process.env): string[] {
+  const known = new Set(Object.values(settings).map((s) => s.env as string));
+  return Object.keys(env)
+    .filter(
+      (k) =>
+        k.startsWith('ARBITER_') &&
+        !known.has(k) &&
+        !OTHER_ARBITER_VARIABLES.has(k) &&
+        !/^ARBITER_(TEST|FUZZ|BENCH)_/.test(k),
+    )
+    .sort();
+}
+
 function list(raw: string): string[] {
   return raw
     .split(',')
@@ -292,8 +331,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     if (env[s.env] !== undefined) {
       raw = env[s.env] as string;
     } else if (fromFile !== undefined && fromFile !== null) {
-      raw = Array.isArray(fromFile) ? fromFile.join(',') : String(fromFile);
       name = `${yamlKey(s.env)} (in ${env.ARBITER_CONFIG})`;
+      raw = fileValue(fromFile, name, s.parse === list);
     } else {
       raw = s.def;
       defaulted.add(key);

@@ -167,6 +167,35 @@ onEveryBackend('process lifecycle', () => {
       expect(r.stderr).to.include('enigne_port');
     });
 
+    it('refuses a list or a mapping where a setting takes one value, naming it; a list setting takes a list of names', () => {
+      for (const [yaml, pattern] of [
+        ['queue_ttl_seconds: [60]\n', /queue_ttl_seconds \(in .*\) must be a single value, got a list/],
+        ['db_sync: [full]\n', /db_sync \(in .*\) must be a single value, got a list/],
+        ['issuer: {a: b}\n', /issuer \(in .*\) must be a single value, got a mapping/],
+        ['audit_mask_fields: [[a]]\n', /audit_mask_fields \(in .*\) must be a list of names/],
+      ] as const) {
+        const file = path.join(tmp, 'typed.yaml');
+        writeFileSync(file, yaml);
+        const r = runSync(['serve'], baseEnv({ ARBITER_CONFIG: file }));
+        expect(r.signal).to.equal(null);
+        expect(r.code, yaml).to.equal(2);
+        expect(r.stderr, yaml).to.match(pattern);
+      }
+    });
+
+    it('warns of an ARBITER_* variable that names no setting (a typo), and starts', async () => {
+      const env = baseEnv({ ARBITER_ENGIN_PORT: '5', ARBITER_TEST_BACKEND: 'sqlite' });
+      const p = new ServeProcess([], env);
+      try {
+        await p.waitFor((r) => r.api === 'engine' && typeof r.url === 'string');
+        const warned = p.records.filter((r) => r.variable !== undefined).map((r) => r.variable);
+        expect(warned).to.deep.equal(['ARBITER_ENGIN_PORT']);
+      } finally {
+        expect(await p.stop()).to.equal(0);
+        rmSync(env.ARBITER_DATA_DIR as string, { recursive: true, force: true });
+      }
+    });
+
     it('refuses a YAML config file that is not valid YAML', () => {
       const file = path.join(tmp, 'broken.yaml');
       writeFileSync(file, 'engine_port: [0\nlog_level: : info\n');
