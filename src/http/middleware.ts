@@ -83,7 +83,11 @@ export function metricsMiddleware(api: Api, metrics: Metrics, log: Logger): Midd
 export function headerLines(ctx: Context, name: string): number {
   const raw = ctx.req.rawHeaders;
   let n = 0;
-  for (let i = 0; i < raw.length; i += 2) if ((raw[i] as string).toLowerCase() === name) n++;
+  for (let i = 0; i < raw.length; i += 2) {
+    const h = raw[i] as string;
+    // The length first: most names differ in it, and then no lower-cased copy is made.
+    if (h.length === name.length && h.toLowerCase() === name) n++;
+  }
   return n;
 }
 
@@ -94,10 +98,16 @@ export function headerLines(ctx: Context, name: string): number {
  */
 const HOST = /^(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})*|\[([0-9A-Fa-f:.]+)\])(?::[0-9]*)?$/;
 
+/** The last Host value found valid: nearly every request of a deployment carries the same one. */
+let lastValidHost = '';
+
 export function isValidHost(value: string): boolean {
+  if (value === lastValidHost) return true;
   const m = HOST.exec(value);
   if (!m) return false;
-  return m[1] === undefined || isIPv6(m[1]);
+  if (m[1] !== undefined && !isIPv6(m[1])) return false;
+  lastValidHost = value;
+  return true;
 }
 
 /**
@@ -198,12 +208,16 @@ export function nestingExceeds(value: unknown, max: number): boolean {
 const unsupportedType = (allowed: string[], type: string) =>
   new AppError('unsupported_media', `Content-Type must be ${allowed.join(' or ')}, got ${type || 'none'}`);
 
+const JSON_TYPE = Object.freeze({ type: 'application/json', charset: undefined });
+
 /**
  * The Content-Type's type/subtype in lower case (RFC 9110 §8.3.1: case-insensitive; whitespace
  * allowed before and after `;`), '' when absent or unparsable, and its charset parameter in lower
  * case if it has one.
  */
 export function mediaType(header: string): { type: string; charset: string | undefined } {
+  // What nearly every client sends, answered without parsing.
+  if (header === 'application/json') return JSON_TYPE;
   const [essence = '', ...params] = header.split(';');
   const type = essence.trim().toLowerCase();
   if (!/^[!#$%&'*+\-.^_`|~0-9a-z]+\/[!#$%&'*+\-.^_`|~0-9a-z]+$/.test(type)) {

@@ -1,4 +1,4 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, ServerResponse, type IncomingMessage, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import Router from '@koa/router';
 import Koa from 'koa';
@@ -89,10 +89,26 @@ export const LINGER_MS = 1500;
  */
 export const MAX_HEADERS_COUNT = 1000;
 
-/** What a socket's current request is, for the clientError handler. */
+/** A socket's current response (and through `res.req` its request), for the clientError handler. */
 const CURRENT = Symbol('arbiter.currentExchange');
 interface Tracked {
-  [CURRENT]?: { req: IncomingMessage; res: ServerResponse };
+  [CURRENT]?: ServerResponse;
+}
+
+/**
+ * ServerResponse.prototype.writeHead, for an answer given before the request's body was read (401,
+ * 413, 415, …): that closes the connection, with a linger, since otherwise Node would read and
+ * discard the body, however long, to keep the connection for a next request. One shared function
+ * set on each response (no closure per request); `this.req` is the response's request.
+ */
+const nodeWriteHead = ServerResponse.prototype.writeHead;
+function writeHeadClosingUnread(this: ServerResponse, ...args: unknown[]): ServerResponse {
+  if (!this.req.complete) {
+    this.shouldKeepAlive = false;
+    const socket = this.req.socket as Duplex & { destroySoon?: () => void };
+    socket.destroySoon = () => lingeringClose(socket);
+  }
+  return (nodeWriteHead as (...a: unknown[]) => ServerResponse).apply(this, args);
 }
 
 /**
@@ -127,7 +143,7 @@ export function createApiServer(app: Koa<State>, isClosing: () => boolean, limit
       connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutMs),
     },
     (req, res) => {
-      (req.socket as Tracked)[CURRENT] = { req, res };
+      (req.socket as Tracked)[CURRENT] = res;
       if (req.rawHeaders.length >= 2 * MAX_HEADERS_COUNT) {
         res.shouldKeepAlive = false;
         const body = JSON.stringify({ error: `more than ${MAX_HEADERS_COUNT - 1} header lines` });
@@ -152,7 +168,7 @@ export function createApiServer(app: Koa<State>, isClosing: () => boolean, limit
     // timeout) only closes the connection, as Node's own handler does.
     const current = (socket as Tracked)[CURRENT];
     const http = socket as Duplex & { _httpMessage?: { headersSent?: boolean } | null };
-    if (http._httpMessage?.headersSent || (current && !current.req.complete && current.res.headersSent)) {
+    if (http._httpMessage?.headersSent || (current && !current.req.complete && current.headersSent)) {
       return socket.destroy();
     }
     // Closed, not only half-closed, once the answer is written: a client that keeps its end open
@@ -194,15 +210,7 @@ export function createApiServer(app: Koa<State>, isClosing: () => boolean, limit
     // An answer given before the request's body was read (401, 413, 415, …) closes the
     // connection, with a linger: otherwise Node would read and discard the body, however long,
     // to keep the connection for a next request.
-    const writeHead = res.writeHead;
-    res.writeHead = function (this: ServerResponse, ...args: unknown[]) {
-      if (!req.complete) {
-        res.shouldKeepAlive = false;
-        const socket = req.socket as Duplex & { destroySoon?: () => void };
-        socket.destroySoon = () => lingeringClose(socket);
-      }
-      return (writeHead as (...a: unknown[]) => ServerResponse).apply(this, args);
-    } as typeof res.writeHead;
+    res.writeHead = writeHeadClosingUnread as typeof res.writeHead;
   });
   server.keepAliveTimeout = 65_000;
   return server;
