@@ -179,6 +179,10 @@ const CASES: [string, Expect][] = [
   ['regex.split("(a+)+", "aab")', 'refused'],
   ['regex.split("(a|a)*", "aab")', 'refused'],
   ['regex.split("(a+){2}", "aaaa")', 'refused'],
+  // An escaped *, + or ? before a ? is a literal, so that ? repeats: not a lazy marker.
+  ['regex.split("(?:\\\\*?\\\\*?)+x", "**x")', 'refused'],
+  ['regex.split("(?:\\\\+?\\\\+?)+x", "++x")', 'refused'],
+  ['regex.split("(?:a*?b)", "aab")', 'same'],
   ['regex.split("(a|b)?c|(ab)+|(a+){1}|(x)*?y", "xacbabyd")', 'same'],
   ['regex.split("(?i)x", "aXb")', 'refused'],
   ['regex.split("\\\\pL", "a1b")', 'refused'],

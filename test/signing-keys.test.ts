@@ -234,6 +234,28 @@ onEveryBackend('signing-key rotation (/api/v1/signing-keys)', function () {
     expect(await introspect(a, real.token)).to.equal(true);
   });
 
+  it('introspects as inactive a token carrying an expired token’s jti, whatever exp it presents', async () => {
+    const real = await minted(a, 1);
+    // Expired as stored (its exp is floored to the second): introspection says so.
+    await within(10_000, async () => !(await introspect(a, real.token)));
+    // Whoever holds the key that signed it signs the same jti again, with a later exp.
+    const [row] = await a.stored<{ private_jwk: string }>(
+      'SELECT private_jwk FROM signing_keys WHERE kid = $1',
+      [real.kid],
+    );
+    const key = await importJWK(JSON.parse(row!.private_jwk) as JWK, 'EdDSA');
+    const forged = await new SignJWT({ scope: 'delete:prod/db' })
+      .setProtectedHeader({ alg: 'EdDSA', kid: real.kid, typ: 'at+jwt' })
+      .setIssuer('arbiter')
+      .setSubject('rotation-bot')
+      .setAudience('arbiter')
+      .setJti(real.id)
+      .setIssuedAt()
+      .setExpirationTime('5m')
+      .sign(key);
+    expect(await introspect(a, forged)).to.equal(false);
+  });
+
   it('introspects a token naming an unknown kid as inactive', async () => {
     const { privateKey } = await generateKeyPair('EdDSA', { crv: 'Ed25519' });
     const forged = await new SignJWT({ scope: 'read:repo/arbiter' })

@@ -89,12 +89,6 @@ export const LINGER_MS = 1500;
  */
 export const MAX_HEADERS_COUNT = 1000;
 
-/** A socket's current response (and through `res.req` its request), for the clientError handler. */
-const CURRENT = Symbol('arbiter.currentExchange');
-interface Tracked {
-  [CURRENT]?: ServerResponse;
-}
-
 /**
  * ServerResponse.prototype.writeHead, for an answer given before the request's body was read (401,
  * 413, 415, …): that closes the connection, with a linger, since otherwise Node would read and
@@ -143,7 +137,11 @@ export function createApiServer(app: Koa<State>, isClosing: () => boolean, limit
       connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutMs),
     },
     (req, res) => {
-      (req.socket as Tracked)[CURRENT] = res;
+      if (isClosing()) res.shouldKeepAlive = false;
+      // An answer given before the request's body was read (401, 413, 415, 431, …) closes the
+      // connection, with a linger: otherwise Node would read and discard the body, however long,
+      // to keep the connection for a next request. Set before anything can answer.
+      res.writeHead = writeHeadClosingUnread as typeof res.writeHead;
       if (req.rawHeaders.length >= 2 * MAX_HEADERS_COUNT) {
         res.shouldKeepAlive = false;
         const body = JSON.stringify({ error: `more than ${MAX_HEADERS_COUNT - 1} header lines` });
@@ -165,12 +163,10 @@ export function createApiServer(app: Koa<State>, isClosing: () => boolean, limit
     if (!socket.writable) return socket.destroy();
     // One request, one response: once an answer to the request in progress has begun (a 401 or
     // 413 sent before its body was read), an error in the rest of that body (a bad chunk, a
-    // timeout) only closes the connection, as Node's own handler does.
-    const current = (socket as Tracked)[CURRENT];
+    // timeout) only closes the connection, as Node's own handler does. (Once that answer is
+    // written, the lingering close has ended the socket's writing side: the line above.)
     const http = socket as Duplex & { _httpMessage?: { headersSent?: boolean } | null };
-    if (http._httpMessage?.headersSent || (current && !current.req.complete && current.headersSent)) {
-      return socket.destroy();
-    }
+    if (http._httpMessage?.headersSent) return socket.destroy();
     // Closed, not only half-closed, once the answer is written: a client that keeps its end open
     // must not hold the socket (and a graceful shutdown waiting for it) forever.
     const done = () => socket.destroy();
@@ -204,13 +200,6 @@ export function createApiServer(app: Koa<State>, isClosing: () => boolean, limit
       Connection: 'close',
     });
     res.end(body);
-  });
-  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
-    if (isClosing()) res.shouldKeepAlive = false;
-    // An answer given before the request's body was read (401, 413, 415, …) closes the
-    // connection, with a linger: otherwise Node would read and discard the body, however long,
-    // to keep the connection for a next request.
-    res.writeHead = writeHeadClosingUnread as typeof res.writeHead;
   });
   server.keepAliveTimeout = 65_000;
   return server;

@@ -169,7 +169,11 @@ function checkDecision(result: unknown): PolicyDecision {
  * machine's load) or a builtin refusing an odd input (which any caller can send).
  */
 export const evaluationConflict = (d: PolicyDecision): boolean =>
-  /\b(var assignment|object insert) conflict\b/.test(d.error ?? '');
+  // Anchored to the runtime's own message (an optional location, then the conflict): builtins
+  // that refuse an input quote it, and a caller must not be able to make a refusal read as this.
+  /^policy evaluation failed: (?:[^\s"]+:\d+:\d+: )?(?:var assignment|object insert) conflict$/.test(
+    d.error ?? '',
+  );
 
 /** The fail-closed deny for an evaluation that gave no decision, saying why (`error`). */
 export function failClosed(error: string, reason = 'evaluation_error'): PolicyDecision {

@@ -229,10 +229,13 @@ export class TokenService {
     } catch {
       return { active: false };
     }
-    // A token we issued, live, and signed by the key it names: a leaked key that a process has
-    // not yet seen retired cannot vouch for a forged token carrying a real token's jti.
+    // A token we issued, unexpired and unrevoked as stored, and signed by the key it names: a
+    // leaked key that a process has not yet seen retired cannot vouch for a forged token carrying
+    // a real token's jti (an expired one's included: revoke_previous revokes only live tokens).
     const stored = typeof payload.jti === 'string' ? await this.store.tokenState(payload.jti) : undefined;
-    if (!stored || stored.revoked_at !== null) return { active: false };
+    // The stored expiry, not the presented `exp`: a forged token may carry any.
+    if (!stored || stored.revoked_at !== null || Date.parse(stored.expires_at) <= Date.now())
+      return { active: false };
     if ((stored.signing_kid ?? this.keys.oldestKid()) !== kid) return { active: false };
     const tenant = typeof payload.tenant_id === 'string' ? payload.tenant_id : null;
     // Another tenant's token is none of a bound key's business: inactive, as RFC 7662 §4 allows.

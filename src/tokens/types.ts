@@ -93,9 +93,12 @@ export interface TokenStore {
   /** Revokes (idempotently: keeps the first revoked_at); undefined if unknown. */
   revoke(id: string, at: string, event: (t: TokenRecord) => NewAuditEvent): Promise<TokenRecord | undefined>;
   /**
-   * What introspection needs of a stored token: when it was revoked (null: live) and the kid of
-   * the key that signed it (null: minted before kids were recorded, so the oldest key's);
+   * What introspection needs of a stored token: when it was revoked (null: live), the kid of
+   * the key that signed it (null: minted before kids were recorded, so the oldest key's) and when
+   * it expires;
    * undefined if unknown. Read per introspection.
    */
-  tokenState(id: string): Promise<{ revoked_at: string | null; signing_kid: string | null } | undefined>;
+  tokenState(
+    id: string,
+  ): Promise<{ revoked_at: string | null; signing_kid: string | null; expires_at: string } | undefined>;
 }

@@ -35,10 +35,15 @@ function translateRe2(p: string): string {
     if (group === true && !bounded01) fail('a repeated group that repeats or alternates inside');
     mark();
   };
+  // Whether the last token was a repetition (*, +, ?, {n,m}): only then is a ? its lazy marker.
+  // Decided by tokens, never by the previous character, which may be an escaped \* or \?.
+  let quantified = false;
   while (i < p.length) {
     const c = p[i] as string;
     const after = closed;
     closed = undefined;
+    const afterRepetition = quantified;
+    quantified = false;
     if (c === '\\') out += escape(false);
     else if (c === '.') {
       out += '[^\\n]';
@@ -85,6 +90,7 @@ function translateRe2(p: string): string {
       if (Number(m[1]) > 1000 || (m[3] !== undefined && m[3] !== '' && Number(m[3]) > 1000))
         return fail('a repetition above 1000');
       repeat(after, m[2] === undefined ? Number(m[1]) <= 1 : m[3] !== '' && Number(m[3]) <= 1);
+      quantified = true;
       out += m[0];
       i += m[0].length;
     } else if (c === '}' || c === ']') return fail(`a lone ${c}`);
@@ -96,8 +102,11 @@ function translateRe2(p: string): string {
       } else if (c === '|') mark();
       else if (c === '*' || c === '+' || c === '?') {
         // A ? right after a repetition makes it lazy; it repeats nothing itself.
-        const lazy = c === '?' && i > 0 && '*+?}'.includes(p[i - 1] as string) && after === undefined;
-        if (!lazy) repeat(after, c === '?');
+        const lazy = c === '?' && afterRepetition && after === undefined;
+        if (!lazy) {
+          repeat(after, c === '?');
+          quantified = true;
+        }
       }
       out += c;
       i++;

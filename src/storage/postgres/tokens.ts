@@ -188,10 +188,10 @@ export class PgTokenStore implements TokenStore {
 
   async tokenState(
     id: string,
-  ): Promise<{ revoked_at: string | null; signing_kid: string | null } | undefined> {
-    return one<{ revoked_at: string | null; signing_kid: string | null }>(
+  ): Promise<{ revoked_at: string | null; signing_kid: string | null; expires_at: string } | undefined> {
+    return one<{ revoked_at: string | null; signing_kid: string | null; expires_at: string }>(
       this.pool,
-      'SELECT revoked_at, signing_kid FROM tokens WHERE id = $1',
+      'SELECT revoked_at, signing_kid, expires_at FROM tokens WHERE id = $1',
       [id],
     );
   }

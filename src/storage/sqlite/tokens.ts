@@ -23,7 +23,7 @@ export class SqliteTokenStore implements TokenStore {
     private readonly writer: AuditWriter,
   ) {
     this.byId = db.prepare('SELECT * FROM tokens WHERE id = ?');
-    this.stateStmt = db.prepare('SELECT revoked_at, signing_kid FROM tokens WHERE id = ?');
+    this.stateStmt = db.prepare('SELECT revoked_at, signing_kid, expires_at FROM tokens WHERE id = ?');
     // The admin principal has no row: never revoked.
     this.keyRevoked = db.prepare('SELECT 1 FROM api_keys WHERE name = ? AND revoked_at IS NOT NULL').pluck();
     // A token with no signing_kid is refused too: every mint names the key it signed with.
@@ -191,7 +191,8 @@ export class SqliteTokenStore implements TokenStore {
 
   async tokenState(
     id: string,
-  ): Promise<{ revoked_at: string | null; signing_kid: string | null } | undefined> {
-    return this.stateStmt.get(id) as { revoked_at: string | null; signing_kid: string | null } | undefined;
+  ): Promise<{ revoked_at: string | null; signing_kid: string | null; expires_at: string } | undefined> {
+    return this.stateStmt.get(id) as
+      { revoked_at: string | null; signing_kid: string | null; expires_at: string } | undefined;
   }
 }
