@@ -77,6 +77,27 @@ async function verifiesOffline(a: Arbiter, token: string): Promise<boolean> {
   }
 }
 
+/**
+ * What someone holding a stored signing key could sign: a token naming `kid`, carrying `jti`, with
+ * wide scopes and an exp five minutes ahead.
+ */
+async function forgeWithStoredKey(a: Arbiter, kid: string, jti: string): Promise<string> {
+  const [row] = await a.stored<{ private_jwk: string }>(
+    'SELECT private_jwk FROM signing_keys WHERE kid = $1',
+    [kid],
+  );
+  const key = await importJWK(JSON.parse(row!.private_jwk) as JWK, 'EdDSA');
+  return new SignJWT({ scope: 'delete:prod/db' })
+    .setProtectedHeader({ alg: 'EdDSA', kid, typ: 'at+jwt' })
+    .setIssuer('arbiter')
+    .setSubject('rotation-bot')
+    .setAudience('arbiter')
+    .setJti(jti)
+    .setIssuedAt()
+    .setExpirationTime('5m')
+    .sign(key);
+}
+
 /** Polls `probe` until it is true, for at most `ms`; returns how long it took. */
 async function within(ms: number, probe: () => Promise<boolean>): Promise<number> {
   const started = Date.now();
@@ -216,20 +237,7 @@ onEveryBackend('signing-key rotation (/api/v1/signing-keys)', function () {
     const r = await rotate(a, {});
     expect(r.status, r.text).to.equal(201);
     // Whoever holds the new key (leaked, say) signs a token carrying the real token's jti.
-    const [row] = await a.stored<{ private_jwk: string }>(
-      'SELECT private_jwk FROM signing_keys WHERE kid = $1',
-      [r.json.kid],
-    );
-    const key = await importJWK(JSON.parse(row!.private_jwk) as JWK, 'EdDSA');
-    const forged = await new SignJWT({ scope: 'delete:prod/db' })
-      .setProtectedHeader({ alg: 'EdDSA', kid: r.json.kid, typ: 'at+jwt' })
-      .setIssuer('arbiter')
-      .setSubject('rotation-bot')
-      .setAudience('arbiter')
-      .setJti(real.id)
-      .setIssuedAt()
-      .setExpirationTime('5m')
-      .sign(key);
+    const forged = await forgeWithStoredKey(a, r.json.kid, real.id);
     expect(await introspect(a, forged)).to.equal(false);
     expect(await introspect(a, real.token)).to.equal(true);
   });
@@ -239,20 +247,7 @@ onEveryBackend('signing-key rotation (/api/v1/signing-keys)', function () {
     // Expired as stored (its exp is floored to the second): introspection says so.
     await within(10_000, async () => !(await introspect(a, real.token)));
     // Whoever holds the key that signed it signs the same jti again, with a later exp.
-    const [row] = await a.stored<{ private_jwk: string }>(
-      'SELECT private_jwk FROM signing_keys WHERE kid = $1',
-      [real.kid],
-    );
-    const key = await importJWK(JSON.parse(row!.private_jwk) as JWK, 'EdDSA');
-    const forged = await new SignJWT({ scope: 'delete:prod/db' })
-      .setProtectedHeader({ alg: 'EdDSA', kid: real.kid, typ: 'at+jwt' })
-      .setIssuer('arbiter')
-      .setSubject('rotation-bot')
-      .setAudience('arbiter')
-      .setJti(real.id)
-      .setIssuedAt()
-      .setExpirationTime('5m')
-      .sign(key);
+    const forged = await forgeWithStoredKey(a, real.kid, real.id);
     expect(await introspect(a, forged)).to.equal(false);
   });
 

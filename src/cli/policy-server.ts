@@ -40,7 +40,7 @@ export class Server {
       throw new CliUsageError('the server URL (--url or ARBITER_URL) is not a URL');
     }
     this.base = url.replace(/\/+$/, '');
-    this.shown = maskPasswordsIn(maskPassword(this.base));
+    this.shown = maskPassword(this.base);
     if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
       throw new CliUsageError(`--url ${this.shown} must be http:// or https://`);
     }
