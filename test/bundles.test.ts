@@ -237,6 +237,25 @@ onEveryBackend('Platform API: bundles, history and restore (real compiler, real 
       });
     });
 
+    it('refuses a rule of the wrong shape for the decision module with 400 naming its policy and row, not the built-in module; nothing changes', async () => {
+      await expectUnchanged(async () => {
+        const r = await bundle({
+          policies: {
+            agent: 'package authz.agent\n\nthresholds := 5\n',
+            delegation: 'package authz.human\n\nlimits := "none"\n',
+          },
+        });
+        expectError(r, 400, /^policy set does not compile: /);
+        const text = r.json.error as string;
+        expect(text).to.contain(
+          'policy agent:3:1: rego_type_error: thresholds must be an object of action -> {"deny_below": x, "approval_below": y}',
+        );
+        expect(text).to.contain('policy delegation:3:1: rego_type_error: limits must be a set of limits');
+        // Where OPA met it stays in the message, but no problem is located in the built-in module.
+        expect(text).not.to.match(/(^|; )builtin\/authz\.rego:\d+:\d+:/);
+      });
+    });
+
     it('refuses a bundle whose whole set breaks (a deletion another module needs)', async () => {
       const uses = 'package authz.agent\n\ndeny contains "h" if helper_fn(1) == 2\n';
       const helper = 'package authz.agent\n\nhelper_fn(x) := x\n';

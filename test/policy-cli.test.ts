@@ -181,6 +181,39 @@ onceOnly('arbiter policy check and test (no server)', () => {
     expect(r3.stdout).to.contain(`${path.join(thresholds, 't.rego')}:3:1`);
   });
 
+  it('check: a rule of the wrong shape for the decision module is blamed on its own file and row, not on builtin/authz.rego', () => {
+    const dir = tempDir({
+      'shape.rego': 'package authz.agent\n\n# a number where an object of actions belongs\nthresholds := 5\n',
+      'human.rego': 'package authz.human\n\nallow := "yes"\n\ndeny(x) := true if x\n',
+    });
+    const r = policy(['check', dir]);
+    expect(r.code, r.stderr).to.equal(1);
+    const lines = r.stdout.trim().split('\n');
+    expect(lines).to.have.length(3);
+    expect(lines).to.include.members([
+      `${path.join(dir, 'shape.rego')}:4:1: rego_type_error: thresholds must be an object of action -> {"deny_below": x, "approval_below": y}: \`thresholds[action] := {…}\`; Arbiter's decision module reads data.authz.agent.thresholds (OPA: undefined ref: data.authz.agent.thresholds[action], at builtin/authz.rego:110)`,
+    ]);
+    expect(
+      lines.some((l) =>
+        l.startsWith(`${path.join(dir, 'human.rego')}:3:1: rego_type_error: allow must be true or undefined`),
+      ),
+    ).to.equal(true);
+    expect(
+      lines.some((l) =>
+        l.startsWith(`${path.join(dir, 'human.rego')}:5:1: rego_type_error: deny must be a set of reasons`),
+      ),
+    ).to.equal(true);
+    for (const l of lines) expect(l).not.to.match(/^builtin\//);
+    const j = JSON.parse(policy(['check', '--json', dir]).stdout);
+    expect(
+      j.errors.map((e: { file: string; row: number }) => [path.basename(e.file), e.row]),
+    ).to.have.deep.members([
+      ['shape.rego', 4],
+      ['human.rego', 3],
+      ['human.rego', 5],
+    ]);
+  });
+
   it('check: a thresholds rule that never finishes is reported with exit 1, not a hung CI job', () => {
     const dir = tempDir({
       'slow.rego': SPIN_THRESHOLDS,

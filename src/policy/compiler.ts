@@ -6,12 +6,20 @@ import path from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { repoRoot } from '../config.js';
 import { ALLOWED_BUILTINS, restrictCapabilities } from './capabilities.js';
+import { type LocatedError, type ParsedModule, relocateContractErrors, ruleSites } from './contract.js';
 
 /** The reserved package of the built-in decision module, and the one entrypoint we evaluate. */
 export const RESERVED_PACKAGE = 'data.authz';
 export const ENTRYPOINT = 'authz/decision';
 /** The built-in module's list of malformed thresholds, checked after every change (not per decision). */
 export const THRESHOLD_ERRORS = 'authz/threshold_errors';
+/**
+ * How many errors `opa check` may find before it stops (its default is 10): the built-in module's
+ * errors about one user rule can fill ten alone and hide the next rule's, before they are folded
+ * into one per rule (contract.ts). At most MAX_SHOWN are shown, then how many more there were.
+ */
+const CHECK_MAX_ERRORS = 100;
+const MAX_SHOWN = 10;
 export const BUILTIN_MODULE_PATH = path.join(repoRoot, 'src', 'policy', 'rego', 'authz.rego');
 
 export interface Module {
@@ -40,11 +48,7 @@ export class CompileError extends Error {
   }
 }
 
-interface OpaError {
-  message: string;
-  code?: string;
-  location?: { file: string; row: number; col: number };
-}
+type OpaError = LocatedError;
 
 /**
  * Compiles policy sets with the official OPA CLI: `opa check` (located errors, restricted
@@ -104,11 +108,23 @@ export class RegoCompiler {
       await writeFile(path.join(dir, 'builtin', 'authz.rego'), this.builtinRego);
       for (const m of modules) await writeFile(path.join(dir, 'policies', `${m.name}.rego`), m.rego);
 
-      const check = await this.run(['check', '--format', 'json', '--capabilities', this.capsFile, '.'], dir);
-      if (check.code !== 0) throw this.refusal(check.stderr || check.stdout);
+      const check = await this.run(
+        [
+          'check',
+          '--format',
+          'json',
+          '--max-errors',
+          String(CHECK_MAX_ERRORS),
+          '--capabilities',
+          this.capsFile,
+          '.',
+        ],
+        dir,
+      );
+      if (check.code !== 0) throw await this.refusal(check.stderr || check.stdout, dir, modules);
 
       const inspect = await this.run(['inspect', '--format', 'json', 'policies'], dir);
-      if (inspect.code !== 0) throw this.refusal(inspect.stderr || inspect.stdout);
+      if (inspect.code !== 0) throw await this.refusal(inspect.stderr || inspect.stdout, dir, modules);
       const inspected = JSON.parse(inspect.stdout) as { namespaces?: Record<string, string[]> };
       for (const [ns, files] of Object.entries(inspected.namespaces ?? {})) {
         if (ns === RESERVED_PACKAGE) {
@@ -140,7 +156,7 @@ export class RegoCompiler {
         ],
         dir,
       );
-      if (built.code !== 0) throw this.refusal(built.stderr || built.stdout);
+      if (built.code !== 0) throw await this.refusal(built.stderr || built.stdout, dir, modules);
       const wasm = extractFromTarGz(await readFile(out), '/policy.wasm');
       if (!wasm) throw new Error('opa build produced no policy.wasm');
       return wasm;
@@ -149,8 +165,12 @@ export class RegoCompiler {
     }
   }
 
-  /** Turns OPA's JSON errors into one error naming policy, row, column and the reason. */
-  private refusal(output: string): CompileError {
+  /**
+   * Turns OPA's JSON errors into one error naming policy, row, column and the reason. Errors that
+   * the built-in module meets reading a user rule of the wrong shape name that rule instead
+   * (contract.ts), since the user cannot change the built-in module's rows.
+   */
+  private async refusal(output: string, dir: string, modules: Module[]): Promise<CompileError> {
     let errors: OpaError[];
     try {
       errors = (JSON.parse(output) as { errors: OpaError[] }).errors;
@@ -158,7 +178,21 @@ export class RegoCompiler {
       const text = output.trim().replace(/\S*\/policies\//g, '') || 'policy set does not compile';
       return new CompileError(text, [{ policy: undefined, row: undefined, col: undefined, message: text }]);
     }
-    const problems = errors.slice(0, 10).map((e): CompileProblem => {
+    const files = modules.map((m) => ({ file: path.join('policies', `${m.name}.rego`), text: m.rego }));
+    errors = await relocateContractErrors(
+      errors,
+      (file) => policyOf(file) === undefined,
+      this.builtinRego,
+      (kind, name) =>
+        ruleSites(files, kind, name, async (file) => {
+          const parsed = await this.run(
+            ['parse', '--format', 'json', '--json-include', 'locations,-comments', file],
+            dir,
+          );
+          return parsed.code === 0 ? (JSON.parse(parsed.stdout) as ParsedModule) : undefined;
+        }),
+    );
+    const problems = errors.slice(0, MAX_SHOWN).map((e): CompileProblem => {
       let msg = e.message;
       const fn = /^undefined function (\S+)$/.exec(msg)?.[1];
       if (fn && this.allBuiltins.has(fn) && !ALLOWED_BUILTINS.has(fn)) {
@@ -172,12 +206,13 @@ export class RegoCompiler {
         message: `${e.code ? e.code + ': ' : ''}${msg}`,
       };
     });
-    const located = errors.slice(0, 10).map((e, i) => {
+    const located = errors.slice(0, MAX_SHOWN).map((e, i) => {
       const loc = e.location;
       const where = loc ? `${policyName(loc.file)}:${loc.row}:${loc.col}: ` : '';
       return `${where}${problems[i]?.message ?? ''}`;
     });
-    return new CompileError(located.join('; '), problems);
+    const more = errors.length > MAX_SHOWN ? `; and ${errors.length - MAX_SHOWN} more errors` : '';
+    return new CompileError(located.join('; ') + more, problems);
   }
 
   /** Runs the OPA CLI; rejects only when it cannot be started or times out. */
