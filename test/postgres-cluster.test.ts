@@ -339,6 +339,50 @@ onPostgresOnly('database unreachable (SPEC §10)', function () {
     expect((await call('GET', `${a.platform}/api/v1/audit/verify`)).json.ok).to.equal(true);
   });
 
+  it('answers 503, not 500, while the database refuses new connections (ALLOW_CONNECTIONS false), to stored keys too; recovers by itself', async () => {
+    const name = new URL(db.url).pathname.slice(1);
+    const agentKey = direct.createKey('refused-reader', ['authorize'], { agent: AGENT.allow.agent_id });
+    const reviewer = direct.createKey('refused-reviewer', ['queue:review']);
+    // The database refuses connections to itself: the statements go through the maintenance one.
+    const maintenance = new URL(db.url);
+    maintenance.pathname = '/postgres';
+    const asAgent = () =>
+      call('POST', `${direct.engine}/v1/agent/authorize`, { body: AGENT.allow, key: agentKey });
+    const pending = await authorize(direct, AGENT.approval);
+    expect(pending.status, pending.text).to.equal(202);
+    const answer = (await asAgent()).status;
+    expect(answer).to.be.oneOf([200, 403]);
+    await queryDatabase(maintenance.toString(), `ALTER DATABASE "${name}" WITH ALLOW_CONNECTIONS false`);
+    try {
+      await queryDatabase(
+        maintenance.toString(),
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'arbiter'",
+        [name],
+      );
+      // A stored key is looked up first (its failure was a 500), then the decision is recorded.
+      const refused = [
+        await asAgent(),
+        await authorize(direct),
+        await call('POST', `${direct.engine}/v1/queue/${pending.json.request_id as string}/approve`, {
+          body: {},
+          key: reviewer,
+        }),
+        await call('GET', `${direct.engine}/healthz`, { key: null }),
+      ];
+      for (const r of refused) {
+        expect(r.status, r.text).to.equal(503);
+        expect(Object.keys(r.json)).to.include('error');
+      }
+    } finally {
+      await queryDatabase(maintenance.toString(), `ALTER DATABASE "${name}" WITH ALLOW_CONNECTIONS true`);
+    }
+    await within(
+      15_000,
+      async () => (await call('GET', `${direct.engine}/healthz`, { key: null })).status === 200,
+    );
+    await within(15_000, async () => (await asAgent()).status === answer);
+  });
+
   it('survives its connections being terminated mid-query (a restart or failover), answering 503 or the right answer', async () => {
     const name = new URL(db.url).pathname.slice(1);
     // The live policy's answer (the test before this one froze the set): that, or 503.

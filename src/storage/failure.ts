@@ -10,11 +10,17 @@ export function asStorageFailure(e: unknown): unknown {
   const code = typeof err?.code === 'string' ? err.code : '';
   const message = typeof err?.message === 'string' ? err.message : '';
   const unreachable =
-    // PostgreSQL: connection exceptions (08…), admin shutdown / crash / cannot connect now (57P…),
-    // and too many connections (53300); node: sockets that refuse, reset or time out.
-    /^08/.test(code) ||
-    /^57P0[1-4]$/.test(code) ||
-    code === '53300' ||
+    // PostgreSQL: connection exceptions (08…); admin shutdown, crash, cannot connect now, idle
+    // session timeout (57P0…); insufficient resources (53…: disk full, out of memory, too many
+    // connections) and system errors (58…); a database that does not exist (3D000), refuses new
+    // connections (55000 "is not currently accepting connections") or refuses our login (28…);
+    // a standby after a failover (25006, read-only transaction). None of them is the request's
+    // fault or an answer: retry. Node: sockets that refuse, reset or time out.
+    /^(08|53|58|28)/.test(code) ||
+    /^57P0[1-5]$/.test(code) ||
+    code === '3D000' ||
+    code === '25006' ||
+    (code === '55000' && /not currently accepting connections/i.test(message)) ||
     ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH'].includes(code) ||
     /Connection terminated|timeout exceeded when trying to connect|Connection ended unexpectedly|Query read timeout|Client has encountered a connection error/i.test(
       message,
