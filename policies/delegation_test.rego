@@ -23,7 +23,7 @@ test_admin_user_read_allowed_and_charged if {
 test_user_without_the_right_denies_what_the_agent_may_do if {
 	d := data.authz.decision with input as obo("bob", "deploy", "prod/api")
 	d.status == "deny"
-	d.message == "deploy to production requires approval; on behalf of bob: no policy allows deploy on this resource"
+	d.message == "on behalf of bob: no policy allows deploy on this resource; deploy to production requires approval"
 
 	# A default deny has no reason of its own: only the agent's is listed.
 	d.reasons == ["deploy to production requires approval"]

@@ -792,7 +792,10 @@ onEveryBackend('the example governance policies (policies/)', function () {
     expect((await obo('alice', 'read', 'repo/arbiter')).status).to.equal(200);
     const bob = await obo('bob', 'deploy', 'prod/api');
     expect(bob.status).to.equal(403);
-    expect(bob.json.message).to.include('on behalf of bob: no policy allows deploy');
+    // The user's deny won, so it is named first (before the agent's "requires approval").
+    expect(bob.json.message).to.match(
+      /^on behalf of bob: no policy allows deploy on this resource; deploy to production requires approval$/,
+    );
     const del = await obo('alice', 'delete', 'repo/old');
     expect(del.status).to.equal(403);
     expect(del.json.message).to.include('agent deploy-bot may not delete on behalf of a user');

@@ -292,12 +292,15 @@ delegated_decision := {
 	agent := base_decision
 	user := base_decision with input as delegated_input
 	status := [s | some s, n in rank; n == max({rank[agent.status], rank[user.status]})][0]
-	parts := array.concat(
-		[agent.message | agent.status != "allow"],
-		[concat(": ", [delegated_user_text, user.message]) | user.status != "allow"],
-	)
-	message := joined_or_allowed(parts)
+	agent_part := [agent.message | agent.status != "allow"]
+	user_part := [concat(": ", [delegated_user_text, user.message]) | user.status != "allow"]
+	message := joined_or_allowed(stricter_first(rank[user.status] > rank[agent.status], agent_part, user_part))
 }
+
+# The side whose outcome won is named first: a deny for the user does not read as "requires approval; …".
+stricter_first(user_won, agent_part, user_part) := array.concat(user_part, agent_part) if {
+	user_won
+} else := array.concat(agent_part, user_part)
 
 joined_or_allowed(parts) := concat("; ", parts) if {
 	count(parts) > 0
