@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
@@ -203,6 +204,59 @@ onEveryBackend('webhooks (SPEC §12)', function () {
       expect(deliveries).to.include('credentials');
       expect(deliveries).to.not.include('hunter22');
       expect((await call('DELETE', `${a.platform}/api/v1/webhooks/legacy`)).status).to.equal(204);
+    });
+
+    // A Slack incoming-webhook URL is a bearer credential, and audit:read is less than admin.
+    it('records a webhook URL in the audit trail as its origin and SHA-256 only, never its path or query', async () => {
+      const auditor = a.createKey('hook-auditor', ['audit:read']);
+      const slack = 'https://hooks.slack.com/services/T0000/B0000/XXXXSECRETXXXX';
+      const withToken = `${rx.url}/T0000?token=abc123tokenvalue`;
+      const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
+      const created = await putHook(a, 'slack1', { url: slack, events: ['queue.pending'], format: 'slack' });
+      expect(created.status, created.text).to.equal(201);
+      const same = await putHook(a, 'slack2', { url: slack, events: ['queue.pending'], format: 'slack' });
+      expect(same.status, same.text).to.equal(201);
+      const replaced = await putHook(a, 'slack1', { url: withToken, events: ['queue.denied'] });
+      expect(replaced.status, replaced.text).to.equal(200);
+      // The admin who set it still reads it whole.
+      expect((await call('GET', `${a.platform}/api/v1/webhooks/slack1`)).json.url).to.equal(withToken);
+      for (const name of ['slack1', 'slack2']) {
+        expect((await call('DELETE', `${a.platform}/api/v1/webhooks/${name}`)).status).to.equal(204);
+      }
+
+      // Every page of the audit trail, as the audit:read key reads it.
+      let text = '';
+      let cursor: string | null = null;
+      do {
+        const page: Awaited<ReturnType<typeof call>> = await call(
+          'GET',
+          `${a.platform}/api/v1/audit?limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`,
+          { key: auditor },
+        );
+        expect(page.status, page.text).to.equal(200);
+        text += page.text;
+        cursor = page.json.next_cursor;
+      } while (cursor !== null);
+      expect(text).to.include('webhook.put').and.include('webhook.delete');
+      for (const secret of [
+        'XXXXSECRETXXXX',
+        '/services/T0000',
+        'abc123tokenvalue',
+        'token=',
+        '/hook/T0000',
+      ]) {
+        expect(text, secret).to.not.include(secret);
+      }
+
+      const puts = (await auditEvents(a.platform, { kind: 'webhook.put' })).filter((e) =>
+        ['slack1', 'slack2'].includes(e.resource),
+      );
+      expect(puts.map((e) => [e.resource, e.details.url_origin, e.details.url_sha256])).to.deep.equal([
+        ['slack1', `http://127.0.0.1:${rx.port}`, sha256(withToken)],
+        ['slack2', 'https://hooks.slack.com', sha256(slack)],
+        ['slack1', 'https://hooks.slack.com', sha256(slack)],
+      ]);
+      for (const e of puts) expect(e.details).to.not.have.property('url');
     });
 
     it('refuses a bad name (400), needs admin (403), and 404s the deliveries of an unknown webhook', async () => {

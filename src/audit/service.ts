@@ -7,11 +7,11 @@ import {
   type Page,
   type PageQuery,
 } from '../common/pagination.js';
-import { compileSchema } from '../common/validation.js';
+import { ASCII_NAME, ASCII_NAME_RULE, compileSchema } from '../common/validation.js';
 import { admits, narrow } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
 import { checkStoredEvent, GENESIS_HASH } from './chain.js';
-import { isReservedKind } from './kinds.js';
+import { readsAsReservedKind, RESERVED_KIND_WORDS } from './kinds.js';
 import type { AuditFilter, AuditStore } from './store.js';
 import type { AuditEvent, NewAuditEvent } from './types.js';
 
@@ -39,7 +39,13 @@ export const ingestEventSchema = {
   type: 'object',
   required: ['kind'],
   properties: {
-    kind: { type: 'string', minLength: 1, maxLength: 128 },
+    kind: {
+      type: 'string',
+      minLength: 1,
+      maxLength: 128,
+      pattern: ASCII_NAME,
+      description: `${ASCII_NAME_RULE}; its first word (up to the first . _ : or -) not one of Arbiter's own, in any letter case, singular or plural: ${RESERVED_KIND_WORDS.join(', ')}`,
+    },
     time: { type: 'string', format: 'date-time' },
     trace_id: str(128),
     request_id: str(128),
@@ -192,17 +198,21 @@ export class AuditService {
   async ingest(principal: Principal, body: unknown): Promise<{ accepted: number; ids: string[] }> {
     const isBatch = typeof body === 'object' && body !== null && 'events' in body;
     const raw = isBatch ? validateBatch(body).events : [validateEvent(body)];
-    const events = raw.map((e) => this.toEvent(principal, e));
+    const events = raw.map((e, i) => this.toEvent(principal, e, isBatch ? `events.${i}.kind` : 'kind'));
     const stored = await this.store.append(events);
     return { accepted: stored.length, ids: stored.map((e) => e.id) };
   }
 
-  private toEvent(principal: Principal, e: Record<string, unknown>): NewAuditEvent {
+  /** `field` names the event's kind in an error (`kind`, or `events.3.kind` in a batch). */
+  private toEvent(principal: Principal, e: Record<string, unknown>, field: string): NewAuditEvent {
     // A bound key forwards events of its own tenant and agent only, and those are filled in.
     const tenantId = narrow(principal, 'tenant', (e.tenant_id as string | null | undefined) ?? undefined);
     const agentId = narrow(principal, 'agent', (e.agent_id as string | null | undefined) ?? undefined);
-    if (isReservedKind(e.kind as string)) {
-      throw invalid(`kind ${String(e.kind)} is reserved for events Arbiter records itself`);
+    // `Decision`, `Queue.approve` or `tokens.mint` would read as Arbiter's own in the trail.
+    if (readsAsReservedKind(e.kind as string)) {
+      throw invalid(
+        `${field} ${String(e.kind)} is reserved for events Arbiter records itself: an ingested kind may not begin with the word ${RESERVED_KIND_WORDS.join(', ')} (in any letter case, or plural)`,
+      );
     }
     // Unknown fields are kept under details; so is the caller's own `actor`: the event's actor
     // is the key that ingested it, which is the only identity Arbiter can vouch for.

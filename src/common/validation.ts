@@ -38,6 +38,17 @@ export function isRfc3339(s: string): boolean {
 export const TOKEN_SAFE = `^[^\\s\\x00-\\x1f\\x7f-\\x9f${INVISIBLE_CLASS}]+$`;
 const TOKEN_SAFE_RE = new RegExp(TOKEN_SAFE, 'u');
 
+/**
+ * A name made of ASCII letters and digits, joined by `.`, `_`, `:` or `-` (`edge.decision`,
+ * `aws:s3.put-object`), starting and ending with a letter or digit. Stricter than TOKEN_SAFE for
+ * names that must not read as another one in any font: no look-alike letters of other scripts
+ * (a Cyrillic `о` in `decisiоn`), no one-dot leader U+2024 for `.`, and nothing that hides at
+ * either end. Ingested audit event kinds use it (src/audit/kinds.ts says why).
+ */
+export const ASCII_NAME = '^[A-Za-z0-9](?:[A-Za-z0-9._:-]*[A-Za-z0-9])?$';
+export const ASCII_NAME_RULE =
+  'ASCII letters and digits, joined by . _ : or - (starting and ending with a letter or digit)';
+
 /** TOKEN_SAFE outside a JSON Schema (settings, key bindings). */
 export const isTokenSafe = (s: string): boolean => TOKEN_SAFE_RE.test(s);
 
@@ -121,9 +132,14 @@ function describe(e: ErrorObject | undefined, body: unknown): string {
     case 'format':
       return `${where} must be an RFC 3339 date-time`;
     case 'pattern':
-      return (e.params as { pattern: string }).pattern === TOKEN_SAFE
-        ? `${where} must not contain whitespace, control or invisible characters`
-        : `${where} must match ${(e.params as { pattern: string }).pattern}`;
+      switch ((e.params as { pattern: string }).pattern) {
+        case TOKEN_SAFE:
+          return `${where} must not contain whitespace, control or invisible characters`;
+        case ASCII_NAME:
+          return `${where} must be ${ASCII_NAME_RULE}`;
+        default:
+          return `${where} must match ${(e.params as { pattern: string }).pattern}`;
+      }
     case 'not':
       return (e.parentSchema as { not?: { pattern?: string } }).not?.pattern === DOT_SEGMENT
         ? `${where} must not contain a "." or ".." path segment`

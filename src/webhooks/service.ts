@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { decodeCursor, encodeCursor, fetchPage, type PageQuery } from '../common/pagination.js';
-import { maskPassword } from '../common/urls.js';
+import { maskPassword, urlForAudit } from '../common/urls.js';
 import { compileSchema } from '../common/validation.js';
 import { invalid, notFound } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
@@ -61,7 +61,9 @@ const validate = compileSchema<WebhookRequest>(webhookRequestSchema);
 export type WebhookView = Omit<WebhookRecord, 'secret'>;
 /**
  * A webhook as the API shows it: never its signing secret, nor a password in its URL (a URL with
- * credentials is refused since 2026-11-24; one stored before shows `***` in its place).
+ * credentials is refused since 2026-11-24; one stored before shows `***` in its place). Its path
+ * and query are shown: only `admin` keys read webhooks, and they set them. The audit trail, which
+ * less than admin reads, records the URL's origin and hash only (urlForAudit).
  */
 export const webhookView = ({ secret: _secret, url, ...view }: WebhookRecord): WebhookView => ({
   ...view,
@@ -187,7 +189,7 @@ export class WebhookService {
       resource: name,
       outcome: 'success',
       details: {
-        url: redact(url),
+        ...urlForAudit(url),
         events: record.events,
         format: record.format,
         secret: req.secret !== undefined ? 'set' : generated ? 'generated' : 'kept',
@@ -334,11 +336,12 @@ export class WebhookService {
         : this.failure(d, res.status, `receiver answered ${res.status}`);
     } catch (e) {
       const err = e as Error;
-      // fetch names the URL in some of its errors: never with its credentials in the deliveries list.
+      // fetch names the URL in some of its errors: the deliveries list (admin) shows it as the
+      // webhook's own answer does, never with a password.
       const reason =
         err.name === 'TimeoutError'
           ? `no answer within ${ATTEMPT_TIMEOUT_MS / 1000} s`
-          : err.message.split(d.url).join(redact(d.url));
+          : err.message.split(d.url).join(maskPassword(d.url));
       result = this.failure(d, null, reason);
     }
     await this.store.settle(d.id, result);
@@ -412,12 +415,4 @@ function literal(s: string): string {
 /** Slack mrkdwn treats &, < and > as control characters. */
 function escapeSlack(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
-}
-
-/** A URL without its user-info (credentials never reach the audit trail). */
-function redact(url: string): string {
-  const u = new URL(url);
-  u.username = '';
-  u.password = '';
-  return u.toString();
 }
