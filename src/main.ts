@@ -3,7 +3,13 @@ import { parseArgs } from 'node:util';
 import { prepareStorage, startArbiter } from './app.js';
 import { openStores } from './storage/index.js';
 import { isWorker, runPrimary } from './cluster.js';
-import { AuditService } from './audit/service.js';
+import {
+  anchorOf,
+  AuditService,
+  parseAnchorCount,
+  parseAnchorHead,
+  type ChainAnchor,
+} from './audit/service.js';
 import { ConfigError, loadConfig, type Role } from './config.js';
 import { AppError } from './errors.js';
 import { KeyService } from './keys/service.js';
@@ -17,7 +23,7 @@ const USAGE = `usage:
   arbiter keys create --name NAME --scopes s1,s2 [--tenant T] [--agent A]
   arbiter keys list
   arbiter keys revoke NAME
-  arbiter audit verify
+  arbiter audit verify [--head H --count N]
 ${POLICY_USAGE}
 
 Configuration comes from ARBITER_* environment variables and an optional YAML file named by
@@ -138,10 +144,24 @@ async function keys(args: string[]): Promise<void> {
 async function audit(args: string[]): Promise<void> {
   const [sub, ...rest] = args;
   if (sub !== 'verify') throw new UsageError(`unknown audit command ${sub ?? '(none)'}`);
-  parseArgs({ args: rest, options: {}, strict: true });
+  const { values } = parseArgs({
+    args: rest,
+    options: { head: { type: 'string' }, count: { type: 'string' } },
+    strict: true,
+  });
+  // An anchor saved from an earlier verify: malformed, or one part without the other, is a usage error.
+  let anchor: ChainAnchor | undefined;
+  try {
+    anchor = anchorOf(
+      values.head === undefined ? undefined : parseAnchorHead(values.head),
+      values.count === undefined ? undefined : parseAnchorCount(values.count),
+    );
+  } catch (e) {
+    throw new UsageError(`audit verify: ${(e as Error).message}`);
+  }
   const stores = await openStores(loadConfig());
   try {
-    const r = await new AuditService(stores.audit, (d) => d).verify();
+    const r = await new AuditService(stores.audit, (d) => d).verify(undefined, anchor);
     console.log(JSON.stringify(r));
     if (!r.ok) process.exitCode = 1;
   } finally {

@@ -178,6 +178,27 @@ onEveryBackend('strings that cannot be stored as received', () => {
       expectError(r, 400, /(path|query) parameter \w+ holds a lone UTF-16 surrogate or a U\+0000/);
     });
   }
+  // Node's querystring would read bytes that are not UTF-8 as U+FFFD, and a filter would match
+  // nothing (200, an empty list) where a body of the same bytes is a 400.
+  it('refuses percent-escapes that are not UTF-8 in any query value or name with 400', async () => {
+    for (const [base, url] of [
+      [a.platform, '/api/v1/audit?kind=%ED%A0%80'],
+      [a.platform, '/api/v1/audit?agent_id=ok&action=%C3'],
+      [a.platform, '/api/v1/audit?kind=%FF%FE'],
+      [a.platform, '/api/v1/audit/verify?x%80=1'],
+      [a.engine, '/v1/queue?status=pending&cursor=%E2%82'],
+      [a.platform, '/api/v1/policies?cursor=%C0%AF'],
+    ] as const) {
+      expectError(await call('GET', base + url), 400, 'the query string is not percent-encoded UTF-8');
+    }
+    // Well-formed escapes, and a lone % that escapes nothing, are read as before.
+    const ok = await call('GET', `${a.platform}/api/v1/audit?kind=%C3%A9%F0%9F%9A%80`);
+    expect(ok.status, ok.text).to.equal(200);
+    expect(ok.json.events).to.deep.equal([]);
+    const pct = await call('GET', `${a.platform}/api/v1/audit?kind=100%`);
+    expect(pct.status, pct.text).to.equal(200);
+  });
+
   it('refuses U+0000 in a policy name and a data path on the Platform API with 400', async () => {
     for (const url of [
       '/api/v1/policies/x%00',

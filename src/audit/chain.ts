@@ -24,6 +24,83 @@ export interface ChainHead {
 
 export const EMPTY_CHAIN: ChainHead = { hash: GENESIS_HASH, count: 0 };
 
+/** The head as the `meta` table holds it: each value's text, undefined when its row is missing. */
+export interface StoredHead {
+  audit_head: string | undefined;
+  audit_count: string | undefined;
+}
+
+/** A stored head read as a ChainHead, or why it cannot be (every migration records one). */
+export type RecordedHead = { ok: true; head: ChainHead } | { ok: false; reason: string };
+
+const HEX64 = /^[0-9a-f]{64}$/;
+/** Integer text. SQLite appends once wrote it as a REAL's text ("12.0"), which reads the same. */
+const COUNT = /^(0|[1-9]\d{0,14})(\.0)?$/;
+
+/**
+ * Reads the recorded head. Migrations record one in every database, an empty one included
+ * (64 zeros, count 0), so a missing or malformed value is never read as "empty": someone changed
+ * the table, and both verification and appends refuse to go on from it.
+ */
+export function readStoredHead(s: StoredHead): RecordedHead {
+  const missing = (['audit_head', 'audit_count'] as const).filter((k) => s[k] === undefined);
+  if (missing.length > 0) {
+    return {
+      ok: false,
+      reason: `the chain head is not recorded: meta ${missing.join(' and ')} ${missing.length > 1 ? 'are' : 'is'} missing`,
+    };
+  }
+  const hash = s.audit_head as string;
+  const count = s.audit_count as string;
+  if (!HEX64.test(hash)) {
+    return { ok: false, reason: 'the recorded chain head (meta audit_head) is not a SHA-256 hex hash' };
+  }
+  if (!COUNT.test(count)) {
+    return {
+      ok: false,
+      reason: 'the recorded event count (meta audit_count) is not a non-negative integer',
+    };
+  }
+  return { ok: true, head: { hash, count: Number(count) } };
+}
+
+/** The head of the chain for an append: as recorded, or an error when it cannot be read. */
+export function headForAppend(s: StoredHead): ChainHead {
+  const r = readStoredHead(s);
+  if (!r.ok) throw new Error(`cannot append to the audit chain: ${r.reason}`);
+  return r.head;
+}
+
+/** The stored rows as one snapshot sees them, with the head recorded in the same snapshot. */
+export interface ChainExtent {
+  rows: number;
+  /** null when there are no rows */
+  minSeq: number | null;
+  maxSeq: number | null;
+  head: StoredHead;
+}
+
+/**
+ * What verification concludes from the extent of the stored rows: every row must be an event of
+ * the recorded chain, numbered 1…count. Rows outside it are served by every read path (the list,
+ * a trace, a queue item's events) though no walk of the chain reaches them. Null when they are.
+ */
+export function extentProblem(x: ChainExtent): string | null {
+  const recorded = readStoredHead(x.head);
+  if (!recorded.ok) return recorded.reason;
+  const count = recorded.head.count;
+  if (x.rows > 0 && x.minSeq !== 1) {
+    return `an event is stored at number ${String(x.minSeq)}, before the chain's first (1): it was inserted outside the chain`;
+  }
+  if (x.maxSeq !== null && x.maxSeq > count) {
+    return `an event is stored at number ${x.maxSeq}, beyond the ${count} the chain records: it was inserted, or the recorded count lowered`;
+  }
+  if (x.rows > count) {
+    return `${x.rows} events are stored but the chain records ${count}: events were inserted outside it`;
+  }
+  return null;
+}
+
 /** The filterable columns of an event row (see AUDIT_EQUALITY_FILTERS, plus time). */
 export interface AuditIndexColumns {
   time: string;
@@ -124,15 +201,22 @@ export interface StoredEvent {
 export type ChainCheck = { ok: true; hash: string } | { ok: false; id: string | null; reason: string };
 
 /**
- * Checks one stored event against the hash before it: its body hashes to its hash, links to
- * `prev`, and its index columns are the body's own values (so a filter cannot be made to hide it).
+ * Checks one stored event against the hash before it: it is number `seq` of the chain, its body
+ * hashes to its hash, links to `prev`, and its index columns are the body's own values (so a filter cannot be made to hide it).
  */
-export function checkStoredEvent(row: StoredEvent, prev: string): ChainCheck {
+export function checkStoredEvent(row: StoredEvent, prev: string, seq: number): ChainCheck {
   let content: Omit<AuditEvent, 'hash'>;
   try {
     content = JSON.parse(row.body) as Omit<AuditEvent, 'hash'>;
   } catch {
     return { ok: false, id: null, reason: `event ${row.seq} has a body that is not JSON: it was modified` };
+  }
+  if (row.seq !== seq) {
+    return {
+      ok: false,
+      id: content.id,
+      reason: `event ${seq} is missing: the next stored event is number ${row.seq}, so an event was deleted or renumbered`,
+    };
   }
   if (sha256Hex(row.body) !== row.hash) {
     return { ok: false, id: content.id, reason: 'event content does not match its hash: it was modified' };

@@ -10,7 +10,7 @@ import {
 import { ASCII_NAME, ASCII_NAME_RULE, compileSchema } from '../common/validation.js';
 import { admits, narrow } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
-import { checkStoredEvent, GENESIS_HASH } from './chain.js';
+import { checkStoredEvent, extentProblem, GENESIS_HASH, readStoredHead, sha256Hex } from './chain.js';
 import { readsAsReservedKind, RESERVED_KIND_WORDS } from './kinds.js';
 import type { AuditFilter, AuditStore } from './store.js';
 import type { AuditEvent, NewAuditEvent } from './types.js';
@@ -91,6 +91,39 @@ export type AuditQuery = Partial<Omit<AuditFilter, 'before' | 'limit'>> & PageQu
 export type VerifyResult =
   | { ok: true; checked: number; head: string }
   | { ok: false; checked: number; first_bad: string | null; reason: string };
+
+/**
+ * A head saved from an earlier verification (`head` and `checked`), kept where the database's
+ * writers cannot reach it: event number `count` of the chain must still hash to `head`.
+ */
+export interface ChainAnchor {
+  head: string;
+  count: number;
+}
+
+/** `head` of an anchor: a SHA-256 hash as verify answers it, 64 lowercase hex digits. */
+export function parseAnchorHead(raw: string): string {
+  if (!/^[0-9a-f]{64}$/.test(raw))
+    throw invalid('head must be 64 lowercase hex digits (a head verify answered)');
+  return raw;
+}
+
+/** `count` of an anchor: the `checked` verify answered with the head, a positive integer. */
+export function parseAnchorCount(raw: string): number {
+  if (!/^[1-9]\d{0,15}$/.test(raw) || !Number.isSafeInteger(Number(raw))) {
+    throw invalid('count must be a positive integer (the checked verify answered with the head)');
+  }
+  return Number(raw);
+}
+
+/** An anchor from its two parts, each present or absent as given: both or neither. */
+export function anchorOf(head: string | undefined, count: number | undefined): ChainAnchor | undefined {
+  if (head === undefined && count === undefined) return undefined;
+  if (head === undefined || count === undefined) {
+    throw invalid('head and count anchor the chain together: give both or neither');
+  }
+  return { head, count };
+}
 
 /** Events hashed between two yields to the event loop while verifying. */
 const VERIFY_CHUNK = 2_000;
@@ -247,10 +280,13 @@ export class AuditService {
   }
 
   /**
-   * Walks the chain from the start: each event must link to the one before it and hash to its
-   * stored hash, and the chain must end at the recorded head. Reports the first event that fails.
+   * Walks the chain from the start: each event must be the next by number, link to the one before
+   * it and hash to its stored hash, the chain must end at the recorded head, and no row may lie
+   * outside it. Reports the first event that fails. With an `anchor`, event `anchor.count` must
+   * also still hash to `anchor.head`: a chain rebuilt from some event on is consistent, but not
+   * the chain that was anchored.
    */
-  async verify(principal?: Principal): Promise<VerifyResult> {
+  async verify(principal?: Principal, anchor?: ChainAnchor): Promise<VerifyResult> {
     // The chain spans every tenant: its length and head are not one tenant's to read.
     if (principal && !admits(principal, 'tenant', null)) {
       throw forbidden('verifying the audit chain needs an API key that is not bound to a tenant');
@@ -259,32 +295,37 @@ export class AuditService {
     this.verifying ??= this.walk().finally(() => {
       this.verifying = undefined;
     });
-    return this.verifying;
+    const r = await this.verifying;
+    return r.ok && anchor ? this.checkAnchor(r, anchor) : r;
   }
 
   /**
    * Reads the chain in chunks, yielding to the event loop between them, so serving goes on. It
    * verifies the chain as it stood when the walk began (the recorded head and length then):
-   * events appended meanwhile belong to the next verification.
+   * events appended meanwhile belong to the next verification. Rows outside the chain are looked
+   * for last, in one snapshot with the head then recorded, which covers those appends.
    */
   private async walk(): Promise<VerifyResult> {
-    const head = await this.store.head();
+    const recorded = readStoredHead(await this.store.head());
+    if (!recorded.ok) return { ok: false, checked: 0, first_bad: null, reason: recorded.reason };
+    const head = recorded.head;
     let prev = GENESIS_HASH;
     let checked = 0;
     let after = 0;
-    for (;;) {
-      const rows = (await this.store.chunk(after, VERIFY_CHUNK)).slice(0, head.count - checked);
+    while (checked < head.count) {
+      const want = Math.min(VERIFY_CHUNK, head.count - checked);
+      const rows = await this.store.chunk(after, want);
       for (const row of rows) {
-        const r = checkStoredEvent(row, prev);
+        const r = checkStoredEvent(row, prev, checked + 1);
         if (!r.ok) return { ok: false, checked, first_bad: r.id, reason: r.reason };
         prev = r.hash;
         checked++;
       }
-      if (rows.length < VERIFY_CHUNK || checked >= head.count) break;
-      after = (rows[rows.length - 1] as { seq: number }).seq;
+      if (rows.length < want) break;
+      after = checked;
       await new Promise((resolve) => setImmediate(resolve));
     }
-    if (head.hash !== prev || head.count !== checked) {
+    if (checked < head.count) {
       return {
         ok: false,
         checked,
@@ -292,6 +333,41 @@ export class AuditService {
         reason: `the chain ends at event ${checked} but ${head.count} were recorded: events were removed from its end`,
       };
     }
+    if (head.hash !== prev) {
+      return {
+        ok: false,
+        checked,
+        first_bad: null,
+        reason: `event ${checked} does not hash to the recorded head (meta audit_head): the head or the chain was rewritten`,
+      };
+    }
+    const outside = extentProblem(await this.store.extent());
+    if (outside !== null) return { ok: false, checked, first_bad: null, reason: outside };
     return { ok: true, checked, head: prev };
+  }
+
+  /** Whether event `anchor.count` of a chain the walk found whole still hashes to `anchor.head`. */
+  private async checkAnchor(r: VerifyResult & { ok: true }, anchor: ChainAnchor): Promise<VerifyResult> {
+    const fail = (reason: string): VerifyResult => ({
+      ok: false,
+      checked: r.checked,
+      first_bad: null,
+      reason,
+    });
+    if (anchor.count > r.checked) {
+      return fail(
+        `the chain has only ${r.checked} events, not the ${anchor.count} of the anchor: events were removed from its end, or the anchor is of another chain`,
+      );
+    }
+    const [row] = await this.store.chunk(anchor.count - 1, 1);
+    // Hashed here from the stored body, not read from the hash column.
+    const hash = row?.seq === anchor.count ? sha256Hex(row.body) : undefined;
+    if (hash === undefined) return fail(`event ${anchor.count} is no longer stored: it was removed`);
+    if (hash !== anchor.head) {
+      return fail(
+        `event ${anchor.count} hashes to ${hash}, not to the anchored head ${anchor.head}: the chain was rewritten up to it`,
+      );
+    }
+    return r;
   }
 }

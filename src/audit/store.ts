@@ -1,4 +1,4 @@
-import type { ChainHead, StoredEvent } from './chain.js';
+import type { ChainExtent, StoredEvent, StoredHead } from './chain.js';
 import type { AuditEvent, NewAuditEvent } from './types.js';
 
 /** Filters that match a column exactly (each has an index ending in seq). */
@@ -57,6 +57,9 @@ export interface AuditStore {
   ): Promise<{ seq: number; event: AuditEvent }[]>;
   /** Up to `limit` stored rows after sequence number `afterSeq`, in chain order (verification). */
   chunk(afterSeq: number, limit: number): Promise<StoredEvent[]>;
-  /** The head hash and event count recorded with the last append. */
-  head(): Promise<ChainHead>;
+  /** The head hash and event count recorded with the last append, as stored. */
+  head(): Promise<StoredHead>;
+  /** The count and the lowest and highest sequence numbers of the stored rows, and the recorded
+   * head, all read in one snapshot. */
+  extent(): Promise<ChainExtent>;
 }

@@ -21,8 +21,27 @@ export type QueryValues<Q extends readonly QueryParam[]> = {
   [P in Q[number] as P['name']]?: ReturnType<P['parse']>;
 };
 
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
 /**
- * Reads the request's path parameters and query string against the route: a path parameter that
+ * Whether every run of %XX escapes in a raw query string decodes as UTF-8. Koa's parser (Node's
+ * querystring) would turn bytes that are not UTF-8 into U+FFFD instead, so a filter would quietly
+ * match nothing where a body of the same bytes is a 400.
+ */
+function percentEncodedUtf8(qs: string): boolean {
+  for (const run of qs.match(/(?:%[0-9A-Fa-f]{2})+/g) ?? []) {
+    try {
+      utf8.decode(Buffer.from(run.replaceAll('%', ''), 'hex'));
+    } catch {
+      return false;
+    }
+  }
+  return true;
+}
+
+/**
+ * Reads the request's path parameters and query string against the route: a query string whose
+ * percent-escapes are not UTF-8 is a 400; a path parameter that
  * decodes to something no store can hold as received (a lone surrogate, U+0000) is a 400, as in a
  * body; an unknown query parameter or one given twice is a 400 naming it; each value is parsed by
  * its definition. A route that declares no parameters takes none.
@@ -36,6 +55,7 @@ export function queryMiddleware(route: RouteDef): Middleware<State> {
         throw invalid(`path parameter ${name} holds a lone UTF-16 surrogate or a U+0000 character`);
       }
     }
+    if (!percentEncodedUtf8(ctx.querystring)) throw invalid('the query string is not percent-encoded UTF-8');
     const values: Record<string, unknown> = {};
     for (const [name, raw] of Object.entries(ctx.query)) {
       const def = defs.get(name);

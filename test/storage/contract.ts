@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { checkStoredEvent, GENESIS_HASH } from '../../src/audit/chain.js';
+import { checkStoredEvent, GENESIS_HASH, readStoredHead, type ChainHead } from '../../src/audit/chain.js';
 import type { NewAuditEvent } from '../../src/audit/types.js';
 import { BudgetService } from '../../src/decisions/budgets.js';
 import type { DecisionRecord } from '../../src/decisions/store.js';
@@ -107,16 +107,23 @@ const rego = (name: string, body = 'x := 1') => ({
   sha256: `${name}-${body}`.padEnd(64, '0').slice(0, 64),
 });
 
+/** The recorded head, which must be readable. */
+async function headOf(stores: Stores): Promise<ChainHead> {
+  const r = readStoredHead(await stores.audit.head());
+  if (!r.ok) throw new Error(r.reason);
+  return r.head;
+}
+
 /** Walks the whole chain through the interface, as AuditService.verify does. */
 async function verifyChain(stores: Stores): Promise<{ ok: boolean; checked: number; reason?: string }> {
-  const head = await stores.audit.head();
+  const head = await headOf(stores);
   let prev = GENESIS_HASH;
   let after = 0;
   let checked = 0;
   for (;;) {
     const rows = await stores.audit.chunk(after, 500);
     for (const row of rows) {
-      const r = checkStoredEvent(row, prev);
+      const r = checkStoredEvent(row, prev, checked + 1);
       if (!r.ok) return { ok: false, checked, reason: r.reason };
       prev = r.hash;
       checked++;
@@ -144,8 +151,24 @@ export function storageContract(backend: Backend): void {
 
     describe('audit chain', () => {
       it('starts empty at the genesis hash, and pings', async () => {
-        expect(await stores.audit.head()).to.deep.equal({ hash: GENESIS_HASH, count: 0 });
+        expect(await headOf(stores)).to.deep.equal({ hash: GENESIS_HASH, count: 0 });
+        expect(await stores.audit.extent()).to.deep.equal({
+          rows: 0,
+          minSeq: null,
+          maxSeq: null,
+          head: { audit_head: GENESIS_HASH, audit_count: '0' },
+        });
         expect(await stores.ping()).to.equal(true);
+      });
+
+      it('reports the extent of the stored rows with the head recorded with them', async () => {
+        const [, last] = await stores.audit.append([{ kind: 'x.one' }, { kind: 'x.two' }]);
+        expect(await stores.audit.extent()).to.deep.equal({
+          rows: 2,
+          minSeq: 1,
+          maxSeq: 2,
+          head: { audit_head: last!.hash, audit_count: '2' },
+        });
       });
 
       it('links appended events in order, stores what it hashed, and verifies', async () => {
@@ -157,7 +180,7 @@ export function storageContract(backend: Backend): void {
         expect(a[0]!.prev_hash).to.equal(GENESIS_HASH);
         expect(a[1]!.prev_hash).to.equal(a[0]!.hash);
         expect(b[0]!.prev_hash).to.equal(a[1]!.hash);
-        expect(await stores.audit.head()).to.deep.equal({ hash: b[0]!.hash, count: 3 });
+        expect(await headOf(stores)).to.deep.equal({ hash: b[0]!.hash, count: 3 });
         expect(await verifyChain(stores)).to.deep.equal({ ok: true, checked: 3 });
         const [newest] = await stores.audit.query({ limit: 1 });
         expect(newest!.event).to.deep.equal(b[0]);
@@ -204,7 +227,7 @@ export function storageContract(backend: Backend): void {
             ),
           );
           expect(await verifyChain(stores)).to.deep.equal({ ok: true, checked: 80 });
-          expect((await other.audit.head()).count).to.equal(80);
+          expect((await headOf(other)).count).to.equal(80);
         } finally {
           await other.close();
         }
@@ -249,7 +272,7 @@ export function storageContract(backend: Backend): void {
         });
         expect(r).to.deep.equal({ replay: first });
         expect(await stores.decisions.get(retry.request_id)).to.equal(undefined);
-        expect((await stores.audit.head()).count).to.equal(1);
+        expect((await headOf(stores)).count).to.equal(1);
         expect(await stores.decisions.findByIdempotencyKey('key-1', 'k1', iso(-HOUR))).to.deep.equal(first);
         // Another API key's identical idempotency key is another request.
         const other = decision({ idem_key: 'k1', key_id: 'key-2' });
@@ -979,7 +1002,7 @@ export function storageContract(backend: Backend): void {
         ]);
         expect(snap.data.map((d) => [d.path, d.value])).to.deep.equal([['cfg', { on: true }]]);
         expect(await stores.policies.revision()).to.equal(1);
-        expect((await stores.audit.head()).count).to.equal(1);
+        expect((await headOf(stores)).count).to.equal(1);
       });
 
       it('keeps every revision, content-addressed, and every version of a policy, deletes included', async () => {

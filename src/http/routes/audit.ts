@@ -1,4 +1,11 @@
-import { ingestBatchSchema, ingestEventSchema, OUTCOMES } from '../../audit/service.js';
+import {
+  anchorOf,
+  ingestBatchSchema,
+  ingestEventSchema,
+  OUTCOMES,
+  parseAnchorCount,
+  parseAnchorHead,
+} from '../../audit/service.js';
 import { invalid } from '../../errors.js';
 import { principalOf, type RouteDef } from '../context.js';
 import { filterParam, PAGE_QUERY, queryOf, queryParam, timeParam } from '../query.js';
@@ -34,6 +41,22 @@ const AUDIT_QUERY = [
   filterParam('trace_id', only('trace_id')),
   timeParam('since', 'RFC 3339 date-time'),
   timeParam('until', 'RFC 3339 date-time'),
+] as const;
+
+/** An anchor saved from an earlier verify (its `head` and `checked`); both or neither. */
+const VERIFY_QUERY = [
+  queryParam({
+    name: 'head',
+    description: 'a head an earlier verify answered, kept outside the database; needs count',
+    schema: { type: 'string', pattern: '^[0-9a-f]{64}$' },
+    parse: parseAnchorHead,
+  }),
+  queryParam({
+    name: 'count',
+    description: 'the checked that verify answered with head: event number count must still hash to head',
+    schema: { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEGER },
+    parse: parseAnchorCount,
+  }),
 ] as const;
 
 /** SPEC §8: the audit trail on the Platform API. */
@@ -117,12 +140,14 @@ export function auditRoutes(d: RouteDeps): RouteDef[] {
           ],
         },
       },
+      query: VERIFY_QUERY,
       apis: PLATFORM,
       scope: 'audit:read',
       body: 'none',
-      summary: 'Verify the audit hash chain; reports the first event that fails',
+      summary: 'Verify the audit hash chain (and an anchored head); reports the first event that fails',
       handler: async (ctx) => {
-        ctx.body = await d.audit.verify(principalOf(ctx));
+        const q = queryOf(ctx, VERIFY_QUERY);
+        ctx.body = await d.audit.verify(principalOf(ctx), anchorOf(q.head, q.count));
       },
     },
   ];

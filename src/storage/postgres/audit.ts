@@ -1,9 +1,12 @@
 import {
   eventFromStored,
+  headForAppend,
   linkEvents,
   type AuditIndexColumns,
+  type ChainExtent,
   type ChainHead,
   type StoredEvent,
+  type StoredHead,
 } from '../../audit/chain.js';
 import { AUDIT_EQUALITY_FILTERS, type AuditFilter, type AuditStore } from '../../audit/store.js';
 import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
@@ -23,12 +26,12 @@ export async function lockHead(c: Client): Promise<ChainHead> {
     c,
     "SELECT key, value FROM meta WHERE key IN ('audit_head', 'audit_count') ORDER BY key FOR UPDATE",
   );
-  return headFrom(r);
+  return headForAppend(headFrom(r));
 }
 
-function headFrom(r: { key: string; value: string }[]): ChainHead {
+function headFrom(r: { key: string; value: string }[]): StoredHead {
   const get = (k: string) => r.find((x) => x.key === k)?.value;
-  return { hash: get('audit_head') as string, count: Number(get('audit_count')) };
+  return { audit_head: get('audit_head'), audit_count: get('audit_count') };
 }
 
 /** Appends `events` after the locked `head` in the caller's transaction; returns the new head. */
@@ -192,12 +195,35 @@ export class PgAuditStore implements AuditStore {
     }));
   }
 
-  async head(): Promise<ChainHead> {
+  async head(): Promise<StoredHead> {
     return headFrom(
       await rows<{ key: string; value: string }>(
         this.pool,
         "SELECT key, value FROM meta WHERE key IN ('audit_head', 'audit_count')",
       ),
     );
+  }
+
+  async extent(): Promise<ChainExtent> {
+    // One statement, so one snapshot: the rows and the head recorded with them.
+    const [r] = await rows<{
+      n: number;
+      lo: number | null;
+      hi: number | null;
+      h: string | null;
+      c: string | null;
+    }>(
+      this.pool,
+      `SELECT (SELECT count(*) FROM audit_events) AS n, (SELECT min(seq) FROM audit_events) AS lo,
+         (SELECT max(seq) FROM audit_events) AS hi, (SELECT value FROM meta WHERE key = 'audit_head') AS h,
+         (SELECT value FROM meta WHERE key = 'audit_count') AS c`,
+    );
+    // bigint columns arrive as numbers (pool.ts); a sequence number is far below 2^53.
+    return {
+      rows: r?.n ?? 0,
+      minSeq: r?.lo ?? null,
+      maxSeq: r?.hi ?? null,
+      head: { audit_head: r?.h ?? undefined, audit_count: r?.c ?? undefined },
+    };
   }
 }

@@ -1,10 +1,11 @@
 import type { Statement } from 'better-sqlite3';
 import {
-  EMPTY_CHAIN,
+  headForAppend,
   linkEvents,
   type AuditIndexColumns,
-  type ChainHead,
+  type ChainExtent,
   type StoredEvent,
+  type StoredHead,
 } from '../../audit/chain.js';
 import { AUDIT_EQUALITY_FILTERS, type AuditFilter, type AuditStore } from '../../audit/store.js';
 import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
@@ -33,7 +34,7 @@ export class AuditWriter {
   ) {
     this.head = db.prepare("SELECT key, value FROM meta WHERE key IN ('audit_head', 'audit_count')");
     this.setHead = db.prepare(`UPDATE meta SET value = CASE key WHEN 'audit_head' THEN @hash
-      ELSE CAST(@count AS TEXT) END WHERE key IN ('audit_head', 'audit_count')`);
+      ELSE @count END WHERE key IN ('audit_head', 'audit_count')`);
     this.hooks = db.prepare('SELECT name, events FROM webhooks');
     this.insertDelivery =
       db.prepare(`INSERT INTO webhook_deliveries (id, webhook, type, payload, status, attempts,
@@ -45,14 +46,15 @@ export class AuditWriter {
     );
   }
 
-  readHead(): ChainHead {
+  readHead(): StoredHead {
     return headFromMeta(this.head.all() as { key: string; value: string }[]);
   }
 
   appendInTx(events: NewAuditEvent[]): AuditEvent[] {
-    const { linked, head } = linkEvents(this.readHead(), events);
+    const { linked, head } = linkEvents(headForAppend(this.readHead()), events);
     for (const l of linked) this.insert.run({ ...l.columns, seq: l.seq, body: l.body, hash: l.hash });
-    this.setHead.run(head);
+    // As integer text: a number would be bound as a REAL and written as "12.0" (read as 12 too).
+    this.setHead.run({ hash: head.hash, count: String(head.count) });
     this.enqueueDeliveries(linked.map((l) => l.event));
     // Reported after the caller's transaction commits would be more exact; a rollback after this
     // point only happens on a storage failure, which already fails the request.
@@ -72,9 +74,9 @@ export class AuditWriter {
   }
 }
 
-function headFromMeta(rows: { key: string; value: string }[]): ChainHead {
+function headFromMeta(rows: { key: string; value: string }[]): StoredHead {
   const get = (k: string) => rows.find((r) => r.key === k)?.value;
-  return { hash: get('audit_head') ?? EMPTY_CHAIN.hash, count: Number(get('audit_count') ?? '0') };
+  return { audit_head: get('audit_head'), audit_count: get('audit_count') };
 }
 
 export class SqliteAuditStore implements AuditStore {
@@ -82,6 +84,7 @@ export class SqliteAuditStore implements AuditStore {
   private readonly chunkStmt: Statement;
   private readonly byRequestId: Statement;
   private readonly byRequestOfTenant: Statement;
+  private readonly extentStmt: Statement;
   constructor(
     private readonly db: Db,
     private readonly writer: AuditWriter,
@@ -89,6 +92,7 @@ export class SqliteAuditStore implements AuditStore {
     this.byTrace = db.prepare(
       'SELECT seq, body, hash FROM audit_events WHERE trace_id = ? AND seq > ? ORDER BY seq LIMIT ?',
     );
+    this.extentStmt = db.prepare('SELECT count(*) AS n, min(seq) AS lo, max(seq) AS hi FROM audit_events');
     this.chunkStmt = db.prepare(`SELECT ${AUDIT_ROW} FROM audit_events WHERE seq > ? ORDER BY seq LIMIT ?`);
     this.byRequestId = db.prepare(
       'SELECT seq, body, hash FROM audit_events WHERE request_id = ? AND seq > ? ORDER BY seq LIMIT ?',
@@ -165,7 +169,15 @@ export class SqliteAuditStore implements AuditStore {
     return (found as Row[]).map(auditFromRow);
   }
 
-  async head(): Promise<ChainHead> {
+  async head(): Promise<StoredHead> {
     return this.writer.readHead();
+  }
+
+  async extent(): Promise<ChainExtent> {
+    // One read transaction: the rows and the head as of one snapshot, whatever commits meanwhile.
+    return this.db.transaction(() => {
+      const r = this.extentStmt.get() as { n: number; lo: number | null; hi: number | null };
+      return { rows: r.n, minSeq: r.lo, maxSeq: r.hi, head: this.writer.readHead() };
+    })();
   }
 }
