@@ -36,6 +36,8 @@ export interface Config {
   readonly auditMaskFields: readonly string[];
   readonly workers: number;
   readonly maxLongPolls: number;
+  /** Of those, how many one API key may hold at once (default: a tenth of maxLongPolls, at least 1). */
+  readonly maxLongPollsPerKey: number;
   /** postgres:// URL of the shared database; undefined: embedded SQLite in dataDir. */
   readonly databaseUrl: string | undefined;
   readonly databasePool: number;
@@ -87,6 +89,8 @@ const settings = {
   auditMaskFields: { env: 'ARBITER_AUDIT_MASK_FIELDS', def: '', parse: list },
   workers: { env: 'ARBITER_WORKERS', def: '1', parse: workers },
   maxLongPolls: { env: 'ARBITER_MAX_LONG_POLLS', def: '1000', parse: positiveInt },
+  // Unset: derived from ARBITER_MAX_LONG_POLLS in loadConfig.
+  maxLongPollsPerKey: { env: 'ARBITER_MAX_LONG_POLLS_PER_KEY', def: '', parse: optionalPositiveInt },
   databaseUrl: { env: 'ARBITER_DATABASE_URL', def: '', parse: databaseUrl },
   databasePool: { env: 'ARBITER_DATABASE_POOL', def: '10', parse: positiveInt },
   publicUrl: { env: 'ARBITER_PUBLIC_URL', def: '', parse: publicUrl },
@@ -144,6 +148,10 @@ function positiveInt(raw: string, name: string, max = MAX_INT): number {
     throw new ConfigError(`${name} must be a positive integer up to ${max}, got "${raw}"`);
   }
   return n;
+}
+/** A positive integer, or undefined when empty (a default that another setting derives). */
+function optionalPositiveInt(raw: string, name: string): number | undefined {
+  return raw.trim() === '' ? undefined : positiveInt(raw, name);
 }
 function nonNegativeInt(raw: string, name: string, max = MAX_INT): number {
   const n = Number(raw);
@@ -361,6 +369,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return Object.freeze({
     ...c,
     evalStallSeconds,
+    // One key may hold a tenth of the long-polls by default: no single client starves the rest.
+    maxLongPollsPerKey: c.maxLongPollsPerKey ?? Math.max(1, Math.floor(c.maxLongPolls / 10)),
     auditMaskFields: Object.freeze([...c.auditMaskFields]),
   }) as Config;
 }

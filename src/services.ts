@@ -74,6 +74,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
     { transitioned: (to) => m?.queueTransitions.inc({ status: to }) },
     {
       maxLongPolls: config.maxLongPolls,
+      maxLongPollsPerKey: config.maxLongPollsPerKey,
       trail: (id, tenant, q) => audit.requestTrail(id, tenant, q),
       notified: stores.changes.crossProcess,
     },

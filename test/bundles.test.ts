@@ -371,6 +371,43 @@ onEveryBackend('Platform API: bundles, history and restore (real compiler, real 
       expectError(await call('GET', `${a.platform}/api/v1/revisions?limit=0`), 400, /limit/);
     });
 
+    it('lists revisions from their summaries, never reading the manifests of their sets', async () => {
+      // Each revision stores the name → sha256 manifest of its whole set (a few hundred KB for a
+      // few thousand policies): a list that read and parsed them held the serving thread for
+      // seconds. Made unreadable here, they must not matter to the list, only to the one revision.
+      const r = await bundle({ policies: { 'm-one': HARMLESS }, data: { m_doc: 1 }, message: 'manifests' });
+      const n = r.json.revision as number;
+      const [saved] = await a.stored<{ policies: string; data: string }>(
+        'SELECT policies, data FROM revisions WHERE revision = $1',
+        [n],
+      );
+      await a.alter('UPDATE revisions SET policies = $1, data = $2 WHERE revision = $3', [
+        '{not json',
+        '{not json',
+        n,
+      ]);
+      try {
+        const list = await call('GET', `${a.platform}/api/v1/revisions?limit=2`);
+        expect(list.status, list.text).to.equal(200);
+        expect(list.json.revisions[0]).to.deep.include({ revision: n, message: 'manifests', actor: 'admin' });
+        expect(list.json.revisions[0]).to.have.keys('revision', 'time', 'actor', 'message', 'changes');
+        expect(list.json.revisions[0].changes).to.have.deep.members([
+          { kind: 'policy', name: 'm-one', op: 'put' },
+          { kind: 'data', name: 'm_doc', op: 'put' },
+        ]);
+        // The one revision does read them (which is what shows the list did not).
+        expect((await call('GET', `${a.platform}/api/v1/revisions/${n}`)).status).to.equal(500);
+      } finally {
+        await a.alter('UPDATE revisions SET policies = $1, data = $2 WHERE revision = $3', [
+          saved!.policies,
+          saved!.data,
+          n,
+        ]);
+      }
+      expect((await call('GET', `${a.platform}/api/v1/revisions/${n}`)).status).to.equal(200);
+      await bundle({ policies: {}, delete: ['m-one'], data: { m_doc: null } });
+    });
+
     it('lists the versions of a policy, with deletions, and each version with its text', async () => {
       await bundle({ policies: { 'v-pol': DENY_READ } });
       await bundle({ policies: { 'v-pol': DENY_READ_V2 } });

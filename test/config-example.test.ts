@@ -24,6 +24,15 @@ onceOnly('arbiter.example.yaml', () => {
     expect(fromFile).to.deep.equal(defaults);
   });
 
+  it('derives the long-polls one key may hold from the process-wide cap, unless set', () => {
+    expect(loadConfig({}).maxLongPollsPerKey).to.equal(100);
+    expect(loadConfig({ ARBITER_MAX_LONG_POLLS: '25' }).maxLongPollsPerKey).to.equal(2);
+    expect(loadConfig({ ARBITER_MAX_LONG_POLLS: '5' }).maxLongPollsPerKey).to.equal(1);
+    expect(
+      loadConfig({ ARBITER_MAX_LONG_POLLS: '5', ARBITER_MAX_LONG_POLLS_PER_KEY: '3' }).maxLongPollsPerKey,
+    ).to.equal(3);
+  });
+
   describe('starts the service through ARBITER_CONFIG', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-example-'));
     let a: Arbiter | undefined;

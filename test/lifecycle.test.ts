@@ -73,6 +73,7 @@ onEveryBackend('process lifecycle', () => {
       ['ARBITER_EVAL_STALL_SECONDS', '-1', /ARBITER_EVAL_STALL_SECONDS/],
       ['ARBITER_EVAL_STALL_SECONDS', '1.5', /ARBITER_EVAL_STALL_SECONDS/],
       ['ARBITER_ADMIN_KEY', 'short', /ARBITER_ADMIN_KEY/],
+      ['ARBITER_MAX_LONG_POLLS_PER_KEY', '0', /ARBITER_MAX_LONG_POLLS_PER_KEY must be a positive integer/],
     ];
     for (const [name, value, pattern] of cases) {
       it(`refuses to start with ${name}=${value} and names the setting`, () => {

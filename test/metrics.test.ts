@@ -51,4 +51,26 @@ onEveryBackend('GET /metrics', () => {
     expect(text).to.match(/arbiter_policy_evaluation_duration_seconds_count 4/);
     expect(text).to.match(/process_resident_memory_bytes/);
   });
+
+  it('labels a method no route uses "other", so no client can add series by inventing methods', async () => {
+    const odd = ['PROPFIND', 'MKCALENDAR', 'M-SEARCH', 'PURGE', 'PATCH'];
+    // Sent without a key, as anyone could: refused (404/405), and counted.
+    for (const method of odd) {
+      const r = await fetch(a.engine + '/v1/agent/authorize', { method });
+      expect(r.status, method).to.be.oneOf([404, 405]);
+      await r.body?.cancel();
+    }
+    const head = await fetch(a.engine + '/healthz', { method: 'HEAD' });
+    expect(head.status).to.equal(200);
+    const text = (await call('GET', a.engine + '/metrics')).text;
+    const methods = new Set(
+      [...text.matchAll(/arbiter_http_requests_total\{[^}]*method="([^"]*)"/g)].map((m) => m[1]),
+    );
+    for (const method of odd) expect(methods, method).to.not.include(method);
+    expect(text).to.match(
+      /arbiter_http_requests_total\{api="engine",route="unmatched",method="other",status="40[45]"\} 5/,
+    );
+    // The methods the routes use keep their own label (HEAD is served wherever GET is).
+    expect([...methods].sort()).to.deep.equal(['GET', 'HEAD', 'POST', 'other']);
+  });
 });

@@ -3,6 +3,7 @@
 import { cpSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { loadConfig } from '../../src/config.js';
 import { BudgetService } from '../../src/decisions/budgets.js';
 import { DecisionService } from '../../src/decisions/service.js';
 import { RegoCompiler } from '../../src/policy/compiler.js';
@@ -142,7 +143,12 @@ export async function benchTokens(
 ): Promise<{ mint: Timing; introspect: Timing }> {
   const stores = sqliteStores(openDatabase(tempDir('arbiter-bench-tokens-'), 'full'));
   try {
-    const queue = new QueueService(stores.queue, { transitioned: () => undefined });
+    const { maxLongPolls, maxLongPollsPerKey } = loadConfig({});
+    const queue = new QueueService(
+      stores.queue,
+      { transitioned: () => undefined },
+      { maxLongPolls, maxLongPollsPerKey },
+    );
     const tokens = new TokenService(
       stores.tokens,
       stores.decisions,

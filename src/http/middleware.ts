@@ -46,9 +46,16 @@ export const requestContext: Middleware<State> = async (ctx, next) => {
 /**
  * Counts and times every request under its route template (bounded labels), and logs one line
  * per request at info level: method, route, status, latency, request and trace ids, the key's
- * name and the client's address (never headers or bodies: no keys, no tokens).
+ * name and the client's address (never headers or bodies: no keys, no tokens). The metric's
+ * method is one of `methods` (those the routes use) or "other": Node parses some 34 methods,
+ * and each would otherwise add series any client could create.
  */
-export function metricsMiddleware(api: Api, metrics: Metrics, log: Logger): Middleware<State> {
+export function metricsMiddleware(
+  api: Api,
+  metrics: Metrics,
+  log: Logger,
+  methods: ReadonlySet<string>,
+): Middleware<State> {
   return async (ctx, next) => {
     try {
       await next();
@@ -72,7 +79,8 @@ export function metricsMiddleware(api: Api, metrics: Metrics, log: Logger): Midd
           'request',
         );
       }
-      const labels = { api, route, method: ctx.method, status: String(ctx.status) };
+      const method = methods.has(ctx.method) ? ctx.method : 'other';
+      const labels = { api, route, method, status: String(ctx.status) };
       metrics.httpRequests.inc(labels);
       metrics.httpDuration.observe(labels, seconds);
     }

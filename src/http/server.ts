@@ -52,12 +52,19 @@ export function buildApp(api: Api, routes: RouteDef[], deps: AppDeps): Koa<State
     return [...methods];
   };
   app.use(requestContext);
-  app.use(metricsMiddleware(api, deps.metrics, deps.log));
+  app.use(metricsMiddleware(api, deps.metrics, deps.log, routeMethods(mine)));
   app.use(errorMiddleware(deps.log, deps.maxBodyBytes));
   app.use(requireHost);
   app.use(router.routes());
   app.use(fallthrough((path) => allowedFor(path)));
   return app;
+}
+
+/** The methods `routes` answer: theirs, and HEAD wherever GET is (the router serves it). */
+function routeMethods(routes: RouteDef[]): ReadonlySet<string> {
+  const methods = new Set<string>(routes.map((r) => r.method));
+  if (methods.has('GET')) methods.add('HEAD');
+  return methods;
 }
 
 /** A raw HTTP/1.1 answer in the `{"error"}` shape, for what Node answers before Koa runs. */

@@ -2,7 +2,7 @@ import { encodeCursor, fetchPage, readCursor, type Page, type PageQuery } from '
 import { internal, notFound } from '../errors.js';
 import type { Module } from './compiler.js';
 import { checkName, dataTree } from './documents.js';
-import type { PolicyStore, PolicyVersionRecord, RevisionRecord } from './types.js';
+import type { PolicyStore, PolicyVersionRecord, RevisionSummary } from './types.js';
 
 /**
  * Policy history as it was (SPEC §11): every revision's whole set, content-addressed, and every
@@ -42,21 +42,11 @@ export class PolicyHistory {
   async revisions(q: PageQuery): Promise<Page<RevisionSummary>> {
     const before =
       q.cursor === undefined ? undefined : Number(readCursor(q.cursor, 'revisions', /^(\d+)$/)[1]);
-    const page = await fetchPage(
+    return fetchPage(
       q,
       (rows) => this.store.listRevisions(before, rows),
       (last) => encodeCursor('revisions', String(last.revision)),
     );
-    return {
-      items: page.items.map(({ revision, time, actor, message, changes }) => ({
-        revision,
-        time,
-        actor,
-        message,
-        changes,
-      })),
-      next_cursor: page.next_cursor,
-    };
   }
 
   /** One revision's whole set: its policies by content address and its data documents' values. */
@@ -108,9 +98,6 @@ export class PolicyHistory {
     return { ...rest, rego: blobOf(blobs.rego, v.sha256, `policy ${name} version ${version}`) };
   }
 }
-
-/** A revision as GET /api/v1/revisions lists it. */
-export type RevisionSummary = Pick<RevisionRecord, 'revision' | 'time' | 'actor' | 'message' | 'changes'>;
 
 /** A revision's whole set as GET /api/v1/revisions/{n} shows it: data documents by path. */
 export interface RevisionSet {

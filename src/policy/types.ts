@@ -43,13 +43,17 @@ export interface RevisionChange {
   op: 'put' | 'delete';
 }
 
-/** A revision as history keeps it: who, when, what changed, and the whole set it made live. */
-export interface RevisionRecord {
+/** A revision as GET /api/v1/revisions lists it: who, when and what changed. */
+export interface RevisionSummary {
   revision: number;
   time: string;
   actor: string;
   message: string | null;
   changes: RevisionChange[];
+}
+
+/** A revision as history keeps it: its summary and the whole set it made live. */
+export interface RevisionRecord extends RevisionSummary {
   policies: RevisionPolicy[];
   data: RevisionData[];
 }
@@ -139,8 +143,11 @@ export interface PolicyStore {
   getCompiled(setHash: string): Promise<Buffer | undefined>;
   /** Keeps compiled wasm (the newest few sets only). */
   putCompiled(setHash: string, wasm: Buffer): Promise<void>;
-  /** Revisions newest first, those below `before` when given. */
-  listRevisions(before: number | undefined, limit: number): Promise<RevisionRecord[]>;
+  /**
+   * Revisions newest first, those below `before` when given: their summaries only (a revision's
+   * manifests grow with the set, and a list does not show them).
+   */
+  listRevisions(before: number | undefined, limit: number): Promise<RevisionSummary[]>;
   getRevision(revision: number): Promise<RevisionRecord | undefined>;
   /** The texts of policies and values of data documents by their sha256 (content-addressed). */
   blobs(

@@ -81,15 +81,20 @@ export class QueueService {
   private stopping = false;
 
   private longPolls = 0;
-  private readonly maxLongPolls: number;
+  /** Long-polls held per API key (a key appears while it holds one). */
+  private readonly longPollsByKey = new Map<string, number>();
 
   constructor(
     private readonly store: QueueStore,
     private readonly observer: QueueObserver,
-    private readonly opts: { maxLongPolls?: number; trail?: RequestTrail; notified?: boolean } = {},
-  ) {
-    this.maxLongPolls = opts.maxLongPolls ?? 1000;
-  }
+    private readonly opts: {
+      /** Long-polls held at once in this process, and by one API key (src/config.ts). */
+      maxLongPolls: number;
+      maxLongPollsPerKey: number;
+      trail?: RequestTrail;
+      notified?: boolean;
+    },
+  ) {}
 
   /** Starts the periodic sweep that records expirations (reads never wait for it). */
   startSweeper(intervalMs: number): void {
@@ -184,11 +189,21 @@ export class QueueService {
   async get(principal: Principal, id: string, waitSeconds?: number, gone?: AbortSignal): Promise<QueueItem> {
     let item = await this.visible(principal, id);
     if (waitSeconds === undefined || item.status !== 'pending') return item;
-    // Each held request re-reads the store while it waits: their number is bounded.
-    if (this.longPolls >= this.maxLongPolls) {
+    // Each held request re-reads the store while it waits: their number is bounded, and so is
+    // each key's share, so that one client cannot take every place.
+    if (this.longPolls >= this.opts.maxLongPolls) {
       throw busy('too many requests are waiting on the queue; retry shortly');
     }
+    const key = principal.keyId;
+    const held = this.longPollsByKey.get(key) ?? 0;
+    if (held >= this.opts.maxLongPollsPerKey) {
+      throw busy(
+        `this API key already holds ${held} waits on the queue, its limit per key ` +
+          `(${this.opts.maxLongPollsPerKey}); retry shortly`,
+      );
+    }
     this.longPolls++;
+    this.longPollsByKey.set(key, held + 1);
     try {
       const deadline = Date.now() + waitSeconds * 1000;
       while (item.status === 'pending' && Date.now() < deadline && !this.stopping && !gone?.aborted) {
@@ -203,6 +218,9 @@ export class QueueService {
       return item;
     } finally {
       this.longPolls--;
+      const left = (this.longPollsByKey.get(key) ?? 1) - 1;
+      if (left === 0) this.longPollsByKey.delete(key);
+      else this.longPollsByKey.set(key, left);
     }
   }
 

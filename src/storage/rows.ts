@@ -2,7 +2,7 @@ import { eventFromStored } from '../audit/chain.js';
 import type { AuditEvent } from '../audit/types.js';
 import type { DecisionRecord } from '../decisions/store.js';
 import type { ApiKeyRecord, Scope } from '../keys/types.js';
-import type { DataDocument, RevisionChange, RevisionRecord } from '../policy/types.js';
+import type { DataDocument, RevisionChange, RevisionRecord, RevisionSummary } from '../policy/types.js';
 import type { QueueItem } from '../queue/types.js';
 import type { TokenRecord } from '../tokens/types.js';
 import type { WebhookRecord } from '../webhooks/types.js';
@@ -80,12 +80,19 @@ export const dataFromRow = (r: Row): DataDocument => ({
   updated_at: r.updated_at as string,
 });
 
-export const revisionFromRow = (r: Row): RevisionRecord => ({
+/** The columns of a revision's summary, as both backends select them for a list. */
+export const REVISION_SUMMARY_COLUMNS = 'revision, time, actor, message, changes';
+
+export const revisionSummaryFromRow = (r: Row): RevisionSummary => ({
   revision: r.revision as number,
   time: r.time as string,
   actor: r.actor as string,
   message: r.message as string | null,
   changes: json<RevisionChange[]>(r.changes),
+});
+
+export const revisionFromRow = (r: Row): RevisionRecord => ({
+  ...revisionSummaryFromRow(r),
   policies: json(r.policies),
   data: json(r.data),
 });

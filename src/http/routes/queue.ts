@@ -139,7 +139,13 @@ export function queueRoutes(d: RouteDeps): RouteDef[] {
       path: '/v1/queue/:id',
       template: '/v1/queue/{id}',
       ok: { status: 200, description: 'The queue item', schema: queueItemSchema },
-      also: [{ status: 429, description: 'too many requests are waiting on the queue (Retry-After: 1)' }],
+      also: [
+        {
+          status: 429,
+          description:
+            'too many requests are waiting on the queue, in this process or from this API key (Retry-After: 1)',
+        },
+      ],
       query: ITEM_QUERY,
       apis: ENGINE,
       scope: 'queue:read',

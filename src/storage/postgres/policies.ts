@@ -9,12 +9,19 @@ import type {
   PolicyVersionRecord,
   RevisionChange,
   RevisionRecord,
+  RevisionSummary,
   ShadowPolicy,
   ShadowState,
 } from '../../policy/types.js';
 import { refusable, refuse } from '../refusal.js';
 import { KEEP_COMPILED_SETS } from '../stores.js';
-import { dataFromRow, revisionFromRow, type Row } from '../rows.js';
+import {
+  dataFromRow,
+  REVISION_SUMMARY_COLUMNS,
+  revisionFromRow,
+  revisionSummaryFromRow,
+  type Row,
+} from '../rows.js';
 import { notify, type PgChain } from './chain.js';
 import { one, rows, tx, type Client, type Pool } from './pool.js';
 
@@ -299,13 +306,13 @@ export class PgPolicyStore implements PolicyStore {
     });
   }
 
-  async listRevisions(before: number | undefined, limit: number): Promise<RevisionRecord[]> {
+  async listRevisions(before: number | undefined, limit: number): Promise<RevisionSummary[]> {
     const r = await rows<Row>(
       this.pool,
-      'SELECT * FROM revisions WHERE revision < $1::bigint ORDER BY revision DESC LIMIT $2',
+      `SELECT ${REVISION_SUMMARY_COLUMNS} FROM revisions WHERE revision < $1::bigint ORDER BY revision DESC LIMIT $2`,
       [before ?? Number.MAX_SAFE_INTEGER, limit],
     );
-    return r.map(revisionFromRow);
+    return r.map(revisionSummaryFromRow);
   }
 
   async getRevision(revision: number): Promise<RevisionRecord | undefined> {

@@ -10,12 +10,19 @@ import type {
   PolicyVersionRecord,
   RevisionChange,
   RevisionRecord,
+  RevisionSummary,
   ShadowPolicy,
   ShadowState,
 } from '../../policy/types.js';
 import { refusable, refuse } from '../refusal.js';
 import { KEEP_COMPILED_SETS } from '../stores.js';
-import { dataFromRow, revisionFromRow, type Row } from '../rows.js';
+import {
+  dataFromRow,
+  REVISION_SUMMARY_COLUMNS,
+  revisionFromRow,
+  revisionSummaryFromRow,
+  type Row,
+} from '../rows.js';
 import type { AuditWriter } from './audit.js';
 import type { Db } from './db.js';
 
@@ -182,11 +189,13 @@ export class SqlitePolicyStore implements PolicyStore {
       .immediate();
   }
 
-  async listRevisions(before: number | undefined, limit: number): Promise<RevisionRecord[]> {
+  async listRevisions(before: number | undefined, limit: number): Promise<RevisionSummary[]> {
     const rows = this.db
-      .prepare('SELECT * FROM revisions WHERE revision < ? ORDER BY revision DESC LIMIT ?')
+      .prepare(
+        `SELECT ${REVISION_SUMMARY_COLUMNS} FROM revisions WHERE revision < ? ORDER BY revision DESC LIMIT ?`,
+      )
       .all(before ?? Number.MAX_SAFE_INTEGER, limit) as Row[];
-    return rows.map(revisionFromRow);
+    return rows.map(revisionSummaryFromRow);
   }
 
   async getRevision(revision: number): Promise<RevisionRecord | undefined> {
