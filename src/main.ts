@@ -139,9 +139,10 @@ async function audit(args: string[]): Promise<void> {
   const [sub, ...rest] = args;
   if (sub !== 'verify') throw new UsageError(`unknown audit command ${sub ?? '(none)'}`);
   parseArgs({ args: rest, options: {}, strict: true });
-  const stores = await openStores(loadConfig());
+  const config = loadConfig();
+  const stores = await openStores(config);
   try {
-    const r = await new AuditService(stores.audit, (d) => d).verify();
+    const r = await new AuditService(stores.audit, (d) => d, config.maxContextBytes).verify();
     console.log(JSON.stringify(r));
     if (!r.ok) process.exitCode = 1;
   } finally {

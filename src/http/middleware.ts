@@ -273,7 +273,8 @@ export function bodyMiddleware(kind: BodyKind, maxBodyBytes: number): Middleware
     const length = Number(ctx.get('content-length') || '0');
     if (length > 0 && !allowed.includes(type)) throw unsupportedType(allowed, type);
     const framed = length > 0 || ctx.get('transfer-encoding') !== '';
-    const text = framed ? await readBodyText(ctx.req, maxBodyBytes) : '';
+    const { text, bytes } = framed ? await readBodyText(ctx.req, maxBodyBytes) : { text: '', bytes: 0 };
+    ctx.state.receivedBytes = bytes;
     if (text === '') {
       if (kind === 'optional-object') {
         ctx.request.body = {};
