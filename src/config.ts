@@ -27,6 +27,8 @@ export interface Config {
   readonly issuer: string;
   readonly metricsPublic: boolean;
   readonly maxBodyBytes: number;
+  /** The most an authorize request's context, or an ingested event's details, may be as JSON. */
+  readonly maxContextBytes: number;
   readonly evalBudgetMs: number;
   /** Whether a shadow set that proved itself on its thread is evaluated on the serving thread (ADR 0010). */
   readonly shadowInline: boolean;
@@ -78,6 +80,7 @@ const settings = {
   issuer: { env: 'ARBITER_ISSUER', def: 'arbiter', parse: str },
   metricsPublic: { env: 'ARBITER_METRICS_PUBLIC', def: 'false', parse: bool },
   maxBodyBytes: { env: 'ARBITER_MAX_BODY_BYTES', def: String(1024 * 1024), parse: positiveInt },
+  maxContextBytes: { env: 'ARBITER_MAX_CONTEXT_BYTES', def: '65536', parse: positiveInt },
   evalBudgetMs: { env: 'ARBITER_EVAL_BUDGET_MS', def: '250', parse: positiveInt },
   shadowInline: { env: 'ARBITER_SHADOW_INLINE', def: 'true', parse: bool },
   evalStallSeconds: {

@@ -159,9 +159,13 @@ async function audit(args: string[]): Promise<void> {
   } catch (e) {
     throw new UsageError(`audit verify: ${(e as Error).message}`);
   }
-  const stores = await openStores(loadConfig());
+  const config = loadConfig();
+  const stores = await openStores(config);
   try {
-    const r = await new AuditService(stores.audit, (d) => d).verify(undefined, anchor);
+    const r = await new AuditService(stores.audit, (d) => d, config.maxContextBytes).verify(
+      undefined,
+      anchor,
+    );
     console.log(JSON.stringify(r));
     if (!r.ok) process.exitCode = 1;
   } finally {

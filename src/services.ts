@@ -61,14 +61,21 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
     (n) => recentRecordedInputs(stores.audit, n),
   );
   const history = new PolicyHistory(stores.policies);
-  const decisions = new DecisionService(policies, stores.decisions, config.queueTtlSeconds, masker, {
-    decided: (kind, outcome, seconds) => {
-      m?.decisions.inc({ kind, outcome });
-      m?.evaluation.observe(seconds);
+  const decisions = new DecisionService(
+    policies,
+    stores.decisions,
+    config.queueTtlSeconds,
+    masker,
+    {
+      decided: (kind, outcome, seconds) => {
+        m?.decisions.inc({ kind, outcome });
+        m?.evaluation.observe(seconds);
+      },
+      shadowed: (result) => m?.shadowDecisions.inc({ result }),
     },
-    shadowed: (result) => m?.shadowDecisions.inc({ result }),
-  });
-  const audit = new AuditService(stores.audit, masker);
+    config.maxContextBytes,
+  );
+  const audit = new AuditService(stores.audit, masker, config.maxContextBytes);
   const queue = new QueueService(
     stores.queue,
     { transitioned: (to) => m?.queueTransitions.inc({ status: to }) },

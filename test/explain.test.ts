@@ -221,7 +221,8 @@ onceOnly('explain: an OPA that exits before reading its input', () => {
       `#!/bin/sh\nif [ "$1" = eval ]; then echo 'failed to start' >&2; exit 3; fi\nexec '${path.join(REPO, '.opa-bin', 'opa')}' "$@"\n`,
     );
     chmodSync(opa, 0o755);
-    a = await Arbiter.start({ ARBITER_OPA_BIN: opa });
+    // The input must be larger than a pipe's buffer, which the default context limit (64 KiB) is not.
+    a = await Arbiter.start({ ARBITER_OPA_BIN: opa, ARBITER_MAX_CONTEXT_BYTES: '400000' });
   });
   after(async () => {
     await a.close();

@@ -215,7 +215,14 @@ export async function benchDecideLimits(
     );
     opened.push(policies);
     await policies.start(dir, { actor: 'bench', traceId: newTraceId(), requestId: newId() });
-    return new DecisionService(policies, stores.decisions, 3600, (d) => d, { decided: () => undefined });
+    return new DecisionService(
+      policies,
+      stores.decisions,
+      3600,
+      (d) => d,
+      { decided: () => undefined },
+      65536,
+    );
   };
   try {
     const plain = await service(false);

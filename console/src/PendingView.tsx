@@ -1,6 +1,5 @@
 import { useRef } from 'preact/hooks';
 import type { Pending } from './App.js';
-import { PENDING_LIMIT } from './App.js';
 import { RequestLink, Time, TimeLeft, Verbatim, WhatCells } from './components.js';
 import { formatConfidence, visible } from './format.js';
 
@@ -43,7 +42,7 @@ export function PendingView({ pending, now }: { pending: Pending; now: number })
       </div>
       {pending.more && (
         <p class="notice notice-info">
-          Showing the {PENDING_LIMIT} oldest pending requests; decide these to see the rest.
+          Showing the {pending.items.length} oldest pending requests; decide these to see the rest.
         </p>
       )}
       <div class="table-wrap">

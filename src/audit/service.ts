@@ -1,4 +1,5 @@
-import { invalid, forbidden, notFound } from '../errors.js';
+import { AppError, invalid, forbidden, notFound } from '../errors.js';
+import { jsonBytesOver } from '../common/json-size.js';
 import {
   badCursor,
   encodeCursor,
@@ -134,6 +135,8 @@ export class AuditService {
   constructor(
     private readonly store: AuditStore,
     private readonly mask: (doc: Record<string, unknown>) => Record<string, unknown>,
+    /** The most an ingested event's details may be as JSON (ARBITER_MAX_CONTEXT_BYTES). */
+    private readonly maxDetailsBytes: number,
   ) {}
 
   /** Newest first; the cursor is a sequence number, so new events never shift later pages. */
@@ -227,24 +230,38 @@ export class AuditService {
     };
   }
 
-  /** One event or `{"events": [...]}` (≤ 1000), validated as a whole, stored all or nothing. */
-  async ingest(principal: Principal, body: unknown): Promise<{ accepted: number; ids: string[] }> {
+  /**
+   * One event or `{"events": [...]}` (≤ 1000), validated as a whole, stored all or nothing.
+   * `receivedBytes`: the size of the JSON text the body came in, when known (see `jsonBytesOver`).
+   */
+  async ingest(
+    principal: Principal,
+    body: unknown,
+    receivedBytes?: number,
+  ): Promise<{ accepted: number; ids: string[] }> {
     const isBatch = typeof body === 'object' && body !== null && 'events' in body;
     const raw = isBatch ? validateBatch(body).events : [validateEvent(body)];
-    const events = raw.map((e, i) => this.toEvent(principal, e, isBatch ? `events.${i}.kind` : 'kind'));
+    const events = raw.map((e, i) =>
+      this.toEvent(principal, e, isBatch ? `events[${i}]` : 'event', receivedBytes),
+    );
     const stored = await this.store.append(events);
     return { accepted: stored.length, ids: stored.map((e) => e.id) };
   }
 
-  /** `field` names the event's kind in an error (`kind`, or `events.3.kind` in a batch). */
-  private toEvent(principal: Principal, e: Record<string, unknown>, field: string): NewAuditEvent {
+  /** `name` names the event in an error: `event`, or `events[3]` in a batch. */
+  private toEvent(
+    principal: Principal,
+    e: Record<string, unknown>,
+    name: string,
+    receivedBytes: number | undefined,
+  ): NewAuditEvent {
     // A bound key forwards events of its own tenant and agent only, and those are filled in.
     const tenantId = narrow(principal, 'tenant', (e.tenant_id as string | null | undefined) ?? undefined);
     const agentId = narrow(principal, 'agent', (e.agent_id as string | null | undefined) ?? undefined);
     // `Decision`, `Queue.approve` or `tokens.mint` would read as Arbiter's own in the trail.
     if (readsAsReservedKind(e.kind as string)) {
       throw invalid(
-        `${field} ${String(e.kind)} is reserved for events Arbiter records itself: an ingested kind may not begin with the word ${RESERVED_KIND_WORDS.join(', ')} (in any letter case, or plural)`,
+        `${name === 'event' ? 'kind' : `${name}.kind`} ${String(e.kind)} is reserved for events Arbiter records itself: an ingested kind may not begin with the word ${RESERVED_KIND_WORDS.join(', ')} (in any letter case, or plural)`,
       );
     }
     // Unknown fields are kept under details; so is the caller's own `actor`: the event's actor
@@ -254,11 +271,18 @@ export class AuditService {
         .filter(([k]) => (!KNOWN.has(k) || k === 'actor') && !CHAIN_FIELDS.has(k))
         .map(([k, v]) => [k === 'id' ? 'source_id' : k === 'actor' ? 'source_actor' : k, v]),
     );
-    const details = this.mask({
-      ...((e.details as Record<string, unknown>) ?? {}),
-      ...extra,
-      ingested_by: principal.name,
-    });
+    const given = { ...((e.details as Record<string, unknown>) ?? {}), ...extra };
+    // Free-form, like a decision's context, and held to the same limit: it is stored, listed and
+    // hashed as part of the chain whole.
+    const bytes = jsonBytesOver(given, this.maxDetailsBytes, receivedBytes);
+    if (bytes !== undefined) {
+      throw new AppError(
+        'too_large',
+        `${name} has ${bytes} bytes of details (with its unknown fields) as JSON, more than the ` +
+          `${this.maxDetailsBytes}-byte limit (ARBITER_MAX_CONTEXT_BYTES)`,
+      );
+    }
+    const details = this.mask({ ...given, ingested_by: principal.name });
     return {
       kind: e.kind as string,
       time: e.time === undefined ? undefined : new Date(e.time as string).toISOString(),

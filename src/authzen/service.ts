@@ -149,8 +149,11 @@ export class AuthzenService {
     const traceId = ids.traceId;
     const items = req.evaluations.map((item, i) => completeItem(req, item, i));
     // Item by item, stopping once past the limit: never the whole expansion in memory at once.
+    // Each item's context is held to its own limit here too, so a batch is refused before any of
+    // its items is decided.
     let expanded = 0;
     for (const item of items) {
+      this.decisions.checkContext(item.context, ids.receivedBytes);
       expanded += Buffer.byteLength(JSON.stringify(item));
       if (expanded > this.maxExpandedBytes) {
         throw new AppError(

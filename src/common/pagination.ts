@@ -51,13 +51,30 @@ export function readCursor(raw: string, kind: string, shape: RegExp): RegExpExec
 }
 
 /**
- * The one paging rule: rows come in list order, up to one more than the page holds; a next page
- * exists exactly when that extra row came back, and its cursor names the page's last row.
+ * The most a page's items may be as JSON (UTF-8 bytes): rows hold free-form objects (a request's
+ * context, an event's details, a data document), and a page of `limit` large ones must not become
+ * one answer of hundreds of megabytes (or a string past V8's limit, which cannot be sent at all).
+ */
+export const MAX_PAGE_BYTES = 4 * 1024 * 1024;
+
+/**
+ * The one paging rule: rows come in list order, up to one more than the page holds. The page
+ * takes up to `limit` of them, and stops before the row that would bring its JSON past
+ * MAX_PAGE_BYTES (it always takes the first). A next page exists exactly when a row was left
+ * over, and its cursor names the page's last row, so the next page starts right after it.
  */
 export function cutPage<T>(rows: T[], limit: number, cursorAfter: (last: T) => string): Page<T> {
-  const items = rows.slice(0, limit);
+  const most = Math.min(limit, rows.length);
+  let taken = 0;
+  let bytes = 0;
+  while (taken < most) {
+    bytes += Buffer.byteLength(JSON.stringify(rows[taken]) ?? '');
+    if (taken > 0 && bytes > MAX_PAGE_BYTES) break;
+    taken++;
+  }
+  const items = rows.slice(0, taken);
   const last = items[items.length - 1];
-  return { items, next_cursor: rows.length > limit && last !== undefined ? cursorAfter(last) : null };
+  return { items, next_cursor: rows.length > taken && last !== undefined ? cursorAfter(last) : null };
 }
 
 /** One page from a store: asks `fetch` for limit + 1 rows and cuts them with `cutPage`. */

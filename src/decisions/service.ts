@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
 import { canonicalJson } from '../common/canonical-json.js';
 import { eventUserId, type NewAuditEvent } from '../audit/types.js';
-import { unavailable, unprocessable } from '../errors.js';
+import { AppError, unavailable, unprocessable } from '../errors.js';
+import { jsonBytesOver } from '../common/json-size.js';
 import { checkAdmits } from '../keys/binding.js';
 import { compileSchema } from '../common/validation.js';
 import type { Principal } from '../keys/types.js';
@@ -16,6 +17,11 @@ import type { DecisionRecord, DecisionStore, RecordOutcome } from './store.js';
 export interface FlowIds {
   requestId: string;
   traceId: string;
+  /**
+   * The size of the JSON text the request came in, when known: a request too small to hold a
+   * context over the limit spares measuring it.
+   */
+  receivedBytes?: number | undefined;
 }
 
 export interface DecisionBody {
@@ -92,7 +98,25 @@ export class DecisionService {
     private readonly queueTtlSeconds: number,
     private readonly mask: (doc: Record<string, unknown>) => Record<string, unknown>,
     private readonly observer: DecisionObserver,
+    /** The most a request's context may be as JSON (UTF-8 bytes; ARBITER_MAX_CONTEXT_BYTES). */
+    private readonly maxContextBytes: number,
   ) {}
+
+  /**
+   * Refuses (413) a context larger than the limit: it is stored twice (the queue item and the
+   * audit event), listed to reviewers and evaluated on the serving thread, so a body-sized one
+   * would make every one of those cost a megabyte. Checked before anything is recorded.
+   */
+  checkContext(context: Record<string, unknown> | undefined, receivedBytes?: number): void {
+    if (context === undefined) return;
+    const bytes = jsonBytesOver(context, this.maxContextBytes, receivedBytes);
+    if (bytes !== undefined) {
+      throw new AppError(
+        'too_large',
+        `context is ${bytes} bytes as JSON, more than the ${this.maxContextBytes}-byte limit (ARBITER_MAX_CONTEXT_BYTES)`,
+      );
+    }
+  }
 
   async authorizeAgent(
     body: unknown,
@@ -102,6 +126,7 @@ export class DecisionService {
     extras: DecisionExtras = {},
   ): Promise<DecisionResult> {
     const req = validateAgent(body);
+    this.checkContext(req.context, ids.receivedBytes);
     checkAdmits(principal, 'agent', req.agent_id, `cannot authorize as ${req.agent_id}`);
     const obo = req.on_behalf_of;
     if (obo) {
@@ -139,6 +164,7 @@ export class DecisionService {
     extras: DecisionExtras = {},
   ): Promise<DecisionResult> {
     const req = validateHuman(body);
+    this.checkContext(req.context, ids.receivedBytes);
     checkAdmits(principal, 'agent', null, 'cannot authorize human users');
     checkAdmits(principal, 'tenant', req.tenant_id, `cannot authorize in ${req.tenant_id}`);
     const resource = { type: req.resource.type, id: req.resource.id };

@@ -7,14 +7,17 @@ import { AppError, invalid } from '../errors.js';
 
 /**
  * The one place a request body becomes text: its bytes (after Content-Encoding, at most `limit`
- * of them), decoded as UTF-8 without repair. A decoder that replaced invalid bytes by U+FFFD
+ * of them), decoded as UTF-8 without repair, and how many bytes that was. A decoder that replaced invalid bytes by U+FFFD
  * would let different byte strings become the same request (one request digest, one stored
  * policy whose sha256 is not that of the bytes sent), so they are refused instead.
  *
  * Errors: 413 over the limit, 415 for an unknown Content-Encoding, 400 for a body that is not
  * what its Content-Encoding says, is cut short, or is not UTF-8.
  */
-export async function readBodyText(req: IncomingMessage, limit: number): Promise<string> {
+export async function readBodyText(
+  req: IncomingMessage,
+  limit: number,
+): Promise<{ text: string; bytes: number }> {
   const encoding = contentCoding(req.headers['content-encoding']);
   const declared = req.headers['content-length'];
   let bytes: Buffer;
@@ -38,7 +41,7 @@ export async function readBodyText(req: IncomingMessage, limit: number): Promise
   if (!isUtf8(bytes)) throw invalid('request body is not valid UTF-8');
   const text = bytes.toString('utf8');
   // A leading byte order mark is framing, not content (the body parser before this dropped it too).
-  return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
+  return { text: text.charCodeAt(0) === 0xfeff ? text.slice(1) : text, bytes: bytes.length };
 }
 
 /**

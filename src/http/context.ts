@@ -79,6 +79,8 @@ export interface State {
   route?: RouteDef;
   /** The query parameters, parsed by the route's definitions (src/http/query.ts). */
   query?: Record<string, unknown>;
+  /** The UTF-8 size of the request body as read (after Content-Encoding), for routes that take one. */
+  receivedBytes?: number;
   started: bigint;
 }
 

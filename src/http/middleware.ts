@@ -146,11 +146,30 @@ export const requireHost: Middleware<State> = async (ctx, next) => {
   await next();
 };
 
-/** The one error middleware: every error becomes `{"error": "…"}` with the right status. */
+/**
+ * A JSON answer's text, made here rather than by Koa after the middleware chain: there a body too
+ * large for one string (V8's limit) or otherwise unserializable would escape the error middleware
+ * and become Koa's bare text/plain 500 after the request was logged and counted as a 200.
+ * Only plain objects and arrays are JSON here; buffers, strings and streams are sent as they are.
+ */
+function serializeJsonBody(ctx: Context): void {
+  const body: unknown = ctx.body;
+  if (typeof body !== 'object' || body === null) return;
+  const proto: unknown = Object.getPrototypeOf(body);
+  if (!Array.isArray(body) && proto !== Object.prototype && proto !== null) return;
+  // Koa set application/json for the object; a string body keeps the Content-Type already set.
+  ctx.body = JSON.stringify(body);
+}
+
+/**
+ * The one error middleware: every error becomes `{"error": "…"}` with the right status, a JSON
+ * body that cannot be serialized included (a logged 500).
+ */
 export function errorMiddleware(log: Logger, maxBodyBytes: number): Middleware<State> {
   return async (ctx, next) => {
     try {
       await next();
+      serializeJsonBody(ctx);
     } catch (err) {
       const { status, message, headers } = toHttpError(err, maxBodyBytes);
       if (status >= 500) {
@@ -262,7 +281,8 @@ export function bodyMiddleware(kind: BodyKind, maxBodyBytes: number): Middleware
     const length = Number(ctx.get('content-length') || '0');
     if (length > 0 && !allowed.includes(type)) throw unsupportedType(allowed, type);
     const framed = length > 0 || ctx.get('transfer-encoding') !== '';
-    const text = framed ? await readBodyText(ctx.req, maxBodyBytes) : '';
+    const { text, bytes } = framed ? await readBodyText(ctx.req, maxBodyBytes) : { text: '', bytes: 0 };
+    ctx.state.receivedBytes = bytes;
     if (text === '') {
       if (kind === 'optional-object') {
         ctx.request.body = {};

@@ -1,5 +1,5 @@
 import type { Middleware } from 'koa';
-import { MAX_LIMIT, parseLimit } from '../common/pagination.js';
+import { MAX_LIMIT, MAX_PAGE_BYTES, parseLimit } from '../common/pagination.js';
 import { isRfc3339, isStorableString, type JsonSchema } from '../common/validation.js';
 import { invalid } from '../errors.js';
 import type { Ctx, RouteDef, State } from './context.js';
@@ -81,7 +81,9 @@ export const queryParam = <N extends string, T>(p: QueryParam<N, T>): QueryParam
 
 export const LIMIT = queryParam({
   name: 'limit',
-  description: `page size, 1…${MAX_LIMIT} (default 100)`,
+  description:
+    `page size, 1…${MAX_LIMIT} (default 100); a page also ends before its items would pass ` +
+    `${MAX_PAGE_BYTES / 1024 / 1024} MiB as JSON (it always holds one), and is then shorter, with a next_cursor`,
   schema: { type: 'integer', minimum: 1, maximum: MAX_LIMIT, default: 100 },
   parse: parseLimit,
 });

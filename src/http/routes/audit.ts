@@ -112,13 +112,21 @@ export function auditRoutes(d: RouteDeps): RouteDef[] {
         }),
       },
       requestSchema: { oneOf: [ingestEventSchema, ingestBatchSchema] },
+      also: [
+        {
+          status: 413,
+          description:
+            `body larger than ${d.config.maxBodyBytes} bytes, or an event whose details (with its unknown ` +
+            `fields) are more than ${d.config.maxContextBytes} bytes as JSON; nothing is stored`,
+        },
+      ],
       apis: PLATFORM,
       scope: 'audit:write',
       body: 'object',
       summary: 'Append one event or {"events": [...]} (≤ 1000), all or nothing',
       handler: async (ctx) => {
         ctx.status = 202;
-        ctx.body = await d.audit.ingest(principalOf(ctx), ctx.request.body);
+        ctx.body = await d.audit.ingest(principalOf(ctx), ctx.request.body, ctx.state.receivedBytes);
       },
     },
     {

@@ -107,6 +107,15 @@ export function authzenRoutes(d: RouteDeps): RouteDef[] {
       },
       requestSchema: evaluationRequestSchema,
       ...EVALUATION_ROUTE,
+      also: [
+        ...EVALUATION_ROUTE.also,
+        {
+          status: 413,
+          description:
+            `body larger than ${d.config.maxBodyBytes} bytes, or a context more than ` +
+            `${d.config.maxContextBytes} bytes as JSON; nothing is decided`,
+        },
+      ],
       summary: 'AuthZEN access evaluation',
       handler: async (ctx) => {
         const r = await authzen.evaluate(ctx.request.body, principalOf(ctx), ctx.state, idempotencyKey(ctx));
@@ -137,8 +146,9 @@ export function authzenRoutes(d: RouteDeps): RouteDef[] {
         {
           status: 413,
           description:
-            `body larger than ${d.config.maxBodyBytes} bytes, or a batch larger than that with its ` +
-            'defaults applied to every evaluation (each is recorded whole); nothing is decided',
+            `body larger than ${d.config.maxBodyBytes} bytes, a batch larger than that with its ` +
+            'defaults applied to every evaluation (each is recorded whole), or an evaluation whose ' +
+            `context is more than ${d.config.maxContextBytes} bytes as JSON; nothing is decided`,
         },
       ],
       summary: 'AuthZEN access evaluations (batch, at most 100)',

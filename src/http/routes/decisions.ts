@@ -10,7 +10,13 @@ import { BOTH, ENGINE } from './shared.js';
 const STATUS = { allow: 200, requires_approval: 202, deny: 403 } as const;
 
 /** Every answer of an authorize route besides 200 allow and the derived errors (SPEC §5). */
-const DECISION_ANSWERS: readonly Answer[] = [
+const decisionAnswers = (config: RouteDeps['config']): readonly Answer[] => [
+  {
+    status: 413,
+    description:
+      `body larger than ${config.maxBodyBytes} bytes, or a context more than ${config.maxContextBytes} ` +
+      'bytes as JSON; nothing is decided or recorded',
+  },
   { status: 202, description: 'requires_approval: queued for human review', schema: decisionResponseSchema },
   {
     status: 403,
@@ -66,7 +72,7 @@ export function decisionRoutes(d: RouteDeps): RouteDef[] {
         description: 'allow (200), requires_approval (202) or deny (403)',
         schema: decisionResponseSchema,
       },
-      also: DECISION_ANSWERS,
+      also: decisionAnswers(d.config),
       requestSchema: agentRequestSchema,
       headers: [IDEMPOTENCY_KEY],
       apis: BOTH,
@@ -84,7 +90,7 @@ export function decisionRoutes(d: RouteDeps): RouteDef[] {
         description: 'allow (200), requires_approval (202) or deny (403)',
         schema: decisionResponseSchema,
       },
-      also: DECISION_ANSWERS,
+      also: decisionAnswers(d.config),
       requestSchema: humanRequestSchema,
       headers: [IDEMPOTENCY_KEY],
       apis: ENGINE,
