@@ -8,7 +8,7 @@ import {
   type PageQuery,
 } from '../common/pagination.js';
 import { compileSchema } from '../common/validation.js';
-import { admits, narrow } from '../keys/binding.js';
+import { admits, narrow, narrowToBinding } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
 import { checkStoredEvent, GENESIS_HASH } from './chain.js';
 import { isReservedKind } from './kinds.js';
@@ -109,7 +109,8 @@ export class AuditService {
         : readCursor(cursor, 'audit', /^()([1-9]\d{0,15})$/);
       f.before = byTime ? { time: m[1] as string, seq: Number(m[2]) } : { seq: Number(m[2]) };
     }
-    f.tenant_id = narrow(principal, 'tenant', f.tenant_id);
+    // A bound key lists its own tenant's and agent's events (asking for another's is 403).
+    Object.assign(f, narrowToBinding(principal, f));
     const page = await fetchPage(
       q,
       (limit) => this.store.query({ ...f, limit }),
@@ -144,14 +145,16 @@ export class AuditService {
       if (m[1] !== traceId) throw badCursor();
       after = Number(m[2]);
     }
+    // A bound key's events only, filtered in the store before paging: for another tenant's (or
+    // agent's) trace it gets exactly the answer for an unknown trace, whatever the limit.
+    const only = narrowToBinding(principal, {});
     const page = await fetchPage(
       q,
-      (limit) => this.store.trace(traceId, after, limit),
+      (limit) => this.store.trace(traceId, after, limit, only),
       (last) => encodeCursor('trace', `${traceId}|${last.seq}`),
     );
-    let events = page.items.map((r) => r.event);
-    events = events.filter((e) => admits(principal, 'tenant', e.tenant_id));
-    if (after === 0 && events.length === 0 && page.next_cursor === null) {
+    const events = page.items.map((r) => r.event);
+    if (after === 0 && events.length === 0) {
       throw notFound(`no audit events for trace ${traceId}`);
     }
     return { trace_id: traceId, events, next_cursor: page.next_cursor };
