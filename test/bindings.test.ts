@@ -252,3 +252,123 @@ onEveryBackend('agent and tenant bindings on tokens, the audit trail and explana
     expect(kinds).to.deep.equal(['decision', 'queue.approve']);
   });
 });
+
+// Keys are stored and webhooks, signing keys and the chain live in storage: every backend.
+onEveryBackend('bound keys and the routes that span every tenant', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start();
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  /** An `admin` key bound as an earlier version let `arbiter keys create` bind one. */
+  const boundAdmin = async (name: string, binding: 'tenant' | 'agent', value: string) => {
+    const key = a.createKey(name, ['admin']);
+    await a.alter(`UPDATE api_keys SET ${binding} = $1 WHERE name = $2`, [value, name]);
+    return key;
+  };
+
+  it('refuses to create a key with the admin scope bound to a tenant or an agent', () => {
+    for (const [scopes, binding] of [
+      ['admin', ['--tenant', 'acme']],
+      ['tokens:read,admin', ['--agent', 'deploy-bot']],
+      ['admin', ['--tenant', 'acme', '--agent', 'deploy-bot']],
+    ] as const) {
+      const r = a.cli(['keys', 'create', '--name', 'bound-admin', '--scopes', scopes, ...binding]);
+      expect(r.code, r.stderr).to.equal(1);
+      expect(r.stderr).to.include('arbiter: the admin scope cannot be bound to a tenant or an agent');
+      expect(r.stdout).to.equal('');
+    }
+    const listed = a.cli(['keys', 'list']);
+    expect(listed.code).to.equal(0);
+    expect(listed.stdout).to.not.include('bound-admin');
+    // Unbound, or bound without admin, is as before.
+    expect(a.cli(['keys', 'create', '--name', 'bound-admin', '--scopes', 'admin']).code).to.equal(0);
+    const bound = a.cli([
+      'keys',
+      'create',
+      '--name',
+      'bound-reader',
+      '--scopes',
+      'audit:read',
+      '--tenant',
+      'acme',
+    ]);
+    expect(bound.code, bound.stderr).to.equal(0);
+  });
+
+  it('answers 403 to a bound admin key on every webhook route, and changes nothing', async () => {
+    const hook = { url: 'https://hooks.example.com/arbiter', events: ['queue.pending'] };
+    const existing = await call('PUT', a.platform + '/api/v1/webhooks/ops', { body: hook });
+    expect(existing.status, existing.text).to.equal(201);
+    for (const [name, binding, value] of [
+      ['tenant-admin', 'tenant', 'acme'],
+      ['agent-admin', 'agent', 'deploy-bot'],
+    ] as const) {
+      const key = await boundAdmin(name, binding, value);
+      const refused = new RegExp(`API key is bound to ${binding} ${value} and cannot manage webhooks`);
+      expectError(await call('GET', a.platform + '/api/v1/webhooks', { key }), 403, refused);
+      expectError(await call('GET', a.platform + '/api/v1/webhooks/ops', { key }), 403, refused);
+      expectError(await call('PUT', a.platform + '/api/v1/webhooks/mine', { key, body: hook }), 403, refused);
+      expectError(await call('DELETE', a.platform + '/api/v1/webhooks/ops', { key }), 403, refused);
+      expectError(await call('GET', a.platform + '/api/v1/webhooks/ops/deliveries', { key }), 403, refused);
+    }
+    const names = (await call('GET', a.platform + '/api/v1/webhooks')).json.webhooks.map(
+      (w: { name: string }) => w.name,
+    );
+    expect(names).to.deep.equal(['ops']);
+    expect(await a.count('audit_events', "kind = 'webhook.put'")).to.equal(1);
+    expect(await a.count('audit_events', "kind = 'webhook.delete'")).to.equal(0);
+  });
+
+  it('answers 403 to a bound admin key listing or rotating the signing keys, and rotates nothing', async () => {
+    // A live token of no tenant and another agent, which revoke_previous would revoke.
+    const allowed = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
+    const minted = await call('POST', a.engine + '/v1/tokens/mint', {
+      body: { request_id: allowed.json.request_id },
+    });
+    expect(minted.status, minted.text).to.equal(201);
+    const before = (await call('GET', a.platform + '/api/v1/signing-keys')).json.keys;
+    for (const [name, binding, value] of [
+      ['tenant-admin-2', 'tenant', 'acme'],
+      ['agent-admin-2', 'agent', 'finance-bot'],
+    ] as const) {
+      const key = await boundAdmin(name, binding, value);
+      const refused = new RegExp(
+        `API key is bound to ${binding} ${value} and cannot manage the signing keys`,
+      );
+      expectError(await call('GET', a.platform + '/api/v1/signing-keys', { key }), 403, refused);
+      expectError(
+        await call('POST', a.platform + '/api/v1/signing-keys/rotate', {
+          key,
+          body: { revoke_previous: true },
+        }),
+        403,
+        refused,
+      );
+    }
+    expect((await call('GET', a.platform + '/api/v1/signing-keys')).json.keys).to.deep.equal(before);
+    const live = await call('POST', a.engine + '/v1/tokens/introspect', {
+      body: { token: minted.json.token },
+    });
+    expect(live.json.active).to.equal(true);
+  });
+
+  it('answers 403 to an agent-bound key verifying the audit chain or reading budget counters', async () => {
+    const key = a.createKey('agent-auditor', ['audit:read'], { agent: 'deploy-bot' });
+    expectError(
+      await call('GET', a.platform + '/api/v1/audit/verify', { key }),
+      403,
+      /API key is bound to agent deploy-bot and cannot verify the audit chain/,
+    );
+    expectError(
+      await call('GET', a.platform + '/api/v1/limits?key=x', { key }),
+      403,
+      /API key is bound to agent deploy-bot and cannot read budget counters/,
+    );
+    const unbound = a.createKey('unbound-auditor', ['audit:read']);
+    expect((await call('GET', a.platform + '/api/v1/audit/verify', { key: unbound })).json.ok).to.equal(true);
+  });
+});

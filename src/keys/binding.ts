@@ -59,6 +59,15 @@ export function checkBinding(principal: Principal, subject: BoundSubject, refusa
 }
 
 /**
+ * 403 for any bound key: for what spans every tenant and agent (webhooks, which receive every
+ * tenant's events; the signing keys, which sign every tenant's tokens; the audit chain's head;
+ * budget counters). `refusal` says what the key therefore cannot do.
+ */
+export function checkUnbound(principal: Principal, refusal: string): void {
+  checkBinding(principal, { tenant_id: null, agent_id: null }, refusal);
+}
+
+/**
  * The value a filter or a written field may take for a bound key: its binding, whatever was
  * asked; an unbound key gets what it asked. Asking a bound key for another value is 403; not
  * asking (undefined) is no violation.

@@ -119,10 +119,12 @@ export function auditRoutes(d: RouteDeps): RouteDef[] {
       },
       apis: PLATFORM,
       scope: 'audit:read',
+      // The chain's length and head count every tenant's events.
+      global: "cannot verify the audit chain, which holds every tenant's events",
       body: 'none',
       summary: 'Verify the audit hash chain; reports the first event that fails',
       handler: async (ctx) => {
-        ctx.body = await d.audit.verify(principalOf(ctx));
+        ctx.body = await d.audit.verify();
       },
     },
   ];
