@@ -162,10 +162,7 @@ async function audit(args: string[]): Promise<void> {
   const config = loadConfig();
   const stores = await openStores(config);
   try {
-    const r = await new AuditService(stores.audit, (d) => d, config.maxContextBytes).verify(
-      undefined,
-      anchor,
-    );
+    const r = await new AuditService(stores.audit, (d) => d, config.maxContextBytes).verify(anchor);
     console.log(JSON.stringify(r));
     if (!r.ok) process.exitCode = 1;
   } finally {

@@ -7,6 +7,7 @@ import { sha256Hex } from '../src/audit/chain.js';
 import { canonicalJson } from '../src/common/canonical-json.js';
 import { isReservedKind } from '../src/audit/kinds.js';
 import type { AuditEvent } from '../src/audit/types.js';
+import { SCOPES } from '../src/keys/types.js';
 import { ADMIN_KEY, AGENT, Arbiter, call, HUMAN } from './helpers/harness.js';
 import { checkAnswer } from './helpers/openapi-check.js';
 import {
@@ -1570,7 +1571,12 @@ onEveryBackend('fuzzing every route of the OpenAPI document', function () {
     this.timeout(120_000);
     a = await Arbiter.start();
     const requester = a.createKey('fuzz-requester', ['authorize', 'queue:read']);
-    const tenantAdmin = a.createKey('fuzz-tenant-admin', ['admin'], { tenant: 'acme' });
+    // The strongest tenant-bound key there is: every scope but admin, which no bound key may hold.
+    const tenantKey = a.createKey(
+      'fuzz-tenant-all',
+      SCOPES.filter((s) => s !== 'admin'),
+      { tenant: 'acme' },
+    );
     const agentKey = a.createKey('fuzz-agent', ['authorize', 'queue:read', 'tokens:mint'], {
       agent: 'deploy-bot',
     });
@@ -1626,7 +1632,7 @@ onEveryBackend('fuzzing every route of the OpenAPI document', function () {
     ).map((d) => d.path);
     const b64 = (s: string) => Buffer.from(s, 'utf8').toString('base64url');
     pools = {
-      keys: [requester, tenantAdmin, agentKey, weak],
+      keys: [requester, tenantKey, agentKey, weak],
       etags,
       params: {
         id: [...pending, ...allowed],

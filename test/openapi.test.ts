@@ -87,7 +87,28 @@ onceOnly('GET /openapi.json', () => {
       expect(op, `${r.method} ${r.template}`).to.be.an('object');
       expect(op['x-arbiter-scope']).to.equal(r.scope);
       expect(op['x-arbiter-apis']).to.deep.equal([...r.apis]);
+      expect(op['x-arbiter-unbound-keys-only'], `${r.method} ${r.template}`).to.equal(
+        r.global === undefined ? undefined : true,
+      );
     }
+    // What spans every tenant refuses bound keys: every admin route, the chain, the budget counters.
+    expect(
+      routes
+        .filter((r) => r.global !== undefined)
+        .map((r) => `${r.method} ${r.template}`)
+        .sort(),
+    ).to.deep.equal([
+      'DELETE /api/v1/webhooks/{name}',
+      'GET /api/v1/audit/verify',
+      'GET /api/v1/limits',
+      'GET /api/v1/signing-keys',
+      'GET /api/v1/webhooks',
+      'GET /api/v1/webhooks/{name}',
+      'GET /api/v1/webhooks/{name}/deliveries',
+      'POST /api/v1/signing-keys/rotate',
+      'PUT /api/v1/webhooks/{name}',
+    ]);
+    for (const r of routes) if (r.scope === 'admin') expect(r.global, r.template).to.be.a('string');
     const described = Object.entries(doc.paths).flatMap(([p, ops]) =>
       Object.keys(ops as object).map((m) => `${m.toUpperCase()} ${p}`),
     );

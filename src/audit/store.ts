@@ -43,8 +43,17 @@ export interface AuditStore {
   append(events: NewAuditEvent[]): Promise<AuditEvent[]>;
   /** Newest first, with each event's sequence number (for cursors). */
   query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent }[]>;
-  /** Up to `limit` events of one trace after sequence number `afterSeq`, oldest first. */
-  trace(traceId: string, afterSeq: number, limit: number): Promise<{ seq: number; event: AuditEvent }[]>;
+  /**
+   * Up to `limit` events of one trace after sequence number `afterSeq`, oldest first; with `only`,
+   * just those of that tenant and of that agent (each: when given). Filtered before the limit, so
+   * that a page holds only events the caller may see.
+   */
+  trace(
+    traceId: string,
+    afterSeq: number,
+    limit: number,
+    only?: { tenant_id?: string | undefined; agent_id?: string | undefined },
+  ): Promise<{ seq: number; event: AuditEvent }[]>;
   /**
    * Up to `limit` events of one request (its decision, queue transition, tokens) after `afterSeq`,
    * oldest first; with `only`, just those of that tenant (null: of no tenant).

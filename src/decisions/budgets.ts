@@ -1,6 +1,4 @@
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
-import { forbidden } from '../errors.js';
-import type { Principal } from '../keys/types.js';
 import { fromMicro } from './limits.js';
 import type { LimitStore } from './store.js';
 
@@ -78,12 +76,8 @@ export class BudgetService {
     await this.sweeping?.catch(() => undefined);
   }
 
-  async usage(principal: Principal, key: string): Promise<BudgetUsage[]> {
-    // Limit keys are strings a policy chooses, not tenant-scoped: a bound key could read the
-    // counters of other tenants' users, so only unbound keys may read them (docs/decisions.md).
-    if (principal.tenant !== null || principal.agent !== null) {
-      throw forbidden('API key is bound to a tenant or an agent and cannot read budget counters');
-    }
+  /** The current window of each window length of `key` (only unbound keys may ask: the route says so). */
+  async usage(key: string): Promise<BudgetUsage[]> {
     const now = this.clock();
     return (await this.store.latest(key)).map((c) => {
       const start = Math.floor(now / c.windowMs) * c.windowMs;

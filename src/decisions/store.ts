@@ -24,6 +24,10 @@ export interface DecisionRecord {
   policy_revision?: number | null;
 }
 
+/** The agent a decision was made for: its subject for an agent decision, none for a human one. */
+export const decisionAgent = (d: Pick<DecisionRecord, 'kind' | 'subject'>): string | null =>
+  d.kind === 'agent' ? d.subject : null;
+
 /** What the decision store records for one decision, atomically. */
 export interface DecisionToRecord {
   decision: DecisionRecord;

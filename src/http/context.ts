@@ -36,6 +36,12 @@ export interface RouteDef {
   apis: readonly Api[];
   /** The scope the route needs; 'authenticated' = any valid key; null = public. */
   scope: Scope | 'authenticated' | null;
+  /**
+   * Set when the route's effect or answer spans every tenant and agent (webhooks, signing keys,
+   * the audit chain, budget counters): a key bound to a tenant or an agent is refused with 403
+   * whatever its scopes (src/keys/binding.ts `checkUnbound`), and this says what it cannot do.
+   */
+  global?: string;
   body: BodyKind;
   summary: string;
   /**

@@ -6,6 +6,7 @@ import { HttpError, toHttpError } from './errors.js';
 import { findUnstorable, isStorableString, MAY_HOLD_UNSTORABLE } from '../common/validation.js';
 import { newId, newSpanId, newTraceId } from '../ids.js';
 import { hasScope, type KeyService } from '../keys/service.js';
+import { checkUnbound } from '../keys/binding.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Api, BodyKind, RouteDef, State } from './context.js';
@@ -188,7 +189,10 @@ const unauthenticated = (message: string, error?: string) =>
     'WWW-Authenticate': error ? `Bearer realm="arbiter", error="${error}"` : 'Bearer realm="arbiter"',
   });
 
-/** Bearer-key authentication and the route's scope. Public routes (scope null) skip it. */
+/**
+ * Bearer-key authentication, the route's scope, and for a global route a key bound to nothing.
+ * Public routes (scope null) skip it.
+ */
 export function authMiddleware(keys: KeyService, route: RouteDef): Middleware<State> {
   const scope = route.scope;
   return async (ctx, next) => {
@@ -208,6 +212,7 @@ export function authMiddleware(keys: KeyService, route: RouteDef): Middleware<St
     if (scope !== 'authenticated' && !hasScope(principal, scope)) {
       throw forbidden(`API key lacks scope ${scope}`);
     }
+    if (route.global !== undefined) checkUnbound(principal, route.global);
     return next();
   };
 }

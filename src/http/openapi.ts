@@ -49,7 +49,11 @@ export function openApiDocument(
       responses['401'] = err(
         'missing, malformed, unknown or revoked API key (with WWW-Authenticate: Bearer)',
       );
-      responses['403'] = err(`API key lacks scope ${r.scope}, or the key's tenant/agent binding forbids it`);
+      responses['403'] = err(
+        r.global !== undefined
+          ? `API key lacks scope ${r.scope}, or is bound to a tenant or an agent: this route spans every tenant`
+          : `API key lacks scope ${r.scope}, or the key's tenant/agent binding forbids it`,
+      );
     }
     if (params.length > 0) responses['404'] = err('no such resource');
     responses['405'] = err('known path, other method (Allow lists the methods)');
@@ -77,6 +81,7 @@ export function openApiDocument(
       tags: [...r.apis],
       'x-arbiter-apis': [...r.apis],
       'x-arbiter-scope': r.scope,
+      ...(r.global !== undefined ? { 'x-arbiter-unbound-keys-only': true } : {}),
       security: r.scope === null ? [] : [{ apiKey: [] }],
       parameters: [
         ...params,
@@ -117,7 +122,8 @@ export function openApiDocument(
       description:
         'Policy-as-code authorization for AI agents and humans. The Engine API answers decisions, ' +
         'runs the review queue and mints tokens; the Platform API manages policies, data and the audit trail. ' +
-        'x-arbiter-apis says which listener serves each operation; x-arbiter-scope the API key scope it needs.',
+        'x-arbiter-apis says which listener serves each operation; x-arbiter-scope the API key scope it needs; ' +
+        'x-arbiter-unbound-keys-only that a key bound to a tenant or an agent is refused (403).',
     },
     servers: [
       { url: `http://${host}:${config.enginePort}`, description: 'Engine API' },

@@ -15,6 +15,11 @@ export function admits(principal: Principal, binding: Binding, value: string | n
   return bound === null || value === bound;
 }
 
+/** Whether the key is bound to a tenant or an agent at all. */
+export function isBound(principal: Principal): boolean {
+  return principal.tenant !== null || principal.agent !== null;
+}
+
 /** Whether the key is bound to exactly this tenant or agent. */
 export function boundTo(principal: Principal, binding: Binding, value: string | null): boolean {
   const bound = boundValue(principal, binding);
@@ -36,13 +41,30 @@ export function checkAdmits(
   throw forbidden(refusal === undefined ? base : `${base} and ${refusal}`);
 }
 
+/** What a binding is checked against: the tenant and agent an item, token or event belongs to. */
+export interface BoundSubject {
+  tenant_id: string | null;
+  agent_id: string | null;
+}
+
+/** Whether the key admits both the tenant and the agent of `subject` (see `admits`). */
+export function admitsSubject(principal: Principal, subject: BoundSubject): boolean {
+  return admits(principal, 'tenant', subject.tenant_id) && admits(principal, 'agent', subject.agent_id);
+}
+
 /** 403 when an item lies outside the key's tenant or agent binding (tenant checked first). */
-export function checkBinding(
-  principal: Principal,
-  subject: { tenant_id: string | null; agent_id: string | null },
-): void {
-  checkAdmits(principal, 'tenant', subject.tenant_id);
-  checkAdmits(principal, 'agent', subject.agent_id);
+export function checkBinding(principal: Principal, subject: BoundSubject, refusal?: string): void {
+  checkAdmits(principal, 'tenant', subject.tenant_id, refusal);
+  checkAdmits(principal, 'agent', subject.agent_id, refusal);
+}
+
+/**
+ * 403 for any bound key: for what spans every tenant and agent (webhooks, which receive every
+ * tenant's events; the signing keys, which sign every tenant's tokens; the audit chain's head;
+ * budget counters). `refusal` says what the key therefore cannot do.
+ */
+export function checkUnbound(principal: Principal, refusal: string): void {
+  checkBinding(principal, { tenant_id: null, agent_id: null }, refusal);
 }
 
 /**

@@ -69,6 +69,12 @@ export class KeyService {
           `${field} must be 1-256 characters without whitespace, control or invisible characters`,
         );
     }
+    // `admin` manages what spans every tenant (webhooks, signing keys) and implies every scope: a
+    // binding could not hold it, so a key gets one or the other (docs/decisions.md).
+    if (req.scopes.includes('admin') && (req.tenant !== undefined || req.agent !== undefined))
+      throw invalid(
+        'the admin scope cannot be bound to a tenant or an agent: give the key the scopes it needs',
+      );
     if (await this.store.findByName(req.name)) throw conflict(`a key named ${req.name} already exists`);
     const id = randomBytes(8).toString('hex');
     const key = `arb_${id}_${randomBytes(32).toString('base64url')}`;

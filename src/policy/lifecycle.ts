@@ -1,9 +1,9 @@
 import type { AuditStore } from '../audit/store.js';
 import type { AuditEvent } from '../audit/types.js';
-import type { DecisionStore } from '../decisions/store.js';
+import { decisionAgent, type DecisionStore } from '../decisions/store.js';
 import { compileSchema, type JsonSchema } from '../common/validation.js';
 import { busy, conflict, invalid, notFound } from '../errors.js';
-import { admits, narrow } from '../keys/binding.js';
+import { admitsSubject, isBound, narrowToBinding } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
 import type { Explainer, FiredRule } from './explain.js';
 import type { PolicyDecision } from './evaluator.js';
@@ -122,12 +122,12 @@ export class LifecycleService {
   /**
    * Replays the most recent recorded decision inputs against the live set and the candidate set
    * and counts the decisions whose status differs. One replay at a time per process (429 else).
-   * A tenant-bound key replays only its tenant's decisions: recorded inputs are audit data, and a
-   * candidate written to ask about another tenant's input must find none to ask about.
+   * A bound key replays only its tenant's (and agent's) decisions: recorded inputs are audit data,
+   * and a candidate written to ask about another tenant's input must find none to ask about.
    */
   async impact(principal: Principal, body: unknown): Promise<ImpactReport> {
     const req = validateImpact(body);
-    const tenant = narrow(principal, 'tenant', undefined);
+    const bound = narrowToBinding(principal, {});
     if (this.replaying) throw busy('an impact replay is already running; try again when it is done');
     this.replaying = true;
     try {
@@ -154,7 +154,7 @@ export class LifecycleService {
         while (read < limit) {
           const page = await this.audit.query({
             kind: 'decision',
-            ...(tenant !== undefined ? { tenant_id: tenant } : {}),
+            ...bound,
             // The instant, not the text: the trail compares ISO 8601 UTC strings.
             ...(req.since !== undefined ? { since: new Date(req.since).toISOString() } : {}),
             ...(before ? { before } : {}),
@@ -210,8 +210,8 @@ export class LifecycleService {
    * The shadow set and, from its generation's tally (kept in each decision's transaction, by
    * every process), how often its answer agreed with the live one, what the disagreements were,
    * and the latest 20 of them. Reads a few rows, never the trail. The counts are over every
-   * decision (the shadow set is global configuration, like the policies); a tenant-bound key sees
-   * only the samples of its own tenant's decisions among those 20.
+   * decision (the shadow set is global configuration, like the policies); a bound key sees only
+   * the samples of its own tenant's (and agent's) decisions among those 20.
    */
   async shadowReport(principal: Principal): Promise<ShadowReport> {
     const state = await this.policies.shadow();
@@ -241,31 +241,32 @@ export class LifecycleService {
     return report;
   }
 
-  /** The samples a key may see: all of them, or for a tenant-bound key those of its tenant. */
+  /** The samples a key may see: all of them, or for a bound key those of its tenant and agent. */
   private async visibleSamples<S extends { request_id: string }>(
     principal: Principal,
     samples: S[],
   ): Promise<S[]> {
-    if (narrow(principal, 'tenant', undefined) === undefined) return samples;
-    const tenants = await Promise.all(
-      samples.map(async (s) => (await this.decisions.get(s.request_id))?.tenant_id),
-    );
+    if (!isBound(principal)) return samples;
+    const decisions = await Promise.all(samples.map((s) => this.decisions.get(s.request_id)));
     return samples.filter((_, i) => {
-      const tenant = tenants[i];
-      return tenant !== undefined && admits(principal, 'tenant', tenant);
+      const d = decisions[i];
+      return (
+        d !== undefined && admitsSubject(principal, { tenant_id: d.tenant_id, agent_id: decisionAgent(d) })
+      );
     });
   }
 
   /**
    * Re-evaluates a recorded decision's input against the set of the revision it was made under,
    * with OPA's explanation. 404 when there is no such decision; 409 when it cannot be replayed
-   * (no recorded input, no revision, or a revision that history does not hold). A tenant-bound
-   * key sees only its tenant's decisions (404 for any other, as for an unknown id).
+   * (no recorded input, no revision, or a revision that history does not hold). A bound key sees
+   * only its tenant's and agent's decisions (404 for any other, as for an unknown id: a 403 would
+   * confirm that the id exists).
    */
   async explain(principal: Principal, requestId: string): Promise<ExplainReport> {
     const events = await this.audit.byRequest(requestId, 0, 100);
     const event = events.find((e) => e.event.kind === 'decision')?.event;
-    if (!event || !admits(principal, 'tenant', event.tenant_id)) {
+    if (!event || !admitsSubject(principal, event)) {
       throw notFound(`decision ${requestId} not found`);
     }
     const revision = event.policy_revision;

@@ -19,6 +19,7 @@ export function tokenRevokeEvent(
     trace_id: tok.trace_id ?? traceId,
     request_id: tok.request_id,
     actor,
+    agent_id: tok.agent_id,
     tenant_id: tok.tenant_id,
     resource: tok.id,
     outcome: 'revoked',

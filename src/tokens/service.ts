@@ -1,9 +1,9 @@
 import { decodeProtectedHeader, jwtVerify, SignJWT, type JWK, type JWTPayload } from 'jose';
-import type { DecisionStore } from '../decisions/store.js';
+import { decisionAgent, type DecisionStore } from '../decisions/store.js';
 import { AppError, conflict, forbidden, internal, invalid, notFound, unavailable } from '../errors.js';
 import { compileSchema, TOKEN_SAFE } from '../common/validation.js';
 import { newId } from '../ids.js';
-import { admits, checkAdmits } from '../keys/binding.js';
+import { admitsSubject, checkBinding } from '../keys/binding.js';
 import { hasScope } from '../keys/service.js';
 import type { Principal } from '../keys/types.js';
 import type { QueueService } from '../queue/service.js';
@@ -167,7 +167,7 @@ export class TokenService {
   ): Promise<MintedToken> {
     const d = await this.decisions.get(requestId);
     if (!d) throw notFound(`no decision with request_id ${requestId}`);
-    checkAdmits(principal, 'tenant', d.tenant_id);
+    checkBinding(principal, { tenant_id: d.tenant_id, agent_id: decisionAgent(d) });
     if (d.key_id !== principal.keyId && !hasScope(principal, 'admin')) {
       throw forbidden('only the API key that made the request can exchange it for a token');
     }
@@ -199,6 +199,7 @@ export class TokenService {
       d.trace_id,
     );
     token.tenant_id = d.tenant_id;
+    token.agent_id = decisionAgent(d);
     // Bound to the exact call that was allowed or approved, and the revision that decided it.
     token.request_digest = d.request_digest ?? null;
     token.policy_revision = d.policy_revision ?? null;
@@ -237,9 +238,9 @@ export class TokenService {
     if (!stored || stored.revoked_at !== null || Date.parse(stored.expires_at) <= Date.now())
       return { active: false };
     if ((stored.signing_kid ?? this.keys.oldestKid()) !== kid) return { active: false };
-    const tenant = typeof payload.tenant_id === 'string' ? payload.tenant_id : null;
-    // Another tenant's token is none of a bound key's business: inactive, as RFC 7662 §4 allows.
-    if (!admits(principal, 'tenant', tenant)) return { active: false };
+    // Another tenant's or agent's token is none of a bound key's business: inactive, as RFC 7662
+    // §4 allows (a 403 would confirm that the token is live).
+    if (!admitsSubject(principal, stored)) return { active: false };
     return {
       active: true,
       token_type: 'Bearer',
@@ -263,7 +264,7 @@ export class TokenService {
   ): Promise<{ token_id: string; revoked: true; revoked_at: string }> {
     const t = await this.store.get(tokenId);
     if (!t) throw notFound(`token ${tokenId} not found`);
-    checkAdmits(principal, 'tenant', t.tenant_id);
+    checkBinding(principal, t);
     const r = await this.store.revoke(tokenId, new Date().toISOString(), (tok) =>
       tokenRevokeEvent(tok, principal.name, traceId),
     );
@@ -289,6 +290,7 @@ export class TokenService {
       scopes,
       audience,
       tenant_id: principal.tenant,
+      agent_id: principal.agent,
       issued_at: new Date(issued * 1000).toISOString(),
       expires_at: new Date((issued + ttl) * 1000).toISOString(),
       revoked_at: null,
@@ -349,6 +351,7 @@ export class TokenService {
       trace_id: t.trace_id,
       request_id: t.request_id,
       actor: principal.name,
+      agent_id: t.agent_id,
       tenant_id: t.tenant_id,
       resource: t.id,
       outcome: 'minted',

@@ -8,6 +8,11 @@ export interface TokenRecord {
   scopes: string[];
   audience: string;
   tenant_id: string | null;
+  /**
+   * The agent it acts for: its decision's agent (null for a human decision), or for a free-form
+   * token the minting key's agent binding. Keys bound to another agent cannot introspect or revoke it.
+   */
+  agent_id: string | null;
   issued_at: string;
   expires_at: string;
   revoked_at: string | null;
@@ -92,13 +97,15 @@ export interface TokenStore {
   get(id: string): Promise<TokenRecord | undefined>;
   /** Revokes (idempotently: keeps the first revoked_at); undefined if unknown. */
   revoke(id: string, at: string, event: (t: TokenRecord) => NewAuditEvent): Promise<TokenRecord | undefined>;
-  /**
-   * What introspection needs of a stored token: when it was revoked (null: live), the kid of
-   * the key that signed it (null: minted before kids were recorded, so the oldest key's) and when
-   * it expires;
-   * undefined if unknown. Read per introspection.
-   */
-  tokenState(
-    id: string,
-  ): Promise<{ revoked_at: string | null; signing_kid: string | null; expires_at: string } | undefined>;
+  /** What introspection needs of a stored token (see TokenState); undefined if unknown. Read per introspection. */
+  tokenState(id: string): Promise<TokenState | undefined>;
 }
+
+/**
+ * A stored token as introspection reads it: when it was revoked (null: live), the kid of the key
+ * that signed it (null: minted before kids were recorded, so the oldest key's), when it expires,
+ * and the tenant and agent it belongs to (for the caller's binding).
+ */
+export type TokenState = Pick<TokenRecord, 'revoked_at' | 'expires_at' | 'tenant_id' | 'agent_id'> & {
+  signing_kid: string | null;
+};

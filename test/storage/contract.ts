@@ -211,6 +211,11 @@ export function storageContract(backend: Backend): void {
         expect(seen).to.deep.equal([7, 6, 5, 4, 3, 2, 1]);
         const trace = await stores.audit.trace('tr', 2, 3);
         expect(trace.map((r) => r.seq)).to.deep.equal([3, 4, 5]);
+        // Filtered before the limit: a page holds only the tenant's and agent's events.
+        const ofAgent = await stores.audit.trace('tr', 0, 2, { tenant_id: 't1', agent_id: 'a1' });
+        expect(ofAgent.map((r) => r.seq)).to.deep.equal([2, 5]);
+        expect(await stores.audit.trace('tr', 0, 1, { tenant_id: 't2' })).to.deep.equal([]);
+        expect(await stores.audit.trace('tr', 0, 10, { agent_id: 'a9' })).to.deep.equal([]);
         const byTime = await stores.audit.query({ since: '2000-01-01T00:00:00.000Z', limit: 2 });
         expect(byTime.map((r) => r.seq)).to.deep.equal([7, 6]);
       });
@@ -625,6 +630,7 @@ export function storageContract(backend: Backend): void {
         scopes: ['read:repo/x'],
         audience: 'arbiter',
         tenant_id: null,
+        agent_id: null,
         issued_at: iso(),
         expires_at: iso(HOUR),
         revoked_at: null,

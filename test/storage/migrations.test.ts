@@ -219,4 +219,65 @@ onceOnly('migrations of a database an earlier version left', () => {
       await test.drop();
     }
   });
+
+  /**
+   * Tokens as an earlier version left them, with no agent_id: exchanged from an agent decision and
+   * from a human one, free-form by an agent-bound key, and free-form by the admin principal (no row).
+   */
+  const BEFORE_AGENT_ID = [
+    `INSERT INTO decisions (request_id, kind, status, key_id, tenant_id, subject, action, resource, trace_id, created_at)
+     VALUES ('r-agent', 'agent', 'allow', 'k', NULL, 'deploy-bot', 'read', '"repo/x"', 'tr', $1)`,
+    `INSERT INTO decisions (request_id, kind, status, key_id, tenant_id, subject, action, resource, trace_id, created_at)
+     VALUES ('r-human', 'human', 'allow', 'k', 'acme', 'alice', 'read', '{}', 'tr', $1)`,
+    `INSERT INTO api_keys (id, name, hash, scopes, tenant, agent, created_at)
+     VALUES ('k1', 'finance-minter', 'h', '["admin"]', NULL, 'finance-bot', $1)`,
+    `INSERT INTO tokens (id, request_id, subject, scopes, audience, issued_at, expires_at, minted_by)
+     VALUES ('t-agent', 'r-agent', 'deploy-bot', '[]', 'arbiter', $1, $1, 'admin'),
+            ('t-human', 'r-human', 'alice', '[]', 'arbiter', $1, $1, 'admin'),
+            ('t-free-bound', NULL, 'x', '[]', 'arbiter', $1, $1, 'finance-minter'),
+            ('t-free-admin', NULL, 'x', '[]', 'arbiter', $1, $1, 'admin')`,
+  ];
+  const AGENTS_AFTER = [
+    { id: 't-agent', agent_id: 'deploy-bot' },
+    { id: 't-free-admin', agent_id: null },
+    { id: 't-free-bound', agent_id: 'finance-bot' },
+    { id: 't-human', agent_id: null },
+  ];
+
+  it("SQLite 17: each existing token gets its decision's agent, or its minting key's", () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-migrate-'));
+    try {
+      const db = sqliteBefore(17, dir);
+      for (const sql of BEFORE_AGENT_ID) db.prepare(sql.replace(/\$1/g, '@at')).run({ at: past });
+      db.close();
+      const migrated = openDatabase(dir, 'normal');
+      try {
+        expect(migrated.prepare('SELECT id, agent_id FROM tokens ORDER BY id').all()).to.deep.equal(
+          AGENTS_AFTER,
+        );
+      } finally {
+        migrated.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("PostgreSQL 10: each existing token gets its decision's agent, or its minting key's", async () => {
+    const { test, client } = await postgresBefore(10);
+    try {
+      for (const sql of BEFORE_AGENT_ID) await client.query(sql, [past]);
+      const pool = createPool(test.url, 2);
+      try {
+        await migratePostgres(pool);
+      } finally {
+        await pool.end();
+      }
+      const { rows } = await client.query('SELECT id, agent_id FROM tokens ORDER BY id');
+      expect(rows).to.deep.equal(AGENTS_AFTER);
+    } finally {
+      await client.end();
+      await test.drop();
+    }
+  });
 });

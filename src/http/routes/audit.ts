@@ -151,11 +151,13 @@ export function auditRoutes(d: RouteDeps): RouteDef[] {
       query: VERIFY_QUERY,
       apis: PLATFORM,
       scope: 'audit:read',
+      // The chain's length and head count every tenant's events.
+      global: "cannot verify the audit chain, which holds every tenant's events",
       body: 'none',
       summary: 'Verify the audit hash chain (and an anchored head); reports the first event that fails',
       handler: async (ctx) => {
         const q = queryOf(ctx, VERIFY_QUERY);
-        ctx.body = await d.audit.verify(principalOf(ctx), anchorOf(q.head, q.count));
+        ctx.body = await d.audit.verify(anchorOf(q.head, q.count));
       },
     },
   ];

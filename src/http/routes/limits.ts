@@ -1,5 +1,5 @@
 import type { BudgetService } from '../../decisions/budgets.js';
-import { principalOf, type RouteDef } from '../context.js';
+import type { RouteDef } from '../context.js';
 import { filterParam, queryOf } from '../query.js';
 import { invalid } from '../../errors.js';
 import { PLATFORM } from './shared.js';
@@ -41,12 +41,15 @@ export function limitRoutes(budgets: BudgetService): RouteDef[] {
       query: LIMITS_QUERY,
       apis: PLATFORM,
       scope: 'audit:read',
+      // Limit keys are strings a policy chooses, not tenant-scoped: a bound key could read the
+      // counters of other tenants' users (docs/decisions.md).
+      global: 'cannot read budget counters, which are not kept per tenant',
       body: 'none',
       summary: 'Current budget usage of one limit key, per window',
       handler: async (ctx) => {
         const { key } = queryOf(ctx, LIMITS_QUERY);
         if (key === undefined) throw invalid('query parameter key is required');
-        ctx.body = { key, limits: await budgets.usage(principalOf(ctx), key) };
+        ctx.body = { key, limits: await budgets.usage(key) };
       },
     },
   ];

@@ -23,7 +23,13 @@ const signingKeySchema = exact({
   },
 });
 
-/** Signing-key rotation (Platform API, `admin`): listing, and making a new key the signer. */
+/** The signing key signs every tenant's tokens, and revoke_previous revokes them all. */
+const SIGNING_KEYS_ARE_GLOBAL = "cannot manage the signing keys, which sign every tenant's tokens";
+
+/**
+ * Signing-key rotation (Platform API, `admin`, keys bound to no tenant or agent): listing, and
+ * making a new key the signer.
+ */
 export function signingKeyRoutes(keys: SigningKeyService): RouteDef[] {
   return [
     {
@@ -37,6 +43,7 @@ export function signingKeyRoutes(keys: SigningKeyService): RouteDef[] {
       },
       apis: PLATFORM,
       scope: 'admin',
+      global: SIGNING_KEYS_ARE_GLOBAL,
       body: 'none',
       summary: 'List the token signing keys',
       handler: async (ctx) => {
@@ -68,6 +75,7 @@ export function signingKeyRoutes(keys: SigningKeyService): RouteDef[] {
       requestSchema: rotateRequestSchema,
       apis: PLATFORM,
       scope: 'admin',
+      global: SIGNING_KEYS_ARE_GLOBAL,
       body: 'optional-object',
       summary: 'Rotate the token signing key (optional {"revoke_previous": true} for a leaked key)',
       handler: async (ctx) => {

@@ -43,7 +43,10 @@ const deliverySchema = exact({
   delivered_at: NULLABLE_DATE_TIME,
 });
 
-/** The webhook routes of SPEC §12 (Platform API, `admin`). */
+/** A webhook receives every tenant's events: no key bound to one tenant or agent may manage one. */
+const WEBHOOKS_ARE_GLOBAL = "cannot manage webhooks, which receive every tenant's events";
+
+/** The webhook routes of SPEC §12 (Platform API, `admin`, keys bound to no tenant or agent). */
 export function webhookRoutes(webhooks: WebhookService): RouteDef[] {
   return [
     {
@@ -57,6 +60,7 @@ export function webhookRoutes(webhooks: WebhookService): RouteDef[] {
       },
       apis: PLATFORM,
       scope: 'admin',
+      global: WEBHOOKS_ARE_GLOBAL,
       body: 'none',
       summary: 'List webhooks',
       handler: async (ctx) => {
@@ -70,6 +74,7 @@ export function webhookRoutes(webhooks: WebhookService): RouteDef[] {
       ok: { status: 200, description: 'The webhook (never its secret)', schema: webhookSchema },
       apis: PLATFORM,
       scope: 'admin',
+      global: WEBHOOKS_ARE_GLOBAL,
       body: 'none',
       summary: 'Get one webhook',
       handler: async (ctx) => {
@@ -95,6 +100,7 @@ export function webhookRoutes(webhooks: WebhookService): RouteDef[] {
       requestSchema: webhookRequestSchema,
       apis: PLATFORM,
       scope: 'admin',
+      global: WEBHOOKS_ARE_GLOBAL,
       body: 'object',
       summary: 'Create or replace a webhook (signed with Standard Webhooks)',
       handler: async (ctx) => {
@@ -110,6 +116,7 @@ export function webhookRoutes(webhooks: WebhookService): RouteDef[] {
       ok: { status: 204, description: 'Deleted, with its pending deliveries' },
       apis: PLATFORM,
       scope: 'admin',
+      global: WEBHOOKS_ARE_GLOBAL,
       body: 'none',
       summary: 'Delete a webhook',
       handler: async (ctx) => {
@@ -130,6 +137,7 @@ export function webhookRoutes(webhooks: WebhookService): RouteDef[] {
       query: PAGE_QUERY,
       apis: PLATFORM,
       scope: 'admin',
+      global: WEBHOOKS_ARE_GLOBAL,
       body: 'none',
       summary: "A webhook's deliveries: attempts, last status, next attempt",
       handler: async (ctx) => {

@@ -149,11 +149,15 @@ export class PgAuditStore implements AuditStore {
     traceId: string,
     afterSeq: number,
     limit: number,
+    only: { tenant_id?: string | undefined; agent_id?: string | undefined } = {},
   ): Promise<{ seq: number; event: AuditEvent }[]> {
+    // A NULL tenant or agent parameter is no filter; a value keeps only that tenant's (agent's) events.
     const r = await rows<Row>(
       this.pool,
-      'SELECT seq, body, hash FROM audit_events WHERE trace_id = $1 AND seq > $2 ORDER BY seq LIMIT $3',
-      [traceId, afterSeq, limit],
+      `SELECT seq, body, hash FROM audit_events WHERE trace_id = $1 AND seq > $2
+         AND ($4::text IS NULL OR tenant_id = $4) AND ($5::text IS NULL OR agent_id = $5)
+       ORDER BY seq LIMIT $3`,
+      [traceId, afterSeq, limit, only.tenant_id ?? null, only.agent_id ?? null],
     );
     return r.map(fromRow);
   }

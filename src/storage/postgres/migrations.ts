@@ -155,6 +155,21 @@ export const migrations: readonly { version: number; name: string; sql: string }
       CREATE INDEX tokens_by_signing_key ON tokens (signing_kid, expires_at);
     `,
   },
+  {
+    version: 10,
+    name: "each token's agent",
+    sql: `
+      -- The agent a token acts for, so that a key bound to another agent cannot introspect or
+      -- revoke it: an exchanged token's is its decision's (agent decisions only), a free-form
+      -- token's that of the key that minted it (the admin principal has no row: none).
+      ALTER TABLE tokens ADD COLUMN agent_id text;
+      UPDATE tokens SET agent_id = CASE
+        WHEN request_id IS NOT NULL THEN
+          (SELECT d.subject FROM decisions d WHERE d.request_id = tokens.request_id AND d.kind = 'agent')
+        ELSE (SELECT k.agent FROM api_keys k WHERE k.name = tokens.minted_by)
+      END;
+    `,
+  },
 ];
 
 /** Any fixed number: the key of the advisory lock that serializes migrations across processes. */

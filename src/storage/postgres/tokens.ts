@@ -5,6 +5,7 @@ import type {
   RotationPlan,
   SigningKeyRecord,
   TokenRecord,
+  TokenState,
   TokenStore,
 } from '../../tokens/types.js';
 import { tokenFromRow, tokenToRow, type Row } from '../rows.js';
@@ -29,6 +30,7 @@ const TOKEN_COLUMNS = [
   'request_digest',
   'policy_revision',
   'signing_kid',
+  'agent_id',
 ] as const;
 
 async function insertToken(c: Client, t: TokenRecord): Promise<void> {
@@ -186,12 +188,10 @@ export class PgTokenStore implements TokenStore {
     });
   }
 
-  async tokenState(
-    id: string,
-  ): Promise<{ revoked_at: string | null; signing_kid: string | null; expires_at: string } | undefined> {
-    return one<{ revoked_at: string | null; signing_kid: string | null; expires_at: string }>(
+  async tokenState(id: string): Promise<TokenState | undefined> {
+    return one<TokenState>(
       this.pool,
-      'SELECT revoked_at, signing_kid, expires_at FROM tokens WHERE id = $1',
+      'SELECT revoked_at, signing_kid, expires_at, tenant_id, agent_id FROM tokens WHERE id = $1',
       [id],
     );
   }

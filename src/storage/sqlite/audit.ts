@@ -89,8 +89,11 @@ export class SqliteAuditStore implements AuditStore {
     private readonly db: Db,
     private readonly writer: AuditWriter,
   ) {
+    // A NULL tenant or agent parameter is no filter; a value keeps only that tenant's (agent's) events.
     this.byTrace = db.prepare(
-      'SELECT seq, body, hash FROM audit_events WHERE trace_id = ? AND seq > ? ORDER BY seq LIMIT ?',
+      `SELECT seq, body, hash FROM audit_events WHERE trace_id = @traceId AND seq > @afterSeq
+         AND (@tenant IS NULL OR tenant_id = @tenant) AND (@agent IS NULL OR agent_id = @agent)
+       ORDER BY seq LIMIT @limit`,
     );
     this.extentStmt = db.prepare('SELECT count(*) AS n, min(seq) AS lo, max(seq) AS hi FROM audit_events');
     this.chunkStmt = db.prepare(`SELECT ${AUDIT_ROW} FROM audit_events WHERE seq > ? ORDER BY seq LIMIT ?`);
@@ -143,8 +146,16 @@ export class SqliteAuditStore implements AuditStore {
     traceId: string,
     afterSeq: number,
     limit: number,
+    only: { tenant_id?: string | undefined; agent_id?: string | undefined } = {},
   ): Promise<{ seq: number; event: AuditEvent }[]> {
-    return (this.byTrace.all(traceId, afterSeq, limit) as Row[]).map(auditFromRow);
+    const found = this.byTrace.all({
+      traceId,
+      afterSeq,
+      limit,
+      tenant: only.tenant_id ?? null,
+      agent: only.agent_id ?? null,
+    });
+    return (found as Row[]).map(auditFromRow);
   }
 
   async chunk(afterSeq: number, limit: number): Promise<StoredEvent[]> {

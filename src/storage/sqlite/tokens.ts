@@ -6,6 +6,7 @@ import type {
   RotationPlan,
   SigningKeyRecord,
   TokenRecord,
+  TokenState,
   TokenStore,
 } from '../../tokens/types.js';
 import { tokenFromRow, tokenToRow, type Row } from '../rows.js';
@@ -23,7 +24,9 @@ export class SqliteTokenStore implements TokenStore {
     private readonly writer: AuditWriter,
   ) {
     this.byId = db.prepare('SELECT * FROM tokens WHERE id = ?');
-    this.stateStmt = db.prepare('SELECT revoked_at, signing_kid, expires_at FROM tokens WHERE id = ?');
+    this.stateStmt = db.prepare(
+      'SELECT revoked_at, signing_kid, expires_at, tenant_id, agent_id FROM tokens WHERE id = ?',
+    );
     // The admin principal has no row: never revoked.
     this.keyRevoked = db.prepare('SELECT 1 FROM api_keys WHERE name = ? AND revoked_at IS NOT NULL').pluck();
     // A token with no signing_kid is refused too: every mint names the key it signed with.
@@ -32,9 +35,9 @@ export class SqliteTokenStore implements TokenStore {
       .pluck();
     this.insertStmt =
       db.prepare(`INSERT INTO tokens (id, request_id, subject, scopes, audience, tenant_id, issued_at,
-      expires_at, revoked_at, minted_by, trace_id, request_digest, policy_revision, signing_kid) VALUES (@id,
-      @request_id, @subject, @scopes, @audience, @tenant_id, @issued_at, @expires_at, @revoked_at, @minted_by,
-      @trace_id, @request_digest, @policy_revision, @signing_kid)`);
+      expires_at, revoked_at, minted_by, trace_id, request_digest, policy_revision, signing_kid, agent_id)
+      VALUES (@id, @request_id, @subject, @scopes, @audience, @tenant_id, @issued_at, @expires_at, @revoked_at,
+      @minted_by, @trace_id, @request_digest, @policy_revision, @signing_kid, @agent_id)`);
   }
 
   async ensureSigningKey(create: () => Promise<SigningKeyRecord>): Promise<void> {
@@ -189,10 +192,7 @@ export class SqliteTokenStore implements TokenStore {
       .immediate();
   }
 
-  async tokenState(
-    id: string,
-  ): Promise<{ revoked_at: string | null; signing_kid: string | null; expires_at: string } | undefined> {
-    return this.stateStmt.get(id) as
-      { revoked_at: string | null; signing_kid: string | null; expires_at: string } | undefined;
+  async tokenState(id: string): Promise<TokenState | undefined> {
+    return this.stateStmt.get(id) as TokenState | undefined;
   }
 }
