@@ -143,7 +143,7 @@ onEveryBackend('context size limit (ARBITER_MAX_CONTEXT_BYTES)', () => {
         call('POST', a.platform + '/api/v1/audit/ingest', {
           body: { events: [{ kind: 'engine.step' }, { kind: 'engine.step', extra: 'x'.repeat(CAP) }] },
         }),
-      'events[1]',
+      'events.1',
     );
     const events = await auditCount(a.platform);
     const r = await call('POST', a.platform + '/api/v1/audit/ingest', {

@@ -245,13 +245,13 @@ export class AuditService {
     const isBatch = typeof body === 'object' && body !== null && 'events' in body;
     const raw = isBatch ? validateBatch(body).events : [validateEvent(body)];
     const events = raw.map((e, i) =>
-      this.toEvent(principal, e, isBatch ? `events[${i}]` : 'event', receivedBytes),
+      this.toEvent(principal, e, isBatch ? `events.${i}` : 'event', receivedBytes),
     );
     const stored = await this.store.append(events);
     return { accepted: stored.length, ids: stored.map((e) => e.id) };
   }
 
-  /** `name` names the event in an error: `event`, or `events[3]` in a batch. */
+  /** `name` names the event in an error: `event`, or `events.3` in a batch. */
   private toEvent(
     principal: Principal,
     e: Record<string, unknown>,
