@@ -82,7 +82,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
     {
       maxLongPolls: config.maxLongPolls,
       maxLongPollsPerKey: config.maxLongPollsPerKey,
-      trail: (id, tenant, q) => audit.requestTrail(id, tenant, q),
+      trail: (id, only, q) => audit.requestTrail(id, only, q),
       notified: stores.changes.crossProcess,
     },
   );

@@ -210,6 +210,30 @@ onEveryBackend('agent and tenant bindings on tokens, the audit trail and explana
     expect(mine.json.replayed).to.deep.equal({ status: 'allow' });
   });
 
+  it("shows an agent-bound key its queue item's events of its own agent, not what another agent's key ingested about it", async () => {
+    const asker = a.createKey('item-asker', ['authorize', 'queue:read'], { agent: 'deploy-bot' });
+    const otherForwarder = a.createKey('item-forwarder', ['audit:write'], { agent: 'finance-bot' });
+    const pending = await call('POST', a.engine + '/v1/agent/authorize', {
+      key: asker,
+      body: AGENT.approval,
+    });
+    expect(pending.status, pending.text).to.equal(202);
+    const id = pending.json.request_id as string;
+    const ingested = await call('POST', a.platform + '/api/v1/audit/ingest', {
+      key: otherForwarder,
+      body: { kind: 'edge.note', request_id: id, message: 'finance-bot says so' },
+    });
+    expect(ingested.status, ingested.text).to.equal(202);
+    const kinds = async (key?: string) => {
+      const r = await call('GET', a.engine + `/v1/queue/${id}/events`, { key });
+      expect(r.status, r.text).to.equal(200);
+      return (r.json.events as { kind: string }[]).map((e) => e.kind);
+    };
+    // The unbound admin sees the whole story of the item; the agent's key sees its own agent's part.
+    expect(await kinds()).to.deep.equal(['decision', 'edge.note']);
+    expect(await kinds(asker)).to.deep.equal(['decision']);
+  });
+
   it("answers a tenant-bound key's request for another tenant's trace as for an unknown one, at any limit", async () => {
     const trace = '4bf92f3577b34da6a3ce929d0e0e4736';
     const unknownTrace = 'eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee';

@@ -33,7 +33,8 @@ export interface StoredHead {
 /** A stored head read as a ChainHead, or why it cannot be (every migration records one). */
 export type RecordedHead = { ok: true; head: ChainHead } | { ok: false; reason: string };
 
-const HEX64 = /^[0-9a-f]{64}$/;
+/** A SHA-256 hash as the chain stores and verify answers it: 64 lowercase hex digits. */
+export const HEX64 = /^[0-9a-f]{64}$/;
 /** Integer text. SQLite appends once wrote it as a REAL's text ("12.0"), which reads the same. */
 const COUNT = /^(0|[1-9]\d{0,14})(\.0)?$/;
 
@@ -73,7 +74,6 @@ export function headForAppend(s: StoredHead): ChainHead {
 
 /** The stored rows as one snapshot sees them, with the head recorded in the same snapshot. */
 export interface ChainExtent {
-  rows: number;
   /** null when there are no rows */
   minSeq: number | null;
   maxSeq: number | null;
@@ -89,14 +89,13 @@ export function extentProblem(x: ChainExtent): string | null {
   const recorded = readStoredHead(x.head);
   if (!recorded.ok) return recorded.reason;
   const count = recorded.head.count;
-  if (x.rows > 0 && x.minSeq !== 1) {
+  // `seq` is the primary key: with the least at 1 and the greatest at most `count`, every row is
+  // one of 1…count (no row count needed, whose scan of the whole table would cost a long pause).
+  if (x.minSeq !== null && x.minSeq !== 1) {
     return `an event is stored at number ${String(x.minSeq)}, before the chain's first (1): it was inserted outside the chain`;
   }
   if (x.maxSeq !== null && x.maxSeq > count) {
     return `an event is stored at number ${x.maxSeq}, beyond the ${count} the chain records: it was inserted, or the recorded count lowered`;
-  }
-  if (x.rows > count) {
-    return `${x.rows} events are stored but the chain records ${count}: events were inserted outside it`;
   }
   return null;
 }
@@ -236,4 +235,10 @@ export function checkStoredEvent(row: StoredEvent, prev: string, seq: number): C
     };
   }
   return { ok: true, hash: row.hash };
+}
+
+/** The head as the `meta` rows `audit_head` and `audit_count` hold it (either may be missing). */
+export function storedHeadOf(rows: { key: string; value: string }[]): StoredHead {
+  const get = (k: string) => rows.find((r) => r.key === k)?.value;
+  return { audit_head: get('audit_head'), audit_count: get('audit_count') };
 }

@@ -11,7 +11,7 @@ import {
 import { ASCII_NAME, ASCII_NAME_RULE, compileSchema } from '../common/validation.js';
 import { narrow, narrowToBinding } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
-import { checkStoredEvent, extentProblem, GENESIS_HASH, readStoredHead, sha256Hex } from './chain.js';
+import { checkStoredEvent, extentProblem, GENESIS_HASH, HEX64, readStoredHead, sha256Hex } from './chain.js';
 import { readsAsReservedKind, RESERVED_KIND_WORDS } from './kinds.js';
 import type { AuditFilter, AuditStore } from './store.js';
 import type { AuditEvent, NewAuditEvent } from './types.js';
@@ -104,8 +104,7 @@ export interface ChainAnchor {
 
 /** `head` of an anchor: a SHA-256 hash as verify answers it, 64 lowercase hex digits. */
 export function parseAnchorHead(raw: string): string {
-  if (!/^[0-9a-f]{64}$/.test(raw))
-    throw invalid('head must be 64 lowercase hex digits (a head verify answered)');
+  if (!HEX64.test(raw)) throw invalid('head must be 64 lowercase hex digits (a head verify answered)');
   return raw;
 }
 
@@ -205,7 +204,7 @@ export class AuditService {
   /**
    * The events of one request (decision, queue transition, token mint and revoke), oldest first,
    * paginated like a trace. No binding check here: the caller has shown the request is visible,
-   * and passes the request's tenant. Only events of that tenant are its story: any `audit:write`
+   * and passes the request's tenant (and the agent a bound key is bound to). Only events of that tenant are its story: any `audit:write`
    * key can ingest an event naming any request_id, and one of another tenant (a tenant-bound
    * key's, even on an untenanted request) must not show to this tenant's reviewers as part of it.
    * An unbound key may ingest for any tenant, so its events of the request's tenant are included;
@@ -213,7 +212,7 @@ export class AuditService {
    */
   async requestTrail(
     requestId: string,
-    tenantId: string | null,
+    only: { tenant_id: string | null; agent_id?: string | undefined },
     q: PageQuery = {},
   ): Promise<Page<AuditEvent>> {
     let after = 0;
@@ -224,7 +223,7 @@ export class AuditService {
     }
     const page = await fetchPage(
       q,
-      (limit) => this.store.byRequest(requestId, after, limit, { tenant_id: tenantId }),
+      (limit) => this.store.byRequest(requestId, after, limit, only),
       (last) => encodeCursor('request', `${requestId}|${last.seq}`),
     );
     return {
@@ -315,12 +314,20 @@ export class AuditService {
    * The chain spans every tenant: its route refuses bound keys.
    */
   async verify(anchor?: ChainAnchor): Promise<VerifyResult> {
-    // One walk at a time: concurrent callers share it instead of multiplying the work.
+    let r = await this.sharedWalk();
+    // A walk already running when this call came began at the chain as it stood then; an anchor
+    // taken since (on another process, say) may name an event after its end. Only a walk begun
+    // after this call can say that event is missing.
+    if (r.ok && anchor && anchor.count > r.checked) r = await this.sharedWalk();
+    return r.ok && anchor ? this.checkAnchor(r, anchor) : r;
+  }
+
+  /** One walk at a time: concurrent callers share the one running instead of multiplying the work. */
+  private sharedWalk(): Promise<VerifyResult> {
     this.verifying ??= this.walk().finally(() => {
       this.verifying = undefined;
     });
-    const r = await this.verifying;
-    return r.ok && anchor ? this.checkAnchor(r, anchor) : r;
+    return this.verifying;
   }
 
   /**

@@ -56,13 +56,14 @@ export interface AuditStore {
   ): Promise<{ seq: number; event: AuditEvent }[]>;
   /**
    * Up to `limit` events of one request (its decision, queue transition, tokens) after `afterSeq`,
-   * oldest first; with `only`, just those of that tenant (null: of no tenant).
+   * oldest first; with `only`, just those of that tenant (null: of no tenant) and, when
+   * `agent_id` is given, of that agent.
    */
   byRequest(
     requestId: string,
     afterSeq: number,
     limit: number,
-    only?: { tenant_id: string | null },
+    only?: { tenant_id: string | null; agent_id?: string | undefined },
   ): Promise<{ seq: number; event: AuditEvent }[]>;
   /** Up to `limit` stored rows after sequence number `afterSeq`, in chain order (verification). */
   chunk(afterSeq: number, limit: number): Promise<StoredEvent[]>;

@@ -63,7 +63,7 @@ export interface QueueListQuery extends PageQuery {
  */
 export type RequestTrail = (
   requestId: string,
-  tenantId: string | null,
+  only: { tenant_id: string | null; agent_id?: string | undefined },
   q: PageQuery,
 ) => Promise<Page<AuditEvent>>;
 
@@ -159,7 +159,9 @@ export class QueueService {
   /**
    * The audit trail of one item, oldest first: its decision (with the policy's reasons), its
    * approval, denial or expiry, and the tokens minted for it, and events ingested about it for
-   * its own tenant. Visible to whoever may see the item.
+   * its own tenant. Visible to whoever may see the item; a key bound to an agent sees the events
+   * of its agent only (Arbiter's own events of the item all name it), not what other agents'
+   * keys ingested about the request.
    */
   async events(
     principal: Principal,
@@ -173,7 +175,8 @@ export class QueueService {
   }> {
     const item = await this.visible(principal, id);
     if (!this.opts.trail) throw new Error('QueueService was built without an audit trail reader');
-    const trail = await this.opts.trail(item.id, item.tenant_id, q);
+    const only = { tenant_id: item.tenant_id, agent_id: principal.agent ?? undefined };
+    const trail = await this.opts.trail(item.id, only, q);
     return {
       id: item.id,
       trace_id: item.trace_id,

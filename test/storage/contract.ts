@@ -1,5 +1,7 @@
 import { expect } from 'chai';
 import { checkStoredEvent, GENESIS_HASH, readStoredHead, type ChainHead } from '../../src/audit/chain.js';
+import { AuditService } from '../../src/audit/service.js';
+import type { AuditStore } from '../../src/audit/store.js';
 import type { NewAuditEvent } from '../../src/audit/types.js';
 import { BudgetService } from '../../src/decisions/budgets.js';
 import type { DecisionRecord } from '../../src/decisions/store.js';
@@ -153,7 +155,6 @@ export function storageContract(backend: Backend): void {
       it('starts empty at the genesis hash, and pings', async () => {
         expect(await headOf(stores)).to.deep.equal({ hash: GENESIS_HASH, count: 0 });
         expect(await stores.audit.extent()).to.deep.equal({
-          rows: 0,
           minSeq: null,
           maxSeq: null,
           head: { audit_head: GENESIS_HASH, audit_count: '0' },
@@ -164,7 +165,6 @@ export function storageContract(backend: Backend): void {
       it('reports the extent of the stored rows with the head recorded with them', async () => {
         const [, last] = await stores.audit.append([{ kind: 'x.one' }, { kind: 'x.two' }]);
         expect(await stores.audit.extent()).to.deep.equal({
-          rows: 2,
           minSeq: 1,
           maxSeq: 2,
           head: { audit_head: last!.hash, audit_count: '2' },
@@ -218,6 +218,41 @@ export function storageContract(backend: Backend): void {
         expect(await stores.audit.trace('tr', 0, 10, { agent_id: 'a9' })).to.deep.equal([]);
         const byTime = await stores.audit.query({ since: '2000-01-01T00:00:00.000Z', limit: 2 });
         expect(byTime.map((r) => r.seq)).to.deep.equal([7, 6]);
+      });
+
+      it('walks again for an anchor newer than the walk it joined (taken meanwhile on another handle)', async () => {
+        await stores.audit.append([{ kind: 'x.one' }, { kind: 'x.two' }, { kind: 'x.three' }]);
+        // This handle's walk reads the head (3 events) and is held there.
+        let release!: () => void;
+        const gate = new Promise<void>((r) => (release = r));
+        let headRead!: () => void;
+        const read = new Promise<void>((r) => (headRead = r));
+        const gated = {
+          head: async () => {
+            const h = await stores.audit.head();
+            headRead();
+            await gate;
+            return h;
+          },
+          chunk: (after: number, limit: number) => stores.audit.chunk(after, limit),
+          extent: () => stores.audit.extent(),
+        } as unknown as AuditStore;
+        const here = new AuditService(gated, (d) => d, 65_536);
+        const running = here.verify();
+        await read;
+        // Meanwhile two more events, and an anchor taken of all five on another handle.
+        const other = await second();
+        try {
+          await other.audit.append([{ kind: 'x.four' }, { kind: 'x.five' }]);
+          const anchor = await new AuditService(other.audit, (d) => d, 65_536).verify();
+          expect(anchor).to.include({ ok: true, checked: 5 });
+          const anchored = here.verify({ head: (anchor as { head: string }).head, count: 5 });
+          release();
+          expect(await running).to.include({ ok: true, checked: 3 });
+          expect(await anchored).to.include({ ok: true, checked: 5 });
+        } finally {
+          await other.close();
+        }
       });
 
       it('keeps one chain when two handles append concurrently', async () => {

@@ -222,7 +222,8 @@ onceOnly('migrations of a database an earlier version left', () => {
 
   /**
    * Tokens as an earlier version left them, with no agent_id: exchanged from an agent decision and
-   * from a human one, free-form by an agent-bound key, and free-form by the admin principal (no row).
+   * from a human one, free-form by an agent-bound key, and free-form by the admin principal (no row,
+   * though a key stored under its name may have one).
    */
   const BEFORE_AGENT_ID = [
     `INSERT INTO decisions (request_id, kind, status, key_id, tenant_id, subject, action, resource, trace_id, created_at)
@@ -231,6 +232,9 @@ onceOnly('migrations of a database an earlier version left', () => {
      VALUES ('r-human', 'human', 'allow', 'k', 'acme', 'alice', 'read', '{}', 'tr', $1)`,
     `INSERT INTO api_keys (id, name, hash, scopes, tenant, agent, created_at)
      VALUES ('k1', 'finance-minter', 'h', '["admin"]', NULL, 'finance-bot', $1)`,
+    // A key stored as "admin" before the name was reserved: the admin principal's tokens are not its.
+    `INSERT INTO api_keys (id, name, hash, scopes, tenant, agent, created_at)
+     VALUES ('k2', 'admin', 'h', '["admin"]', NULL, 'spy-bot', $1)`,
     `INSERT INTO tokens (id, request_id, subject, scopes, audience, issued_at, expires_at, minted_by)
      VALUES ('t-agent', 'r-agent', 'deploy-bot', '[]', 'arbiter', $1, $1, 'admin'),
             ('t-human', 'r-human', 'alice', '[]', 'arbiter', $1, $1, 'admin'),

@@ -6,6 +6,7 @@ import {
   parseAnchorCount,
   parseAnchorHead,
 } from '../../audit/service.js';
+import { HEX64 } from '../../audit/chain.js';
 import { invalid } from '../../errors.js';
 import { principalOf, type RouteDef } from '../context.js';
 import { filterParam, PAGE_QUERY, queryOf, queryParam, timeParam } from '../query.js';
@@ -48,7 +49,7 @@ const VERIFY_QUERY = [
   queryParam({
     name: 'head',
     description: 'a head an earlier verify answered, kept outside the database; needs count',
-    schema: { type: 'string', pattern: '^[0-9a-f]{64}$' },
+    schema: { type: 'string', pattern: HEX64.source },
     parse: parseAnchorHead,
   }),
   queryParam({

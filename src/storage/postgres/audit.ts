@@ -2,6 +2,7 @@ import {
   eventFromStored,
   headForAppend,
   linkEvents,
+  storedHeadOf,
   type AuditIndexColumns,
   type ChainExtent,
   type ChainHead,
@@ -26,12 +27,7 @@ export async function lockHead(c: Client): Promise<ChainHead> {
     c,
     "SELECT key, value FROM meta WHERE key IN ('audit_head', 'audit_count') ORDER BY key FOR UPDATE",
   );
-  return headForAppend(headFrom(r));
-}
-
-function headFrom(r: { key: string; value: string }[]): StoredHead {
-  const get = (k: string) => r.find((x) => x.key === k)?.value;
-  return { audit_head: get('audit_head'), audit_count: get('audit_count') };
+  return headForAppend(storedHeadOf(r));
 }
 
 /** Appends `events` after the locked `head` in the caller's transaction; returns the new head. */
@@ -166,7 +162,7 @@ export class PgAuditStore implements AuditStore {
     requestId: string,
     afterSeq: number,
     limit: number,
-    only?: { tenant_id: string | null },
+    only?: { tenant_id: string | null; agent_id?: string | undefined },
   ): Promise<{ seq: number; event: AuditEvent }[]> {
     const r =
       only === undefined
@@ -178,8 +174,9 @@ export class PgAuditStore implements AuditStore {
         : await rows<Row>(
             this.pool,
             `SELECT seq, body, hash FROM audit_events
-              WHERE request_id = $1 AND seq > $2 AND tenant_id IS NOT DISTINCT FROM $4 ORDER BY seq LIMIT $3`,
-            [requestId, afterSeq, limit, only.tenant_id],
+              WHERE request_id = $1 AND seq > $2 AND tenant_id IS NOT DISTINCT FROM $4
+                AND ($5::text IS NULL OR agent_id = $5) ORDER BY seq LIMIT $3`,
+            [requestId, afterSeq, limit, only.tenant_id, only.agent_id ?? null],
           );
     return r.map(fromRow);
   }
@@ -200,7 +197,7 @@ export class PgAuditStore implements AuditStore {
   }
 
   async head(): Promise<StoredHead> {
-    return headFrom(
+    return storedHeadOf(
       await rows<{ key: string; value: string }>(
         this.pool,
         "SELECT key, value FROM meta WHERE key IN ('audit_head', 'audit_count')",
@@ -211,20 +208,18 @@ export class PgAuditStore implements AuditStore {
   async extent(): Promise<ChainExtent> {
     // One statement, so one snapshot: the rows and the head recorded with them.
     const [r] = await rows<{
-      n: number;
       lo: number | null;
       hi: number | null;
       h: string | null;
       c: string | null;
     }>(
       this.pool,
-      `SELECT (SELECT count(*) FROM audit_events) AS n, (SELECT min(seq) FROM audit_events) AS lo,
+      `SELECT (SELECT min(seq) FROM audit_events) AS lo,
          (SELECT max(seq) FROM audit_events) AS hi, (SELECT value FROM meta WHERE key = 'audit_head') AS h,
          (SELECT value FROM meta WHERE key = 'audit_count') AS c`,
     );
     // bigint columns arrive as numbers (pool.ts); a sequence number is far below 2^53.
     return {
-      rows: r?.n ?? 0,
       minSeq: r?.lo ?? null,
       maxSeq: r?.hi ?? null,
       head: { audit_head: r?.h ?? undefined, audit_count: r?.c ?? undefined },

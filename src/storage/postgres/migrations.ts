@@ -161,11 +161,13 @@ export const migrations: readonly { version: number; name: string; sql: string }
     sql: `
       -- The agent a token acts for, so that a key bound to another agent cannot introspect or
       -- revoke it: an exchanged token's is its decision's (agent decisions only), a free-form
-      -- token's that of the key that minted it (the admin principal has no row: none).
+      -- token's that of the key that minted it (the admin principal has no row: none; a key
+      -- stored under a reserved name before names were reserved cannot be told from it: none).
       ALTER TABLE tokens ADD COLUMN agent_id text;
       UPDATE tokens SET agent_id = CASE
         WHEN request_id IS NOT NULL THEN
           (SELECT d.subject FROM decisions d WHERE d.request_id = tokens.request_id AND d.kind = 'agent')
+        WHEN lower(tokens.minted_by) IN ('admin', 'system') THEN NULL
         ELSE (SELECT k.agent FROM api_keys k WHERE k.name = tokens.minted_by)
       END;
     `,

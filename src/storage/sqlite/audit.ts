@@ -2,6 +2,7 @@ import type { Statement } from 'better-sqlite3';
 import {
   headForAppend,
   linkEvents,
+  storedHeadOf,
   type AuditIndexColumns,
   type ChainExtent,
   type StoredEvent,
@@ -47,7 +48,7 @@ export class AuditWriter {
   }
 
   readHead(): StoredHead {
-    return headFromMeta(this.head.all() as { key: string; value: string }[]);
+    return storedHeadOf(this.head.all() as { key: string; value: string }[]);
   }
 
   appendInTx(events: NewAuditEvent[]): AuditEvent[] {
@@ -74,11 +75,6 @@ export class AuditWriter {
   }
 }
 
-function headFromMeta(rows: { key: string; value: string }[]): StoredHead {
-  const get = (k: string) => rows.find((r) => r.key === k)?.value;
-  return { audit_head: get('audit_head'), audit_count: get('audit_count') };
-}
-
 export class SqliteAuditStore implements AuditStore {
   private readonly byTrace: Statement;
   private readonly chunkStmt: Statement;
@@ -95,14 +91,18 @@ export class SqliteAuditStore implements AuditStore {
          AND (@tenant IS NULL OR tenant_id = @tenant) AND (@agent IS NULL OR agent_id = @agent)
        ORDER BY seq LIMIT @limit`,
     );
-    this.extentStmt = db.prepare('SELECT count(*) AS n, min(seq) AS lo, max(seq) AS hi FROM audit_events');
+    // Two seeks on the primary key, not a scan of the table.
+    this.extentStmt = db.prepare(
+      'SELECT (SELECT min(seq) FROM audit_events) AS lo, (SELECT max(seq) FROM audit_events) AS hi',
+    );
     this.chunkStmt = db.prepare(`SELECT ${AUDIT_ROW} FROM audit_events WHERE seq > ? ORDER BY seq LIMIT ?`);
     this.byRequestId = db.prepare(
       'SELECT seq, body, hash FROM audit_events WHERE request_id = ? AND seq > ? ORDER BY seq LIMIT ?',
     );
     // `IS` compares as equality that also matches NULL to NULL (an untenanted request).
     this.byRequestOfTenant = db.prepare(
-      'SELECT seq, body, hash FROM audit_events WHERE request_id = ? AND seq > ? AND tenant_id IS ? ORDER BY seq LIMIT ?',
+      `SELECT seq, body, hash FROM audit_events WHERE request_id = @requestId AND seq > @afterSeq
+         AND tenant_id IS @tenant AND (@agent IS NULL OR agent_id = @agent) ORDER BY seq LIMIT @limit`,
     );
   }
 
@@ -171,12 +171,18 @@ export class SqliteAuditStore implements AuditStore {
     requestId: string,
     afterSeq: number,
     limit: number,
-    only?: { tenant_id: string | null },
+    only?: { tenant_id: string | null; agent_id?: string | undefined },
   ): Promise<{ seq: number; event: AuditEvent }[]> {
     const found =
       only === undefined
         ? this.byRequestId.all(requestId, afterSeq, limit)
-        : this.byRequestOfTenant.all(requestId, afterSeq, only.tenant_id, limit);
+        : this.byRequestOfTenant.all({
+            requestId,
+            afterSeq,
+            tenant: only.tenant_id,
+            agent: only.agent_id ?? null,
+            limit,
+          });
     return (found as Row[]).map(auditFromRow);
   }
 
@@ -187,8 +193,8 @@ export class SqliteAuditStore implements AuditStore {
   async extent(): Promise<ChainExtent> {
     // One read transaction: the rows and the head as of one snapshot, whatever commits meanwhile.
     return this.db.transaction(() => {
-      const r = this.extentStmt.get() as { n: number; lo: number | null; hi: number | null };
-      return { rows: r.n, minSeq: r.lo, maxSeq: r.hi, head: this.writer.readHead() };
+      const r = this.extentStmt.get() as { lo: number | null; hi: number | null };
+      return { minSeq: r.lo, maxSeq: r.hi, head: this.writer.readHead() };
     })();
   }
 }
