@@ -23,8 +23,10 @@ export class AppError extends Error {
   constructor(
     readonly kind: ErrorKind,
     message: string,
+    /** What caused it, for the log only: the answer carries `message` alone. */
+    options?: { cause?: unknown },
   ) {
-    super(message);
+    super(message, options);
     this.name = 'AppError';
   }
 }
@@ -36,7 +38,8 @@ export const forbidden = (message: string) => new AppError('forbidden', message)
 export const precondition = (message: string) => new AppError('precondition', message);
 export const unprocessable = (message: string) => new AppError('unprocessable', message);
 export const busy = (message: string) => new AppError('busy', message);
-export const unavailable = (message: string) => new AppError('unavailable', message);
+export const unavailable = (message: string, cause?: unknown) =>
+  new AppError('unavailable', message, cause === undefined ? undefined : { cause });
 export const internal = (message: string) => new AppError('internal', message);
 
 /** Whether `e` is an AppError of `kind`. */

@@ -204,6 +204,22 @@ onceOnly('arbiter policy check and test (no server)', () => {
       ),
     ).to.equal(true);
     for (const l of lines) expect(l).not.to.match(/^builtin\//);
+    // Each file is parsed once however many of OPA's errors (up to 100) point at its rules: six
+    // more files that mention `thresholds` add six parses, not six per error.
+    const calls = path.join(tempDir(), 'opa-calls');
+    const wrapper = path.join(tempDir(), 'opa');
+    const real = process.env.ARBITER_OPA_BIN ?? path.join(REPO, '.opa-bin', 'opa');
+    writeFileSync(wrapper, `#!/bin/sh\necho "$1" >> '${calls}'\nexec '${real}' "$@"\n`, { mode: 0o755 });
+    for (let i = 0; i < 6; i++) {
+      writeFileSync(path.join(dir, `mention${i}.rego`), `package lib.m${i}\n\n# thresholds\nx := ${i}\n`);
+    }
+    const counted = policy(['check', dir], { ARBITER_OPA_BIN: wrapper });
+    expect(counted.code, counted.stderr).to.equal(1);
+    const parses = readFileSync(calls, 'utf8')
+      .split('\n')
+      .filter((l) => l === 'parse').length;
+    expect(parses).to.be.within(1, 8);
+    for (let i = 0; i < 6; i++) rmSync(path.join(dir, `mention${i}.rego`));
     const j = JSON.parse(policy(['check', '--json', dir]).stdout);
     expect(
       j.errors.map((e: { file: string; row: number }) => [path.basename(e.file), e.row]),

@@ -372,7 +372,12 @@ onPostgresOnly('database unreachable (SPEC §10)', function () {
       for (const r of refused) {
         expect(r.status, r.text).to.equal(503);
         expect(Object.keys(r.json)).to.include('error');
+        // The answer names no internals; the log says what the database said.
+        expect(r.text).not.to.match(/accepting connections/);
       }
+      expect(direct.logs.join('\n')).to.match(
+        /storage is unavailable; try again: .*not currently accepting connections/,
+      );
     } finally {
       await queryDatabase(maintenance.toString(), `ALTER DATABASE "${name}" WITH ALLOW_CONNECTIONS true`);
     }

@@ -179,18 +179,23 @@ export class RegoCompiler {
       return new CompileError(text, [{ policy: undefined, row: undefined, col: undefined, message: text }]);
     }
     const files = modules.map((m) => ({ file: path.join('policies', `${m.name}.rego`), text: m.rego }));
+    // Each file is parsed at most once, however many errors or rules ask for it.
+    const parsed = new Map<string, Promise<ParsedModule | undefined>>();
+    const parse = (file: string) => {
+      let p = parsed.get(file);
+      if (!p) {
+        p = this.run(['parse', '--format', 'json', '--json-include', 'locations,-comments', file], dir).then(
+          (r) => (r.code === 0 ? (JSON.parse(r.stdout) as ParsedModule) : undefined),
+        );
+        parsed.set(file, p);
+      }
+      return p;
+    };
     errors = await relocateContractErrors(
       errors,
       (file) => policyOf(file) === undefined,
       this.builtinRego,
-      (kind, name) =>
-        ruleSites(files, kind, name, async (file) => {
-          const parsed = await this.run(
-            ['parse', '--format', 'json', '--json-include', 'locations,-comments', file],
-            dir,
-          );
-          return parsed.code === 0 ? (JSON.parse(parsed.stdout) as ParsedModule) : undefined;
-        }),
+      (kind, name) => ruleSites(files, kind, name, parse),
     );
     const problems = errors.slice(0, MAX_SHOWN).map((e): CompileProblem => {
       let msg = e.message;

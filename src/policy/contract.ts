@@ -81,6 +81,14 @@ export async function relocateContractErrors(
   sitesOf: (kind: string, name: string) => Promise<RuleSite[]>,
 ): Promise<LocatedError[]> {
   const lines = builtinRego.split('\n');
+  // Up to a hundred errors may name the same few rules: find each rule's sites once.
+  const found = new Map<string, Promise<RuleSite[]>>();
+  const sites = (kind: string, name: string) => {
+    const key = `${kind}.${name}`;
+    let p = found.get(key);
+    if (!p) found.set(key, (p = sitesOf(kind, name)));
+    return p;
+  };
   const relocated: LocatedError[] = [];
   const seen = new Set<string>();
   let builtinErrors = 0;
@@ -92,7 +100,7 @@ export async function relocateContractErrors(
     const [, kind = '', name = ''] = read;
     const shape = CONTRACT[name];
     if (shape === undefined) continue;
-    for (const site of await sitesOf(kind, name)) {
+    for (const site of await sites(kind, name)) {
       const key = `${site.file}:${site.row}:${site.col}:${name}`;
       if (seen.has(key)) continue;
       seen.add(key);

@@ -11,12 +11,15 @@ export function asStorageFailure(e: unknown): unknown {
   const message = typeof err?.message === 'string' ? err.message : '';
   const unreachable =
     // PostgreSQL: connection exceptions (08…); admin shutdown, crash, cannot connect now, idle
-    // session timeout (57P0…); insufficient resources (53…: disk full, out of memory, too many
-    // connections) and system errors (58…); a database that does not exist (3D000), refuses new
-    // connections (55000 "is not currently accepting connections") or refuses our login (28…);
-    // a standby after a failover (25006, read-only transaction). None of them is the request's
-    // fault or an answer: retry. Node: sockets that refuse, reset or time out.
-    /^(08|53|58|28)/.test(code) ||
+    // session timeout (57P0…); the server out of disk, memory or connections (53100, 53200,
+    // 53300) or failing to do I/O (58000, 58030); a database that does not exist (3D000), refuses
+    // new connections (55000 "is not currently accepting connections") or refuses our login
+    // (28…); a standby after a failover (25006, read-only transaction). None of them is the
+    // request's fault or an answer: retry (the driver's error is kept as the cause, for the log).
+    // Not a configured limit one query exceeds (53400) or a missing file (58P01): those repeat.
+    // Node: sockets that refuse, reset or time out.
+    /^(08|28)/.test(code) ||
+    ['53100', '53200', '53300', '58000', '58030'].includes(code) ||
     /^57P0[1-5]$/.test(code) ||
     code === '3D000' ||
     code === '25006' ||
@@ -27,7 +30,7 @@ export function asStorageFailure(e: unknown): unknown {
     ) ||
     // SQLite: the file is locked past the busy timeout, or cannot be read or written.
     /^SQLITE_(BUSY|LOCKED|IOERR|CANTOPEN|FULL|READONLY)/.test(code);
-  return unreachable ? unavailable('storage is unavailable; try again') : e;
+  return unreachable ? unavailable('storage is unavailable; try again', e) : e;
 }
 
 /** Runs `fn`, reporting an unreachable database as `unavailable`. */
