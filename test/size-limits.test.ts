@@ -230,7 +230,7 @@ onEveryBackend('pages capped in bytes', () => {
 
 // No storage: the error middleware and Koa's response writing over a real socket.
 onceOnly('answers that cannot be serialized', () => {
-  it('become a logged JSON 500 with X-Request-Id, counted and logged as 500', async () => {
+  it('become a logged JSON 500 with X-Request-Id and none of the handler’s headers, counted and logged as 500', async () => {
     // No route of Arbiter's can still produce an unserializable answer through the API (pages are
     // capped in bytes, contexts in size), so the mechanism is driven through a route of its own, in
     // the real app, middleware chain and HTTP server.
@@ -249,6 +249,10 @@ onceOnly('answers that cannot be serialized', () => {
       summary: 'a body JSON.stringify throws on',
       ok: { status: 200, description: 'never' },
       handler: (ctx) => {
+        // Headers for the answer the handler meant to give, which an error answer must not carry.
+        ctx.set('ETag', '"v1"');
+        ctx.set('Location', '/somewhere');
+        ctx.set('Cache-Control', 'public, max-age=31536000, immutable');
         ctx.body = { n: 1n };
       },
     };
@@ -271,6 +275,11 @@ onceOnly('answers that cannot be serialized', () => {
       expect(res.headers.get('content-type')).to.equal('application/json; charset=utf-8');
       const id = res.headers.get('x-request-id');
       expect(id).to.be.a('string').and.not.equal('');
+      expect(res.headers.get('traceparent')).to.match(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
+      expect(res.headers.get('etag')).to.equal(null);
+      expect(res.headers.get('location')).to.equal(null);
+      expect(res.headers.get('cache-control')).to.equal('no-store');
+      expect(res.headers.get('x-content-type-options')).to.equal('nosniff');
       expect(await res.json()).to.deep.equal({ error: 'internal error' });
       const failed = lines.find((l) => l.msg === 'request failed');
       expect(failed?.requestId).to.equal(id);
