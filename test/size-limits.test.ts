@@ -228,6 +228,40 @@ onEveryBackend('pages capped in bytes', () => {
   });
 });
 
+// Deliveries are stored per backend: every backend.
+onEveryBackend('webhook delivery pages', () => {
+  it('are cut on what they answer, not on the payloads they do not show', async () => {
+    const a = await Arbiter.start({ ARBITER_MAX_CONTEXT_BYTES: String(CAP) });
+    try {
+      // Nothing listens on port 9: the deliveries stay, retried, with their payloads.
+      const hook = await call('PUT', `${a.platform}/api/v1/webhooks/reviewers`, {
+        body: { url: 'http://127.0.0.1:9/hook', events: ['queue.pending'] },
+      });
+      expect(hook.status, hook.text).to.equal(201);
+      // A policy that gives the context's note as its approval reason: the payload carries it
+      // twice (message and reasons), about 560 kB a delivery, 5 MB for the nine.
+      const put = await call('PUT', `${a.platform}/api/v1/policies/echo-note`, {
+        raw: 'package authz.agent\n\nrequire_approval contains input.context.note if is_string(input.context.note)\n',
+        headers: { 'content-type': 'text/plain' },
+      });
+      expect(put.status, put.text).to.equal(201);
+      for (let i = 0; i < 9; i++) {
+        const r = await call('POST', a.engine + '/v1/agent/authorize', {
+          body: agentWith({ note: `note${i}:` + 'x'.repeat(280_000) }),
+        });
+        expect(r.status, r.text).to.equal(202);
+      }
+      const r = await call('GET', `${a.platform}/api/v1/webhooks/reviewers/deliveries?limit=1000`);
+      expect(r.status, r.text.slice(0, 200)).to.equal(200);
+      expect(r.json.deliveries).to.have.length(9);
+      expect(r.json.next_cursor).to.equal(null);
+      expect(r.text.length).to.be.below(20_000);
+    } finally {
+      await a.close();
+    }
+  });
+});
+
 // No storage: the error middleware and Koa's response writing over a real socket.
 onceOnly('answers that cannot be serialized', () => {
   it('become a logged JSON 500 with X-Request-Id and none of the handler’s headers, counted and logged as 500', async () => {
