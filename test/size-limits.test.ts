@@ -152,6 +152,33 @@ onEveryBackend('context size limit (ARBITER_MAX_CONTEXT_BYTES)', () => {
     expect(r.status, r.text).to.equal(202);
     expect(await auditCount(a.platform)).to.equal(events + 1);
   });
+
+  it('holds an ingested event’s resource to the same limit, together with its details', async () => {
+    // A resource may be any JSON, and is stored, listed and hashed like the details.
+    await refusedUnrecorded(
+      () =>
+        call('POST', a.platform + '/api/v1/audit/ingest', {
+          body: { kind: 'app.event', resource: contextOf(CAP + 1) },
+        }),
+      'event has',
+    );
+    // Each under the limit, together over it: 150 001 bytes of details, 150 000 of resource.
+    await refusedUnrecorded(
+      () =>
+        call('POST', a.platform + '/api/v1/audit/ingest', {
+          body: {
+            events: [{ kind: 'app.event', details: contextOf(CAP / 2 + 1), resource: contextOf(CAP / 2) }],
+          },
+        }),
+      'events.0 has 300001 bytes of details (with its unknown fields) and resource',
+    );
+    const events = await auditCount(a.platform);
+    const r = await call('POST', a.platform + '/api/v1/audit/ingest', {
+      body: { kind: 'app.event', details: contextOf(CAP / 2), resource: contextOf(CAP / 2) },
+    });
+    expect(r.status, r.text).to.equal(202);
+    expect(await auditCount(a.platform)).to.equal(events + 1);
+  });
 });
 
 onEveryBackend('pages capped in bytes', () => {
