@@ -29,6 +29,27 @@ const evaluation = (context: unknown) => ({
   context,
 });
 
+/** Where `evaluationOf` puts its padding: a member of the 4-tuple, or (resource.blob) beside them. */
+type Pad = 'subject' | 'action' | 'resource' | 'context' | 'resource.blob';
+
+/**
+ * An AuthZEN evaluation whose input.authzen (subject, action, resource and context, as the policy
+ * reads it and the audit event records it) is exactly `bytes` bytes of JSON, padded in `where`.
+ */
+function evaluationOf(bytes: number, where: Pad): Record<string, Record<string, unknown>> {
+  const build = (pad: string) => {
+    const ev = evaluation({}) as Record<string, Record<string, unknown>>;
+    if (where === 'context') ev.context = { blob: pad };
+    else if (where === 'resource.blob') ev.resource = { ...ev.resource, blob: pad };
+    else {
+      const part = ev[where] ?? {};
+      ev[where] = { ...part, properties: { ...(part.properties as object | undefined), blob: pad } };
+    }
+    return ev;
+  };
+  return build('x'.repeat(bytes - JSON.stringify(build('')).length));
+}
+
 /** Every item of a list, following next_cursor from `url`, with the size of each page. */
 async function everyPage(url: string, field: string): Promise<{ items: { id: string }[]; sizes: number[] }> {
   const items: { id: string }[] = [];
@@ -99,13 +120,62 @@ onEveryBackend('context size limit (ARBITER_MAX_CONTEXT_BYTES)', () => {
       body: { ...HUMAN.approval, context: contextOf(CAP) },
     });
     expect(human.status, human.text).to.equal(202);
-    await refusedUnrecorded(() =>
-      call('POST', a.engine + '/access/v1/evaluation', { body: evaluation(contextOf(CAP + 1)) }),
+    await refusedUnrecorded(
+      () => call('POST', a.engine + '/access/v1/evaluation', { body: evaluation(contextOf(CAP + 1)) }),
+      'evaluation',
     );
+  });
+
+  it('holds a whole AuthZEN evaluation to the limit: subject, action and resource as well as its context', async () => {
+    // Properties and other members of each reach the policy and the audit event (input.authzen).
+    for (const where of ['subject', 'action', 'resource', 'context', 'resource.blob'] as const) {
+      await refusedUnrecorded(
+        () => call('POST', a.engine + '/access/v1/evaluation', { body: evaluationOf(CAP + 1, where) }),
+        'evaluation (subject, action, resource and context together)',
+      );
+    }
+    // Each part under the limit, together over it.
+    const halves = evaluationOf(CAP / 2, 'resource');
+    halves.context = contextOf(CAP / 2 + 3); // {} gives way to it: CAP + 1 bytes in all
+    await refusedUnrecorded(
+      () => call('POST', a.engine + '/access/v1/evaluation', { body: halves }),
+      'evaluation',
+    );
+    const events = await auditCount(a.platform);
     const single = await call('POST', a.engine + '/access/v1/evaluation', {
-      body: evaluation(contextOf(CAP)),
+      body: evaluationOf(CAP, 'resource'),
     });
     expect(single.status, single.text).to.equal(200);
+    expect(await auditCount(a.platform)).to.equal(events + 1);
+    const event = await call('GET', `${a.platform}/api/v1/audit?kind=decision&limit=1`);
+    const input = event.json.events[0].details.input as { authzen: unknown };
+    expect(JSON.stringify(input.authzen)).to.have.length(CAP);
+  });
+
+  it('holds each evaluation of a batch, defaults applied, to the limit whole, and refuses the batch', async () => {
+    // The second evaluation takes the default resource, whose properties bring it over the limit.
+    const big = evaluationOf(CAP + 1, 'resource');
+    await refusedUnrecorded(
+      () =>
+        call('POST', a.engine + '/access/v1/evaluations', {
+          body: {
+            subject: big.subject,
+            action: big.action,
+            resource: big.resource,
+            context: big.context,
+            evaluations: [{ resource: { type: 'prod', id: 'api' } }, {}],
+          },
+        }),
+      'evaluations[1] (subject, action, resource and context together, defaults applied)',
+    );
+    const events = await auditCount(a.platform);
+    const fits = evaluationOf(CAP, 'resource');
+    const r = await call('POST', a.engine + '/access/v1/evaluations', {
+      body: { ...fits, evaluations: [{ resource: { type: 'prod', id: 'api' } }, {}] },
+    });
+    expect(r.status, r.text).to.equal(200);
+    expect(r.json.evaluations).to.have.length(2);
+    expect(await auditCount(a.platform)).to.equal(events + 2);
   });
 
   it('refuses a whole AuthZEN batch when one evaluation has a context over the limit', async () => {
@@ -178,6 +248,59 @@ onEveryBackend('context size limit (ARBITER_MAX_CONTEXT_BYTES)', () => {
     });
     expect(r.status, r.text).to.equal(202);
     expect(await auditCount(a.platform)).to.equal(events + 1);
+  });
+});
+
+// The record of the first answer is what a retry reads: every backend.
+onEveryBackend('context size limit and Idempotency-Key retries', () => {
+  it('answers a retry of a request recorded under a higher limit from its record, not with 413', async () => {
+    const first = await Arbiter.start({ ARBITER_MAX_CONTEXT_BYTES: String(CAP) });
+    let later: Arbiter | undefined;
+    try {
+      const big = contextOf(100_000);
+      // Each way of asking, with a context (or an evaluation) under the first limit and over the next.
+      const requests: [string, string, unknown][] = [
+        ['agent', '/v1/agent/authorize', agentWith(big)],
+        ['human', '/v1/authorize', { ...HUMAN.approval, context: big }],
+        ['authzen', '/access/v1/evaluation', evaluationOf(100_000, 'resource')],
+        [
+          'batch',
+          '/access/v1/evaluations',
+          { evaluations: [evaluation({ small: true }), evaluationOf(100_000, 'subject')] },
+        ],
+      ];
+      const send = (base: string, path: string, body: unknown, idem: string) =>
+        call('POST', base + path, { body, headers: { 'idempotency-key': idem } });
+      const answers: { status: number; text: string }[] = [];
+      for (const [name, path, body] of requests) {
+        const r = await send(first.engine, path, body, `retry-${name}`);
+        expect(r.status, r.text).to.be.oneOf([200, 202]);
+        expect(r.headers.get('idempotent-replayed')).to.equal(null);
+        answers.push({ status: r.status, text: r.text });
+      }
+      await first.stop();
+      // The operator lowers the limit; the same data directory (and database).
+      later = await Arbiter.start({ ARBITER_MAX_CONTEXT_BYTES: '50000' }, first.dataDir);
+      const events = await auditCount(later.platform);
+      for (const [i, [name, path, body]] of requests.entries()) {
+        const r = await send(later.engine, path, body, `retry-${name}`);
+        expect(r.status, `${name}: ${r.text}`).to.equal(answers[i]?.status);
+        // The same answer, but for the address of this instance (AuthZEN's status_endpoint).
+        expect(r.text.replaceAll(later.engine, first.engine), name).to.equal(answers[i]?.text);
+        expect(r.headers.get('idempotent-replayed'), name).to.equal('true');
+      }
+      expect(await auditCount(later.platform)).to.equal(events);
+      // The lower limit holds for anything not recorded: a new key, or none.
+      for (const [name, path, body] of requests) {
+        const fresh = await send(later.engine, path, body, `fresh-${name}`);
+        expectError(fresh, 413);
+        expect(fresh.json.error, name).to.include('50000');
+      }
+      expect(await auditCount(later.platform)).to.equal(events);
+    } finally {
+      await later?.close();
+      await first.close();
+    }
   });
 });
 
