@@ -29,6 +29,27 @@ const evaluation = (context: unknown) => ({
   context,
 });
 
+/** Where `evaluationOf` puts its padding: a member of the 4-tuple, or (resource.blob) beside them. */
+type Pad = 'subject' | 'action' | 'resource' | 'context' | 'resource.blob';
+
+/**
+ * An AuthZEN evaluation whose input.authzen (subject, action, resource and context, as the policy
+ * reads it and the audit event records it) is exactly `bytes` bytes of JSON, padded in `where`.
+ */
+function evaluationOf(bytes: number, where: Pad): Record<string, Record<string, unknown>> {
+  const build = (pad: string) => {
+    const ev = evaluation({}) as Record<string, Record<string, unknown>>;
+    if (where === 'context') ev.context = { blob: pad };
+    else if (where === 'resource.blob') ev.resource = { ...ev.resource, blob: pad };
+    else {
+      const part = ev[where] ?? {};
+      ev[where] = { ...part, properties: { ...(part.properties as object | undefined), blob: pad } };
+    }
+    return ev;
+  };
+  return build('x'.repeat(bytes - JSON.stringify(build('')).length));
+}
+
 /** Every item of a list, following next_cursor from `url`, with the size of each page. */
 async function everyPage(url: string, field: string): Promise<{ items: { id: string }[]; sizes: number[] }> {
   const items: { id: string }[] = [];
@@ -99,13 +120,62 @@ onEveryBackend('context size limit (ARBITER_MAX_CONTEXT_BYTES)', () => {
       body: { ...HUMAN.approval, context: contextOf(CAP) },
     });
     expect(human.status, human.text).to.equal(202);
-    await refusedUnrecorded(() =>
-      call('POST', a.engine + '/access/v1/evaluation', { body: evaluation(contextOf(CAP + 1)) }),
+    await refusedUnrecorded(
+      () => call('POST', a.engine + '/access/v1/evaluation', { body: evaluation(contextOf(CAP + 1)) }),
+      'evaluation',
     );
+  });
+
+  it('holds a whole AuthZEN evaluation to the limit: subject, action and resource as well as its context', async () => {
+    // Properties and other members of each reach the policy and the audit event (input.authzen).
+    for (const where of ['subject', 'action', 'resource', 'context', 'resource.blob'] as const) {
+      await refusedUnrecorded(
+        () => call('POST', a.engine + '/access/v1/evaluation', { body: evaluationOf(CAP + 1, where) }),
+        'evaluation (subject, action, resource and context together)',
+      );
+    }
+    // Each part under the limit, together over it.
+    const halves = evaluationOf(CAP / 2, 'resource');
+    halves.context = contextOf(CAP / 2 + 3); // {} gives way to it: CAP + 1 bytes in all
+    await refusedUnrecorded(
+      () => call('POST', a.engine + '/access/v1/evaluation', { body: halves }),
+      'evaluation',
+    );
+    const events = await auditCount(a.platform);
     const single = await call('POST', a.engine + '/access/v1/evaluation', {
-      body: evaluation(contextOf(CAP)),
+      body: evaluationOf(CAP, 'resource'),
     });
     expect(single.status, single.text).to.equal(200);
+    expect(await auditCount(a.platform)).to.equal(events + 1);
+    const event = await call('GET', `${a.platform}/api/v1/audit?kind=decision&limit=1`);
+    const input = event.json.events[0].details.input as { authzen: unknown };
+    expect(JSON.stringify(input.authzen)).to.have.length(CAP);
+  });
+
+  it('holds each evaluation of a batch, defaults applied, to the limit whole, and refuses the batch', async () => {
+    // The second evaluation takes the default resource, whose properties bring it over the limit.
+    const big = evaluationOf(CAP + 1, 'resource');
+    await refusedUnrecorded(
+      () =>
+        call('POST', a.engine + '/access/v1/evaluations', {
+          body: {
+            subject: big.subject,
+            action: big.action,
+            resource: big.resource,
+            context: big.context,
+            evaluations: [{ resource: { type: 'prod', id: 'api' } }, {}],
+          },
+        }),
+      'evaluations[1] (subject, action, resource and context together, defaults applied)',
+    );
+    const events = await auditCount(a.platform);
+    const fits = evaluationOf(CAP, 'resource');
+    const r = await call('POST', a.engine + '/access/v1/evaluations', {
+      body: { ...fits, evaluations: [{ resource: { type: 'prod', id: 'api' } }, {}] },
+    });
+    expect(r.status, r.text).to.equal(200);
+    expect(r.json.evaluations).to.have.length(2);
+    expect(await auditCount(a.platform)).to.equal(events + 2);
   });
 
   it('refuses a whole AuthZEN batch when one evaluation has a context over the limit', async () => {
@@ -151,6 +221,86 @@ onEveryBackend('context size limit (ARBITER_MAX_CONTEXT_BYTES)', () => {
     });
     expect(r.status, r.text).to.equal(202);
     expect(await auditCount(a.platform)).to.equal(events + 1);
+  });
+
+  it('holds an ingested event’s resource to the same limit, together with its details', async () => {
+    // A resource may be any JSON, and is stored, listed and hashed like the details.
+    await refusedUnrecorded(
+      () =>
+        call('POST', a.platform + '/api/v1/audit/ingest', {
+          body: { kind: 'app.event', resource: contextOf(CAP + 1) },
+        }),
+      'event has',
+    );
+    // Each under the limit, together over it: 150 001 bytes of details, 150 000 of resource.
+    await refusedUnrecorded(
+      () =>
+        call('POST', a.platform + '/api/v1/audit/ingest', {
+          body: {
+            events: [{ kind: 'app.event', details: contextOf(CAP / 2 + 1), resource: contextOf(CAP / 2) }],
+          },
+        }),
+      'events.0 has 300001 bytes of details (with its unknown fields) and resource',
+    );
+    const events = await auditCount(a.platform);
+    const r = await call('POST', a.platform + '/api/v1/audit/ingest', {
+      body: { kind: 'app.event', details: contextOf(CAP / 2), resource: contextOf(CAP / 2) },
+    });
+    expect(r.status, r.text).to.equal(202);
+    expect(await auditCount(a.platform)).to.equal(events + 1);
+  });
+});
+
+// The record of the first answer is what a retry reads: every backend.
+onEveryBackend('context size limit and Idempotency-Key retries', () => {
+  it('answers a retry of a request recorded under a higher limit from its record, not with 413', async () => {
+    const first = await Arbiter.start({ ARBITER_MAX_CONTEXT_BYTES: String(CAP) });
+    let later: Arbiter | undefined;
+    try {
+      const big = contextOf(100_000);
+      // Each way of asking, with a context (or an evaluation) under the first limit and over the next.
+      const requests: [string, string, unknown][] = [
+        ['agent', '/v1/agent/authorize', agentWith(big)],
+        ['human', '/v1/authorize', { ...HUMAN.approval, context: big }],
+        ['authzen', '/access/v1/evaluation', evaluationOf(100_000, 'resource')],
+        [
+          'batch',
+          '/access/v1/evaluations',
+          { evaluations: [evaluation({ small: true }), evaluationOf(100_000, 'subject')] },
+        ],
+      ];
+      const send = (base: string, path: string, body: unknown, idem: string) =>
+        call('POST', base + path, { body, headers: { 'idempotency-key': idem } });
+      const answers: { status: number; text: string }[] = [];
+      for (const [name, path, body] of requests) {
+        const r = await send(first.engine, path, body, `retry-${name}`);
+        expect(r.status, r.text).to.be.oneOf([200, 202]);
+        expect(r.headers.get('idempotent-replayed')).to.equal(null);
+        answers.push({ status: r.status, text: r.text });
+      }
+      await first.stop();
+      // The operator lowers the limit; the same data directory (and database).
+      later = await Arbiter.start({ ARBITER_MAX_CONTEXT_BYTES: '50000' }, first.dataDir);
+      const events = await auditCount(later.platform);
+      for (const [i, [name, path, body]] of requests.entries()) {
+        const r = await send(later.engine, path, body, `retry-${name}`);
+        expect(r.status, `${name}: ${r.text}`).to.equal(answers[i]?.status);
+        // The same answer, but for the address of this instance (AuthZEN's status_endpoint).
+        expect(r.text.replaceAll(later.engine, first.engine), name).to.equal(answers[i]?.text);
+        expect(r.headers.get('idempotent-replayed'), name).to.equal('true');
+      }
+      expect(await auditCount(later.platform)).to.equal(events);
+      // The lower limit holds for anything not recorded: a new key, or none.
+      for (const [name, path, body] of requests) {
+        const fresh = await send(later.engine, path, body, `fresh-${name}`);
+        expectError(fresh, 413);
+        expect(fresh.json.error, name).to.include('50000');
+      }
+      expect(await auditCount(later.platform)).to.equal(events);
+    } finally {
+      await later?.close();
+      await first.close();
+    }
   });
 });
 
@@ -228,9 +378,43 @@ onEveryBackend('pages capped in bytes', () => {
   });
 });
 
+// Deliveries are stored per backend: every backend.
+onEveryBackend('webhook delivery pages', () => {
+  it('are cut on what they answer, not on the payloads they do not show', async () => {
+    const a = await Arbiter.start({ ARBITER_MAX_CONTEXT_BYTES: String(CAP) });
+    try {
+      // Nothing listens on port 9: the deliveries stay, retried, with their payloads.
+      const hook = await call('PUT', `${a.platform}/api/v1/webhooks/reviewers`, {
+        body: { url: 'http://127.0.0.1:9/hook', events: ['queue.pending'] },
+      });
+      expect(hook.status, hook.text).to.equal(201);
+      // A policy that gives the context's note as its approval reason: the payload carries it
+      // twice (message and reasons), about 560 kB a delivery, 5 MB for the nine.
+      const put = await call('PUT', `${a.platform}/api/v1/policies/echo-note`, {
+        raw: 'package authz.agent\n\nrequire_approval contains input.context.note if is_string(input.context.note)\n',
+        headers: { 'content-type': 'text/plain' },
+      });
+      expect(put.status, put.text).to.equal(201);
+      for (let i = 0; i < 9; i++) {
+        const r = await call('POST', a.engine + '/v1/agent/authorize', {
+          body: agentWith({ note: `note${i}:` + 'x'.repeat(280_000) }),
+        });
+        expect(r.status, r.text).to.equal(202);
+      }
+      const r = await call('GET', `${a.platform}/api/v1/webhooks/reviewers/deliveries?limit=1000`);
+      expect(r.status, r.text.slice(0, 200)).to.equal(200);
+      expect(r.json.deliveries).to.have.length(9);
+      expect(r.json.next_cursor).to.equal(null);
+      expect(r.text.length).to.be.below(20_000);
+    } finally {
+      await a.close();
+    }
+  });
+});
+
 // No storage: the error middleware and Koa's response writing over a real socket.
 onceOnly('answers that cannot be serialized', () => {
-  it('become a logged JSON 500 with X-Request-Id, counted and logged as 500', async () => {
+  it('become a logged JSON 500 with X-Request-Id and none of the handler’s headers, counted and logged as 500', async () => {
     // No route of Arbiter's can still produce an unserializable answer through the API (pages are
     // capped in bytes, contexts in size), so the mechanism is driven through a route of its own, in
     // the real app, middleware chain and HTTP server.
@@ -249,6 +433,10 @@ onceOnly('answers that cannot be serialized', () => {
       summary: 'a body JSON.stringify throws on',
       ok: { status: 200, description: 'never' },
       handler: (ctx) => {
+        // Headers for the answer the handler meant to give, which an error answer must not carry.
+        ctx.set('ETag', '"v1"');
+        ctx.set('Location', '/somewhere');
+        ctx.set('Cache-Control', 'public, max-age=31536000, immutable');
         ctx.body = { n: 1n };
       },
     };
@@ -271,6 +459,11 @@ onceOnly('answers that cannot be serialized', () => {
       expect(res.headers.get('content-type')).to.equal('application/json; charset=utf-8');
       const id = res.headers.get('x-request-id');
       expect(id).to.be.a('string').and.not.equal('');
+      expect(res.headers.get('traceparent')).to.match(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
+      expect(res.headers.get('etag')).to.equal(null);
+      expect(res.headers.get('location')).to.equal(null);
+      expect(res.headers.get('cache-control')).to.equal('no-store');
+      expect(res.headers.get('x-content-type-options')).to.equal('nosniff');
       expect(await res.json()).to.deep.equal({ error: 'internal error' });
       const failed = lines.find((l) => l.msg === 'request failed');
       expect(failed?.requestId).to.equal(id);

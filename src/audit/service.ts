@@ -1,5 +1,5 @@
 import { AppError, invalid, notFound } from '../errors.js';
-import { jsonBytesOver } from '../common/json-size.js';
+import { jsonBytes, tooSmallToExceed } from '../common/json-size.js';
 import {
   badCursor,
   encodeCursor,
@@ -134,7 +134,7 @@ export class AuditService {
   constructor(
     private readonly store: AuditStore,
     private readonly mask: (doc: Record<string, unknown>) => Record<string, unknown>,
-    /** The most an ingested event's details may be as JSON (ARBITER_MAX_CONTEXT_BYTES). */
+    /** The most an ingested event's details and resource may be as JSON (ARBITER_MAX_CONTEXT_BYTES). */
     private readonly maxDetailsBytes: number,
   ) {}
 
@@ -274,15 +274,18 @@ export class AuditService {
         .map(([k, v]) => [k === 'id' ? 'source_id' : k === 'actor' ? 'source_actor' : k, v]),
     );
     const given = { ...((e.details as Record<string, unknown>) ?? {}), ...extra };
-    // Free-form, like a decision's context, and held to the same limit: it is stored, listed and
-    // hashed as part of the chain whole.
-    const bytes = jsonBytesOver(given, this.maxDetailsBytes, receivedBytes);
-    if (bytes !== undefined) {
-      throw new AppError(
-        'too_large',
-        `${name} has ${bytes} bytes of details (with its unknown fields) as JSON, more than the ` +
-          `${this.maxDetailsBytes}-byte limit (ARBITER_MAX_CONTEXT_BYTES)`,
-      );
+    // Free-form, like a decision's context, and held to the same limit as one value: the details
+    // (with the unknown fields) and the resource, which may be any JSON too. Both are stored,
+    // listed and hashed as part of the chain whole.
+    if (!tooSmallToExceed(receivedBytes, this.maxDetailsBytes)) {
+      const bytes = jsonBytes(given) + jsonBytes(e.resource);
+      if (bytes > this.maxDetailsBytes) {
+        throw new AppError(
+          'too_large',
+          `${name} has ${bytes} bytes of details (with its unknown fields) and resource as JSON, more ` +
+            `than the ${this.maxDetailsBytes}-byte limit (ARBITER_MAX_CONTEXT_BYTES)`,
+        );
+      }
     }
     const details = this.mask({ ...given, ingested_by: principal.name });
     return {

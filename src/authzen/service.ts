@@ -1,5 +1,6 @@
 import { AppError, invalid } from '../errors.js';
 import { newId } from '../ids.js';
+import { jsonBytes, tooSmallToExceed } from '../common/json-size.js';
 import { compileSchema, NO_DOT_SEGMENTS, TOKEN_SAFE, type JsonSchema } from '../common/validation.js';
 import { checkAdmits } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
@@ -148,22 +149,7 @@ export class AuthzenService {
     }
     const traceId = ids.traceId;
     const items = req.evaluations.map((item, i) => completeItem(req, item, i));
-    // Item by item, stopping once past the limit: never the whole expansion in memory at once.
-    // Each item's context is held to its own limit here too, so a batch is refused before any of
-    // its items is decided.
-    let expanded = 0;
-    for (const item of items) {
-      this.decisions.checkContext(item.context, ids.receivedBytes);
-      expanded += Buffer.byteLength(JSON.stringify(item));
-      if (expanded > this.maxExpandedBytes) {
-        throw new AppError(
-          'too_large',
-          `the batch with its defaults applied to each of its ${items.length} evaluations is more than ` +
-            `the ${this.maxExpandedBytes}-byte body limit (each evaluation is recorded whole): ` +
-            'send fewer evaluations, or a smaller shared context',
-        );
-      }
-    }
+    await this.checkSizes(items, principal, ids.receivedBytes, idemKey);
     const semantic: Semantic = req.options?.evaluations_semantic ?? 'execute_all';
     const out: Outcome[] = [];
     for (const [i, item] of items.entries()) {
@@ -171,7 +157,13 @@ export class AuthzenService {
       try {
         // A retried batch replays item by item: each item has a key of its own.
         const key = idemKey === undefined ? undefined : `${idemKey}#${i}`;
-        outcome = await this.decide(item, principal, { requestId: newId(), traceId }, key);
+        outcome = await this.decide(
+          item,
+          principal,
+          { requestId: newId(), traceId, receivedBytes: ids.receivedBytes },
+          key,
+          true,
+        );
       } catch (e) {
         if (!(e instanceof AppError)) throw e;
         outcome = { error: e };
@@ -184,10 +176,57 @@ export class AuthzenService {
     return { batch: out };
   }
 
-  /** Maps the 4-tuple to an agent or a human decision and takes it through DecisionService. */
-  private async decide(ev: Evaluation, principal: Principal, ids: FlowIds, idemKey?: string) {
-    const context = ev.context ?? {};
-    const authzen = { subject: ev.subject, action: ev.action, resource: ev.resource, context };
+  /**
+   * Holds a batch to its limits before any of its evaluations is decided, so that one too large
+   * refuses the whole batch: each evaluation (defaults applied) to the size limit whole, as a single
+   * evaluation is, and all of them together to the body limit. Each is measured at most once, and
+   * not at all when the body is too small to hold one over either limit. Item by item, stopping
+   * once past the limit: never the whole expansion in memory at once. An evaluation over the limit
+   * whose Idempotency-Key already has a recorded decision is let through: it is answered from the
+   * record (as a single request is), not refused by a limit that came after it.
+   */
+  private async checkSizes(
+    items: Evaluation[],
+    principal: Principal,
+    receivedBytes: number | undefined,
+    idemKey: string | undefined,
+  ): Promise<void> {
+    const eachFits = tooSmallToExceed(receivedBytes, this.decisions.sizeLimit);
+    if (eachFits && tooSmallToExceed(receivedBytes, this.maxExpandedBytes, items.length)) return;
+    let expanded = 0;
+    for (const [i, item] of items.entries()) {
+      const bytes = jsonBytes(asInput(item));
+      expanded += bytes;
+      if (expanded > this.maxExpandedBytes) {
+        throw new AppError(
+          'too_large',
+          `the batch with its defaults applied to each of its ${items.length} evaluations is more than ` +
+            `the ${this.maxExpandedBytes}-byte body limit (each evaluation is recorded whole): ` +
+            'send fewer evaluations, or a smaller shared context',
+        );
+      }
+      if (bytes <= this.decisions.sizeLimit) continue;
+      if (idemKey !== undefined && (await this.decisions.isRecorded(principal, `${idemKey}#${i}`))) continue;
+      throw this.decisions.tooLarge(
+        `evaluations[${i}] (subject, action, resource and context together, defaults applied)`,
+        bytes,
+      );
+    }
+  }
+
+  /**
+   * Maps the 4-tuple to an agent or a human decision and takes it through DecisionService, which
+   * holds the whole evaluation to the size limit unless `sizeChecked` (a batch's, by checkSizes).
+   */
+  private async decide(
+    ev: Evaluation,
+    principal: Principal,
+    ids: FlowIds,
+    idemKey?: string,
+    sizeChecked = false,
+  ) {
+    const authzen = asInput(ev);
+    const context = authzen.context;
     if (ev.subject.type === 'agent') {
       const confidence = ev.subject.properties?.confidence ?? context.confidence;
       if (confidence === undefined) {
@@ -210,7 +249,7 @@ export class AuthzenService {
         confidence,
         context,
       };
-      return this.decisions.authorizeAgent(request, principal, ids, idemKey, { authzen });
+      return this.decisions.authorizeAgent(request, principal, ids, idemKey, { authzen, sizeChecked });
     }
     const tenant = ev.subject.properties?.tenant_id ?? this.defaultTenant;
     if (typeof tenant !== 'string') throw invalid('subject.properties.tenant_id must be a string');
@@ -221,9 +260,17 @@ export class AuthzenService {
       resource: { type: ev.resource.type, id: ev.resource.id },
       context,
     };
-    return this.decisions.authorizeHuman(request, principal, ids, idemKey, { authzen });
+    return this.decisions.authorizeHuman(request, principal, ids, idemKey, { authzen, sizeChecked });
   }
 }
+
+/** An evaluation as the policy reads it (input.authzen) and the audit event records it. */
+const asInput = (ev: Evaluation) => ({
+  subject: ev.subject,
+  action: ev.action,
+  resource: ev.resource,
+  context: ev.context ?? {},
+});
 
 /** The top-level 4-tuple of a request with no evaluations; an incomplete one is a 400. */
 const completeSingle = (req: Evaluations): Evaluation =>

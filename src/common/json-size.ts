@@ -7,12 +7,26 @@
 const MAX_REWRITE_GROWTH = 6;
 
 /**
+ * True when `copies` values parsed from a JSON text of `receivedBytes` bytes (each a part of it,
+ * or parts of it put together) cannot be more than `max` bytes as JSON together: then they need
+ * not be measured (every small request). False when the size of the text is not known.
+ */
+export function tooSmallToExceed(receivedBytes: number | undefined, max: number, copies = 1): boolean {
+  return receivedBytes !== undefined && receivedBytes * MAX_REWRITE_GROWTH * copies <= max;
+}
+
+/** The UTF-8 length of `value` as JSON (0 for undefined). */
+export function jsonBytes(value: unknown): number {
+  return Buffer.byteLength(JSON.stringify(value) ?? '');
+}
+
+/**
  * The UTF-8 length of `value` as JSON when that is more than `max` bytes, else undefined.
  * `receivedBytes` is the size of the whole JSON text `value` was parsed from, when known: a text
  * too small to hold more than `max` bytes of `value` spares serializing it (every small request).
  */
 export function jsonBytesOver(value: unknown, max: number, receivedBytes?: number): number | undefined {
-  if (receivedBytes !== undefined && receivedBytes * MAX_REWRITE_GROWTH <= max) return undefined;
-  const bytes = Buffer.byteLength(JSON.stringify(value) ?? '');
+  if (tooSmallToExceed(receivedBytes, max)) return undefined;
+  const bytes = jsonBytes(value);
   return bytes > max ? bytes : undefined;
 }

@@ -81,7 +81,15 @@ interface Call {
 /** Input a caller other than the plain authorize routes adds (AuthZEN). */
 export interface DecisionExtras {
   authzen?: Record<string, unknown>;
+  /**
+   * The caller has held this request to the size limit already (an AuthZEN batch checks every
+   * evaluation before it decides any): it is not measured again. Unset, it is measured here.
+   */
+  sizeChecked?: boolean;
 }
+
+/** How a 413 names an AuthZEN evaluation held to the size limit whole. */
+const AUTHZEN_EVALUATION = 'the evaluation (subject, action, resource and context together)';
 
 const validateAgent = compileSchema<AgentRequest>(agentRequestSchema);
 const validateHuman = compileSchema<HumanRequest>(humanRequestSchema);
@@ -103,19 +111,38 @@ export class DecisionService {
   ) {}
 
   /**
-   * Refuses (413) a context larger than the limit: it is stored twice (the queue item and the
-   * audit event), listed to reviewers and evaluated on the serving thread, so a body-sized one
-   * would make every one of those cost a megabyte. Checked before anything is recorded.
+   * Refuses (413) what a caller sent free-form when it is larger than the limit as JSON: it is
+   * stored twice (the queue item and the audit event), listed to reviewers and evaluated on the
+   * serving thread, so a body-sized one would make every one of those cost a megabyte. `what`
+   * names it in the error. Checked before anything is recorded.
    */
-  checkContext(context: Record<string, unknown> | undefined, receivedBytes?: number): void {
-    if (context === undefined) return;
-    const bytes = jsonBytesOver(context, this.maxContextBytes, receivedBytes);
-    if (bytes !== undefined) {
-      throw new AppError(
-        'too_large',
-        `context is ${bytes} bytes as JSON, more than the ${this.maxContextBytes}-byte limit (ARBITER_MAX_CONTEXT_BYTES)`,
-      );
-    }
+  private checkSize(what: string, value: unknown, receivedBytes: number | undefined): void {
+    const bytes = jsonBytesOver(value, this.maxContextBytes, receivedBytes);
+    if (bytes !== undefined) throw this.tooLarge(what, bytes);
+  }
+
+  /** The 413 for `what`, `bytes` long as JSON, over the limit. */
+  tooLarge(what: string, bytes: number): AppError {
+    return new AppError(
+      'too_large',
+      `${what} is ${bytes} bytes as JSON, more than the ${this.maxContextBytes}-byte limit (ARBITER_MAX_CONTEXT_BYTES)`,
+    );
+  }
+
+  /** The most what a caller sends free-form may be as JSON (ARBITER_MAX_CONTEXT_BYTES). */
+  get sizeLimit(): number {
+    return this.maxContextBytes;
+  }
+
+  /**
+   * Whether `idemKey` already has a recorded decision of this key's, within the window: a retry
+   * of it is answered from the record (or refused as a different body), never held to limits
+   * that came after it.
+   */
+  async isRecorded(principal: Principal, idemKey: string): Promise<boolean> {
+    return (
+      (await this.store.findByIdempotencyKey(principal.keyId, idemKey, idempotencySince())) !== undefined
+    );
   }
 
   async authorizeAgent(
@@ -126,7 +153,6 @@ export class DecisionService {
     extras: DecisionExtras = {},
   ): Promise<DecisionResult> {
     const req = validateAgent(body);
-    this.checkContext(req.context, ids.receivedBytes);
     checkAdmits(principal, 'agent', req.agent_id, `cannot authorize as ${req.agent_id}`);
     const obo = req.on_behalf_of;
     if (obo) {
@@ -164,7 +190,6 @@ export class DecisionService {
     extras: DecisionExtras = {},
   ): Promise<DecisionResult> {
     const req = validateHuman(body);
-    this.checkContext(req.context, ids.receivedBytes);
     checkAdmits(principal, 'agent', null, 'cannot authorize human users');
     checkAdmits(principal, 'tenant', req.tenant_id, `cannot authorize in ${req.tenant_id}`);
     const resource = { type: req.resource.type, id: req.resource.id };
@@ -213,6 +238,18 @@ export class DecisionService {
     if (idem) {
       const prior = await this.store.findByIdempotencyKey(principal.keyId, idem.key, idem.since);
       if (prior) return replay(prior, idem.hash);
+    }
+    // After the replay: a retry of a request recorded before the limit (or under a higher one)
+    // gets its recorded answer.
+    if (!call.extras.sizeChecked) {
+      if (call.extras.authzen) {
+        // The whole evaluation reaches the policy and the audit event (input.authzen), not only
+        // its context: its subject, action and resource may carry any properties.
+        this.checkSize(AUTHZEN_EVALUATION, call.extras.authzen, ids.receivedBytes);
+      } else {
+        // The other members of an agent or a human request are bounded by their schemas.
+        this.checkSize('context', req.context, ids.receivedBytes);
+      }
     }
     const evaluation = this.evaluate(input);
     // The live answer is fixed; the shadow (if any) is evaluated on its thread, or here once

@@ -36,13 +36,34 @@ export const requestContext: Middleware<State> = async (ctx, next) => {
   ctx.state.traceId = TRACEPARENT.exec(ctx.get('traceparent').trim())?.[1] ?? newTraceId();
   ctx.set('X-Request-Id', ctx.state.requestId);
   ctx.set('traceparent', `00-${ctx.state.traceId}-${newSpanId()}-01`);
-  // Answers carry tokens, decisions and audit data: never stored by a cache on the way (RFC 6749
-  // §5.1 asks it of token responses), never sniffed as anything but their type. A route whose
-  // answer may be cached (the JWKS, the console's assets) says so itself.
-  ctx.set('Cache-Control', 'no-store');
-  ctx.set('X-Content-Type-Options', 'nosniff');
+  setBaseHeaders(ctx);
   await next();
 };
+
+/**
+ * The headers every answer carries unless its route says otherwise. Answers carry tokens,
+ * decisions and audit data: never stored by a cache on the way (RFC 6749 §5.1 asks it of token
+ * responses), never sniffed as anything but their type. A route whose answer may be cached (the
+ * JWKS, the console's assets) says so itself.
+ */
+function setBaseHeaders(ctx: Context): void {
+  ctx.set('Cache-Control', 'no-store');
+  ctx.set('X-Content-Type-Options', 'nosniff');
+}
+
+/** The response headers an error answer keeps from before the error: the request's ids. */
+const KEPT_ON_ERROR = ['x-request-id', 'traceparent'];
+
+/**
+ * Clears what the handler set for the answer it did not give (an ETag, a Location, a public
+ * Cache-Control): the error answer has the request's ids and the headers every answer has.
+ */
+function resetHeaders(ctx: Context): void {
+  for (const name of Object.keys(ctx.response.headers)) {
+    if (!KEPT_ON_ERROR.includes(name.toLowerCase())) ctx.remove(name);
+  }
+  setBaseHeaders(ctx);
+}
 
 /**
  * Counts and times every request under its route template (bounded labels), and logs one line
@@ -167,18 +188,29 @@ function serializeJsonBody(ctx: Context): void {
  * body that cannot be serialized included (a logged 500).
  */
 export function errorMiddleware(log: Logger, maxBodyBytes: number): Middleware<State> {
+  const answerError = (ctx: Context, err: unknown) => {
+    const { status, message, headers } = toHttpError(err, maxBodyBytes);
+    if (status >= 500) {
+      log.error({ err, requestId: ctx.state.requestId, traceId: ctx.state.traceId }, 'request failed');
+    }
+    ctx.status = status;
+    for (const [k, v] of Object.entries(headers)) ctx.set(k, v);
+    ctx.body = { error: message };
+  };
   return async (ctx, next) => {
     try {
       await next();
+    } catch (err) {
+      // Headers a handler set before it threw stay (the console's 404 keeps its CSP).
+      answerError(ctx, err);
+      return;
+    }
+    try {
       serializeJsonBody(ctx);
     } catch (err) {
-      const { status, message, headers } = toHttpError(err, maxBodyBytes);
-      if (status >= 500) {
-        log.error({ err, requestId: ctx.state.requestId, traceId: ctx.state.traceId }, 'request failed');
-      }
-      ctx.status = status;
-      for (const [k, v] of Object.entries(headers)) ctx.set(k, v);
-      ctx.body = { error: message };
+      // The handler finished its answer, headers and all: none of them belongs to this 500.
+      resetHeaders(ctx);
+      answerError(ctx, err);
     }
   };
 }

@@ -228,12 +228,13 @@ export class WebhookService {
   ): Promise<{ deliveries: DeliveryView[]; next_cursor: string | null }> {
     await this.get(name);
     const before = q.cursor === undefined ? undefined : decodeCursor(q.cursor, 'deliveries');
+    // Cut on what is answered: the payload each record holds is not shown.
     const page = await fetchPage(
       q,
-      (n) => this.store.deliveries(name, before, n),
+      async (n) => (await this.store.deliveries(name, before, n)).map(deliveryView),
       (last) => encodeCursor('deliveries', last.id),
     );
-    return { deliveries: page.items.map(deliveryView), next_cursor: page.next_cursor };
+    return { deliveries: page.items, next_cursor: page.next_cursor };
   }
 
   countPending(): Promise<number> {

@@ -118,7 +118,8 @@ export function auditRoutes(d: RouteDeps): RouteDef[] {
           status: 413,
           description:
             `body larger than ${d.config.maxBodyBytes} bytes, or an event whose details (with its unknown ` +
-            `fields) are more than ${d.config.maxContextBytes} bytes as JSON; nothing is stored`,
+            `fields) and resource are more than ${d.config.maxContextBytes} bytes as JSON together; ` +
+            'nothing is stored',
         },
       ],
       apis: PLATFORM,

@@ -112,8 +112,9 @@ export function authzenRoutes(d: RouteDeps): RouteDef[] {
         {
           status: 413,
           description:
-            `body larger than ${d.config.maxBodyBytes} bytes, or a context more than ` +
-            `${d.config.maxContextBytes} bytes as JSON; nothing is decided`,
+            `body larger than ${d.config.maxBodyBytes} bytes, or an evaluation (subject, action, resource ` +
+            `and context together) more than ${d.config.maxContextBytes} bytes as JSON; nothing is ` +
+            'decided (a retry whose Idempotency-Key has a recorded answer gets that answer)',
         },
       ],
       summary: 'AuthZEN access evaluation',
@@ -147,8 +148,10 @@ export function authzenRoutes(d: RouteDeps): RouteDef[] {
           status: 413,
           description:
             `body larger than ${d.config.maxBodyBytes} bytes, a batch larger than that with its ` +
-            'defaults applied to every evaluation (each is recorded whole), or an evaluation whose ' +
-            `context is more than ${d.config.maxContextBytes} bytes as JSON; nothing is decided`,
+            'defaults applied to every evaluation (each is recorded whole), or an evaluation (subject, ' +
+            `action, resource and context together, defaults applied) more than ${d.config.maxContextBytes} ` +
+            'bytes as JSON; nothing is decided (an evaluation whose Idempotency-Key has a recorded ' +
+            'answer gets that answer)',
         },
       ],
       summary: 'AuthZEN access evaluations (batch, at most 100)',

@@ -15,7 +15,8 @@ const decisionAnswers = (config: RouteDeps['config']): readonly Answer[] => [
     status: 413,
     description:
       `body larger than ${config.maxBodyBytes} bytes, or a context more than ${config.maxContextBytes} ` +
-      'bytes as JSON; nothing is decided or recorded',
+      'bytes as JSON; nothing is decided or recorded (a retry whose Idempotency-Key has a recorded ' +
+      'answer gets that answer)',
   },
   { status: 202, description: 'requires_approval: queued for human review', schema: decisionResponseSchema },
   {
