@@ -199,6 +199,21 @@ onEveryBackend('strings that cannot be stored as received', () => {
     expect(pct.status, pct.text).to.equal(200);
   });
 
+  // The router keeps a parameter it cannot decode as its literal text: it was a 404 (not found
+  // under that text) where a body of the same bytes is a 400.
+  it('refuses percent-escapes that are not UTF-8 in a path parameter with 400', async () => {
+    for (const [base, url] of [
+      [a.platform, '/api/v1/audit/trace/%ED%A0%80'],
+      [a.platform, '/api/v1/policies/x%C3'],
+      [a.engine, '/v1/queue/%FF%FE'],
+      [a.platform, '/api/v1/decisions/%C0%AF/explain'],
+    ] as const) {
+      expectError(await call('GET', base + url), 400, 'the path is not percent-encoded UTF-8');
+    }
+    // A well-formed escape is decoded as before (and the trace id read as written: not found).
+    expectError(await call('GET', `${a.platform}/api/v1/audit/trace/caf%C3%A9`), 404, /café/);
+  });
+
   it('refuses U+0000 in a policy name and a data path on the Platform API with 400', async () => {
     for (const url of [
       '/api/v1/policies/x%00',

@@ -40,8 +40,8 @@ function percentEncodedUtf8(qs: string): boolean {
 }
 
 /**
- * Reads the request's path parameters and query string against the route: a query string whose
- * percent-escapes are not UTF-8 is a 400; a path parameter that
+ * Reads the request's path parameters and query string against the route: a path or a query
+ * string whose percent-escapes are not UTF-8 is a 400; a path parameter that
  * decodes to something no store can hold as received (a lone surrogate, U+0000) is a 400, as in a
  * body; an unknown query parameter or one given twice is a 400 naming it; each value is parsed by
  * its definition. A route that declares no parameters takes none.
@@ -55,6 +55,9 @@ export function queryMiddleware(route: RouteDef): Middleware<State> {
         throw invalid(`path parameter ${name} holds a lone UTF-16 surrogate or a U+0000 character`);
       }
     }
+    // A path parameter whose escapes are not UTF-8 reaches the route undecoded (the router keeps
+    // what it cannot decode): it would be looked up as its literal text and not found.
+    if (!percentEncodedUtf8(ctx.path)) throw invalid('the path is not percent-encoded UTF-8');
     if (!percentEncodedUtf8(ctx.querystring)) throw invalid('the query string is not percent-encoded UTF-8');
     const values: Record<string, unknown> = {};
     for (const [name, raw] of Object.entries(ctx.query)) {
