@@ -287,3 +287,54 @@ onEveryBackend('POST /api/v1/impact: replay recorded decisions against a candida
     expect(all.json.samples.map((x: { request_id: string }) => x.request_id)).to.have.members(ids.human!);
   });
 });
+
+// Recorded inputs as large as a request could once carry (before ARBITER_MAX_CONTEXT_BYTES bounded
+// them at 64 KiB; here it is raised to record them). A thread answers a message as one, so the
+// last input of a message waits for the others: messages sized by count alone gave 64 such inputs
+// one allowance (the eval budget plus 1 s), and the replay stopped with a timeout. 70 decisions:
+// the first page holds 64, the next is sized by their length.
+onEveryBackend('POST /api/v1/impact: large recorded inputs', () => {
+  let a: Arbiter;
+  const RECORDED = 70;
+  /** ~600 kB of context per decision: two do not fit in one ~1 MiB message. */
+  const context = { pad: 'x'.repeat(600_000) };
+  /**
+   * 0..1699: SLOW's 1700² comparisons take ~0.15 s per read (more on a loaded machine): well within
+   * the allowance (1.25 s) one at a time, far beyond it 64 at a time.
+   */
+  const items = Array.from({ length: 1700 }, (_, i) => i);
+  const SLOW = [
+    'package authz.agent',
+    '',
+    'deny contains "never" if {',
+    '\tinput.action == "read"',
+    '\tsome x in data.slow.items',
+    '\tsome y in data.slow.items',
+    '\tx > y',
+    '\ty > x',
+    '}',
+    '',
+  ].join('\n');
+
+  before(async () => {
+    a = await Arbiter.start({ ARBITER_MAX_CONTEXT_BYTES: '700000' });
+    for (let i = 0; i < RECORDED; i++) {
+      const r = await call('POST', `${a.engine}/v1/agent/authorize`, { body: { ...AGENT.allow, context } });
+      expect(r.status, r.text).to.equal(200);
+    }
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  it('gives each evaluation its allowance however large the inputs: it replays them all', async () => {
+    const r = await call('POST', `${a.platform}/api/v1/impact`, {
+      body: { policies: { slow: SLOW }, data: { slow: { items } } },
+    });
+    expect(r.status, r.text).to.equal(200);
+    expect(r.json.replayed).to.equal(RECORDED);
+    expect(r.json.skipped).to.equal(0);
+    // SLOW denies nothing; a read that took longer than the eval budget is a deny with an error.
+    expect(r.json.changed).to.equal(r.json.errors);
+  });
+});

@@ -41,8 +41,12 @@ export interface AuditFilter {
 /** Append-only audit storage. `append` is atomic: all events land, chained, or none do. */
 export interface AuditStore {
   append(events: NewAuditEvent[]): Promise<AuditEvent[]>;
-  /** Newest first, with each event's sequence number (for cursors). */
-  query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent }[]>;
+  /**
+   * Newest first, with each event's sequence number (for cursors) and the length of its stored
+   * JSON text (UTF-16 code units, its bytes when ASCII): what the event weighs, known without
+   * serializing it again (an impact replay sizes its messages and pages by it).
+   */
+  query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent; length: number }[]>;
   /**
    * Up to `limit` events of one trace after sequence number `afterSeq`, oldest first; with `only`,
    * just those of that tenant and of that agent (each: when given). Filtered before the limit, so

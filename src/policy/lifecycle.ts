@@ -15,13 +15,23 @@ import { EvaluationThread, THREAD_FAILURE } from './eval-thread.js';
 export const IMPACT_MAX_LIMIT = 100_000;
 export const IMPACT_DEFAULT_LIMIT = 10_000;
 export const IMPACT_MAX_SAMPLES = 50;
-/** Decisions read from the audit trail per query while replaying. */
-const PAGE = 2_000;
 /**
  * Inputs sent to the evaluation threads at once: large enough that messages cost little, small
- * enough that a chunk of sound evaluations never approaches the thread's time allowance.
+ * enough that a chunk of sound evaluations never approaches the thread's time allowance (the
+ * thread answers a message as one, so its last input waits for all the others). Bounded by size
+ * too, measured by the decisions' stored text (which holds the input, and costs nothing to
+ * measure): however large the recorded inputs, a chunk is about 1 MiB at most (always at least
+ * one input), so each evaluation still has its allowance.
  */
 const CHUNK = 64;
+const CHUNK_LENGTH = 1024 * 1024;
+/**
+ * Decisions read from the audit trail per query while replaying: at most PAGE, and about
+ * PAGE_LENGTH of stored text (the next page is sized by the largest decision of the last one; the
+ * first holds CHUNK, until that is known), so that large recorded inputs never load thousands at once.
+ */
+const PAGE = 2_000;
+const PAGE_LENGTH = 16 * 1024 * 1024;
 
 export const impactRequestSchema: JsonSchema = {
   type: 'object',
@@ -151,6 +161,7 @@ export class LifecycleService {
         };
         let before: { seq: number; time?: string } | undefined;
         let read = 0;
+        let pageSize = CHUNK;
         while (read < limit) {
           const page = await this.audit.query({
             kind: 'decision',
@@ -158,18 +169,19 @@ export class LifecycleService {
             // The instant, not the text: the trail compares ISO 8601 UTC strings.
             ...(req.since !== undefined ? { since: new Date(req.since).toISOString() } : {}),
             ...(before ? { before } : {}),
-            limit: Math.min(PAGE, limit - read),
+            limit: Math.min(pageSize, limit - read),
           });
           if (page.length === 0) break;
           read += page.length;
-          const replayable: { event: AuditEvent; input: Record<string, unknown> }[] = [];
-          for (const { event } of page) {
+          const largest = Math.max(1, ...page.map((r) => r.length));
+          pageSize = Math.max(1, Math.min(PAGE, Math.floor(PAGE_LENGTH / largest)));
+          const replayable: Replayable[] = [];
+          for (const { event, length } of page) {
             const input = recordedInput(event);
-            if (input) replayable.push({ event, input });
+            if (input) replayable.push({ event, input, length });
             else report.skipped++;
           }
-          for (let i = 0; i < replayable.length; i += CHUNK) {
-            const chunk = replayable.slice(i, i + CHUNK);
+          for (const chunk of chunks(replayable)) {
             const [was, now] = await Promise.all(
               [live, candidate].map((t) => Promise.all(chunk.map((x) => t.evaluate(x.input)))),
             );
@@ -292,6 +304,29 @@ export class LifecycleService {
       fired: r.fired,
     };
   }
+}
+
+/** A recorded decision to replay, with the length of its stored text (see CHUNK). */
+interface Replayable {
+  event: AuditEvent;
+  input: Record<string, unknown>;
+  length: number;
+}
+
+/** `replayable` in order, in chunks of at most CHUNK inputs and about CHUNK_LENGTH (at least one input). */
+function* chunks<T extends { length: number }>(replayable: T[]): Generator<T[]> {
+  let chunk: T[] = [];
+  let length = 0;
+  for (const r of replayable) {
+    if (chunk.length > 0 && (chunk.length === CHUNK || length + r.length > CHUNK_LENGTH)) {
+      yield chunk;
+      chunk = [];
+      length = 0;
+    }
+    chunk.push(r);
+    length += r.length;
+  }
+  if (chunk.length > 0) yield chunk;
 }
 
 /** A replayed status; a thread that could not evaluate stops the replay with a 400 naming the decision. */

@@ -16,9 +16,11 @@ export type Row = Record<string, unknown>;
 const json = <T>(v: unknown): T => JSON.parse(v as string) as T;
 const jsonOrNull = <T>(v: unknown): T | null => (v === null || v === undefined ? null : json<T>(v));
 
-export const auditFromRow = (r: Row): { seq: number; event: AuditEvent } => ({
+/** An audit row as the store's queries return it: the event, its seq, its stored text's length. */
+export const auditFromRow = (r: Row): { seq: number; event: AuditEvent; length: number } => ({
   seq: r.seq as number,
   event: eventFromStored(r.body as string, r.hash as string),
+  length: (r.body as string).length,
 });
 
 export const decisionFromRow = (r: Row): DecisionRecord => ({

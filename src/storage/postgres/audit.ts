@@ -1,5 +1,4 @@
 import {
-  eventFromStored,
   headForAppend,
   linkEvents,
   storedHeadOf,
@@ -13,6 +12,7 @@ import { AUDIT_EQUALITY_FILTERS, type AuditFilter, type AuditStore } from '../..
 import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
 import { newId } from '../../ids.js';
 import { deliveriesFor, outboxMessages } from '../../webhooks/events.js';
+import { auditFromRow } from '../rows.js';
 import { rows, tx, type Client, type Pool } from './pool.js';
 
 type Row = Record<string, unknown>;
@@ -103,11 +103,6 @@ export async function append(c: Client, events: NewAuditEvent[]): Promise<AuditE
   return (await appendAfter(c, await lockHead(c), events)).events;
 }
 
-const fromRow = (r: Row): { seq: number; event: AuditEvent } => ({
-  seq: r.seq as number,
-  event: eventFromStored(r.body as string, r.hash as string),
-});
-
 export class PgAuditStore implements AuditStore {
   constructor(
     private readonly pool: Pool,
@@ -120,7 +115,7 @@ export class PgAuditStore implements AuditStore {
     return out;
   }
 
-  async query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent }[]> {
+  async query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent; length: number }[]> {
     const where: string[] = [];
     const params: unknown[] = [];
     const p = (v: unknown) => {
@@ -138,7 +133,7 @@ export class PgAuditStore implements AuditStore {
     }
     const sql = `SELECT seq, body, hash FROM audit_events ${where.length ? 'WHERE ' + where.join(' AND ') : ''}
       ORDER BY ${byTime ? 'time DESC, seq DESC' : 'seq DESC'} LIMIT ${p(f.limit)}`;
-    return (await rows<Row>(this.pool, sql, params)).map(fromRow);
+    return (await rows<Row>(this.pool, sql, params)).map(auditFromRow);
   }
 
   async trace(
@@ -155,7 +150,7 @@ export class PgAuditStore implements AuditStore {
        ORDER BY seq LIMIT $3`,
       [traceId, afterSeq, limit, only.tenant_id ?? null, only.agent_id ?? null],
     );
-    return r.map(fromRow);
+    return r.map(auditFromRow);
   }
 
   async byRequest(
@@ -178,7 +173,7 @@ export class PgAuditStore implements AuditStore {
                 AND ($5::text IS NULL OR agent_id = $5) ORDER BY seq LIMIT $3`,
             [requestId, afterSeq, limit, only.tenant_id, only.agent_id ?? null],
           );
-    return r.map(fromRow);
+    return r.map(auditFromRow);
   }
 
   async chunk(afterSeq: number, limit: number): Promise<StoredEvent[]> {

@@ -110,7 +110,7 @@ export class SqliteAuditStore implements AuditStore {
     return this.db.transaction(() => this.writer.appendInTx(events)).immediate();
   }
 
-  async query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent }[]> {
+  async query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent; length: number }[]> {
     const where: string[] = [];
     const params: Record<string, unknown> = { limit: f.limit };
     for (const c of AUDIT_EQUALITY_FILTERS) {
