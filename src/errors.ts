@@ -38,6 +38,7 @@ export const forbidden = (message: string) => new AppError('forbidden', message)
 export const precondition = (message: string) => new AppError('precondition', message);
 export const unprocessable = (message: string) => new AppError('unprocessable', message);
 export const busy = (message: string) => new AppError('busy', message);
+export const tooLarge = (message: string) => new AppError('too_large', message);
 export const unavailable = (message: string, cause?: unknown) =>
   new AppError('unavailable', message, cause === undefined ? undefined : { cause });
 export const internal = (message: string) => new AppError('internal', message);

@@ -1,4 +1,4 @@
-import { AppError, invalid, notFound } from '../errors.js';
+import { invalid, notFound, tooLarge } from '../errors.js';
 import { jsonBytes, tooSmallToExceed } from '../common/json-size.js';
 import {
   badCursor,
@@ -280,8 +280,7 @@ export class AuditService {
     if (!tooSmallToExceed(receivedBytes, this.maxDetailsBytes)) {
       const bytes = jsonBytes(given) + jsonBytes(e.resource);
       if (bytes > this.maxDetailsBytes) {
-        throw new AppError(
-          'too_large',
+        throw tooLarge(
           `${name} has ${bytes} bytes of details (with its unknown fields) and resource as JSON, more ` +
             `than the ${this.maxDetailsBytes}-byte limit (ARBITER_MAX_CONTEXT_BYTES)`,
         );

@@ -1,4 +1,4 @@
-import { AppError, invalid } from '../errors.js';
+import { AppError, invalid, tooLarge } from '../errors.js';
 import { newId } from '../ids.js';
 import { jsonBytes, tooSmallToExceed } from '../common/json-size.js';
 import { compileSchema, NO_DOT_SEGMENTS, TOKEN_SAFE, type JsonSchema } from '../common/validation.js';
@@ -198,8 +198,7 @@ export class AuthzenService {
       const bytes = jsonBytes(asInput(item));
       expanded += bytes;
       if (expanded > this.maxExpandedBytes) {
-        throw new AppError(
-          'too_large',
+        throw tooLarge(
           `the batch with its defaults applied to each of its ${items.length} evaluations is more than ` +
             `the ${this.maxExpandedBytes}-byte body limit (each evaluation is recorded whole): ` +
             'send fewer evaluations, or a smaller shared context',

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { canonicalJson } from '../common/canonical-json.js';
 import { eventUserId, type NewAuditEvent } from '../audit/types.js';
-import { AppError, unavailable, unprocessable } from '../errors.js';
+import { type AppError, tooLarge, unavailable, unprocessable } from '../errors.js';
 import { jsonBytesOver } from '../common/json-size.js';
 import { checkAdmits } from '../keys/binding.js';
 import { compileSchema } from '../common/validation.js';
@@ -123,8 +123,7 @@ export class DecisionService {
 
   /** The 413 for `what`, `bytes` long as JSON, over the limit. */
   tooLarge(what: string, bytes: number): AppError {
-    return new AppError(
-      'too_large',
+    return tooLarge(
       `${what} is ${bytes} bytes as JSON, more than the ${this.maxContextBytes}-byte limit (ARBITER_MAX_CONTEXT_BYTES)`,
     );
   }
