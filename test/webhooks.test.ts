@@ -85,6 +85,22 @@ class Receiver {
   }
 }
 
+type SlackBody = {
+  text: string;
+  blocks: {
+    type: string;
+    text?: { type: string; text: string; verbatim?: boolean };
+    elements?: { url: string }[];
+  }[];
+};
+
+/** arbiter_webhook_deliveries_total of one result, from a /metrics answer (0 before the first). */
+const deliveryCount = (metrics: { text: string }, result: string): number =>
+  Number(
+    new RegExp(`arbiter_webhook_deliveries_total\\{result="${result}"\\} (\\d+)`).exec(metrics.text)?.[1] ??
+      0,
+  );
+
 const putHook = (a: Arbiter, name: string, body: unknown, key?: string) =>
   call('PUT', `${a.platform}/api/v1/webhooks/${name}`, { body, ...(key ? { key } : {}) });
 
@@ -430,6 +446,130 @@ onEveryBackend('webhooks (SPEC §12)', function () {
       expect(msg.blocks.find((b) => b.type === 'actions')?.elements?.[0]?.url).to.equal(link);
     } finally {
       await call('DELETE', `${a.platform}/api/v1/webhooks/slack`);
+      await slack.stop();
+    }
+  });
+
+  it('sends a Slack message for policy.changed: the revision, who changed it, and what', async () => {
+    const slack = new Receiver();
+    await slack.start();
+    try {
+      const r = await putHook(a, 'slack-policy', {
+        url: slack.url,
+        events: ['policy.changed'],
+        format: 'slack',
+      });
+      expect(r.status, r.text).to.equal(201);
+      const put = await call('PUT', `${a.platform}/api/v1/data/hooks/slack-probe`, { body: { on: true } });
+      expect(put.status, put.text).to.equal(201);
+      const expected = `:scroll: Policy set changed to revision ${put.json.revision} by \`admin\` (data.put \`hooks/slack-probe\`)`;
+      await slack.waitFor(() => slack.got.some((g) => g.body.includes(expected)));
+      const msg = JSON.parse(slack.got.find((g) => g.body.includes(expected))!.body) as SlackBody;
+      expect(msg.text).to.equal(expected);
+      expect(msg.blocks).to.deep.equal([
+        { type: 'section', text: { type: 'mrkdwn', text: expected, verbatim: true } },
+      ]);
+      const list = await call('GET', `${a.platform}/api/v1/webhooks/slack-policy/deliveries`);
+      expect(list.json.deliveries[0]).to.include({
+        type: 'policy.changed',
+        status: 'delivered',
+        attempts: 1,
+      });
+      await call('DELETE', `${a.platform}/api/v1/data/hooks/slack-probe`);
+    } finally {
+      await call('DELETE', `${a.platform}/api/v1/webhooks/slack-policy`);
+      await slack.stop();
+    }
+  });
+
+  it('keeps a Slack section within 3000 characters, escapes counted, for the longest resource and note', async () => {
+    const slack = new Receiver();
+    await slack.start();
+    try {
+      const r = await putHook(a, 'slack-long', {
+        url: slack.url,
+        events: ['queue.pending', 'queue.denied'],
+        format: 'slack',
+      });
+      expect(r.status, r.text).to.equal(201);
+      // 1024 characters, the most a resource may have; each & or < takes 5 or 4 once escaped.
+      const resource = `prod/${'&<'.repeat(509)}x`;
+      expect(resource).to.have.length(1024);
+      const q = await call('POST', `${a.engine}/v1/agent/authorize`, {
+        body: { ...AGENT.approval, resource },
+      });
+      expect(q.status, q.text).to.equal(202);
+      const reviewer = a.createKey('slack-long-reviewer', ['queue:review']);
+      const note = '<'.repeat(2000);
+      const denied = await call('POST', `${a.engine}/v1/queue/${q.json.request_id}/deny`, {
+        key: reviewer,
+        body: { note },
+      });
+      expect(denied.status, denied.text).to.equal(200);
+      const id = q.json.request_id as string;
+      await slack.waitFor(() => slack.got.filter((g) => g.body.includes(id)).length >= 2);
+      const msgs = slack.got.filter((g) => g.body.includes(id)).map((g) => JSON.parse(g.body) as SlackBody);
+      for (const msg of msgs) {
+        const section = msg.blocks.find((b) => b.type === 'section')!.text!.text;
+        expect(section.length, section).to.be.at.most(3000);
+        // No escape cut in half: every & left starts a whole one.
+        expect(section).to.not.match(/&(?!amp;|lt;|gt;)/);
+        expect(section).to.include(`\`prod/${'&amp;&lt;'.repeat(20)}`);
+        expect(section).to.include('…`');
+        expect(msg.text.length).to.be.at.most(3000 + 200);
+        expect(msg.text.startsWith(section)).to.equal(true);
+      }
+      const deny = msgs.find((m) => m.text.includes(':no_entry: Denied'))!;
+      expect(deny.text).to.include(`(\`${'&lt;'.repeat(200)}`);
+    } finally {
+      await call('DELETE', `${a.platform}/api/v1/webhooks/slack-long`);
+      await slack.stop();
+    }
+  });
+
+  it('settles a delivery whose message cannot be rendered as a failed attempt: recorded, retried, given up', async () => {
+    const slack = new Receiver();
+    await slack.start();
+    try {
+      expect(
+        (await putHook(a, 'slack-broken', { url: slack.url, events: ['queue.expired'], format: 'slack' }))
+          .status,
+      ).to.equal(201);
+      const failedBefore = deliveryCount(await call('GET', `${a.engine}/metrics`), 'failed');
+      // Stored messages this version cannot read (a damaged row, say): one still within its 24 h,
+      // one past them.
+      const now = new Date().toISOString();
+      const old = new Date(Date.now() - 25 * 3600 * 1000).toISOString();
+      for (const [id, at] of [
+        ['dlv-unrenderable-new', now],
+        ['dlv-unrenderable-old', old],
+      ] as const) {
+        await a.alter(
+          `INSERT INTO webhook_deliveries (id, webhook, type, payload, status, attempts, next_attempt_at, created_at)
+           VALUES ($1, 'slack-broken', 'queue.expired', '{"id":', 'pending', 0, $2, $3)`,
+          [id, at, at],
+        );
+      }
+      type Row = { id: string; status: string; attempts: number; last_error: string | null };
+      const listed = async () =>
+        (await call('GET', `${a.platform}/api/v1/webhooks/slack-broken/deliveries`)).json.deliveries as Row[];
+      for (let i = 0; ; i++) {
+        const rows = await listed();
+        const fresh = rows.find((d) => d.id === 'dlv-unrenderable-new');
+        const gone = rows.find((d) => d.id === 'dlv-unrenderable-old');
+        if (fresh && fresh.attempts >= 2 && gone?.status === 'failed') break;
+        if (i > 100) throw new Error(`not settled: ${JSON.stringify(rows)}`);
+        await sleep(100);
+      }
+      const rows = await listed();
+      expect(rows.find((d) => d.id === 'dlv-unrenderable-old')).to.include({ status: 'failed', attempts: 1 });
+      const fresh = rows.find((d) => d.id === 'dlv-unrenderable-new')!;
+      expect(fresh.status).to.equal('pending');
+      for (const d of rows) expect(d.last_error).to.match(/^the message could not be prepared: .*JSON/);
+      expect(slack.got).to.have.length(0);
+      expect(deliveryCount(await call('GET', `${a.engine}/metrics`), 'failed')).to.equal(failedBefore + 1);
+    } finally {
+      await call('DELETE', `${a.platform}/api/v1/webhooks/slack-broken`);
       await slack.stop();
     }
   });

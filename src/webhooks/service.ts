@@ -314,9 +314,28 @@ export class WebhookService {
   }
 
   private async attempt(d: DueDelivery): Promise<void> {
-    const body = this.render(d);
+    const result = await this.post(d);
+    await this.store.settle(d.id, result);
+    this.observer.attempted(result.delivered ? 'delivered' : result.retryAt === null ? 'failed' : 'retry');
+  }
+
+  /**
+   * One POST of `d` and what came of it. Whatever goes wrong is a failed attempt, settled like a
+   * receiver's 500 (recorded, counted, retried with backoff, given up after 24 h), never a thrown
+   * error: that would leave the delivery leased, to be taken again every lease, forever.
+   */
+  private async post(d: DueDelivery): Promise<DeliveryResult> {
     const sentAt = new Date();
-    let result: DeliveryResult;
+    let body: string;
+    let signature: string;
+    try {
+      body = this.render(d);
+      signature = new Webhook(d.secret).sign(d.id, sentAt, body);
+    } catch (e) {
+      // A stored message this version cannot render (or a secret it cannot sign with).
+      this.log?.warn({ err: e, delivery: d.id }, 'webhook message could not be prepared');
+      return this.failure(d, null, `the message could not be prepared: ${(e as Error).message}`);
+    }
     try {
       const res = await fetch(d.url, {
         method: 'POST',
@@ -327,12 +346,12 @@ export class WebhookService {
           'user-agent': 'arbiter-webhooks',
           'webhook-id': d.id,
           'webhook-timestamp': String(Math.floor(sentAt.getTime() / 1000)),
-          'webhook-signature': new Webhook(d.secret).sign(d.id, sentAt, body),
+          'webhook-signature': signature,
         },
         body,
       });
       await res.body?.cancel().catch(() => undefined);
-      result = res.ok
+      return res.ok
         ? { delivered: true, at: new Date().toISOString(), status: res.status }
         : this.failure(d, res.status, `receiver answered ${res.status}`);
     } catch (e) {
@@ -343,10 +362,8 @@ export class WebhookService {
         err.name === 'TimeoutError'
           ? `no answer within ${ATTEMPT_TIMEOUT_MS / 1000} s`
           : err.message.split(d.url).join(maskPassword(d.url));
-      result = this.failure(d, null, reason);
+      return this.failure(d, null, reason);
     }
-    await this.store.settle(d.id, result);
-    this.observer.attempted(result.delivered ? 'delivered' : result.retryAt === null ? 'failed' : 'retry');
   }
 
   /** The next attempt after `d.attempts + 1` failures, or give up 24 h after the change. */
@@ -371,49 +388,84 @@ export class WebhookService {
 
 type SlackInput = { id: string; type: WebhookEventType; time: string; data: Record<string, unknown> };
 
+/** Slack refuses a message whose section text passes 3 000 characters (400 invalid_blocks). */
+export const SLACK_SECTION_MAX = 3000;
+/**
+ * How much of the section one value may take, escaped: names (agents, users, actions, keys,
+ * policies) and the resource or the note and message. The longest message (a decision with its
+ * reviewer's name, subject, action, resource and note) stays within SLACK_SECTION_MAX; the
+ * console shows each value whole.
+ */
+const NAME_MAX = 300;
+const LONG_MAX = 900;
+
 /** A Slack message (text plus blocks) for one webhook message; queue items link to the console. */
 export function slackMessage(m: SlackInput, publicUrl: string): { text: string; blocks: unknown[] } {
   const d = m.data;
-  const who = literal(String(d.agent_id ?? d.user_id ?? 'someone'));
-  const what = `${literal(String(d.action))} on ${literal(typeof d.resource === 'string' ? d.resource : JSON.stringify(d.resource))}`;
-  const link = d.id ? `${publicUrl.replace(/\/$/, '')}/console/#/item/${String(d.id)}` : undefined;
   let text: string;
-  switch (m.type) {
-    case 'queue.pending':
-      text = `:hourglass: Approval needed: ${who} wants to ${what}${d.confidence !== null && d.confidence !== undefined ? ` (confidence ${String(d.confidence)})` : ''} — ${literal(String(d.message ?? ''))}`;
-      break;
-    case 'queue.approved':
-    case 'queue.denied':
-      text = `${m.type === 'queue.approved' ? ':white_check_mark: Approved' : ':no_entry: Denied'} by ${literal(String(d.decided_by))}: ${who} — ${what}${d.note ? ` (${literal(String(d.note))})` : ''}`;
-      break;
-    case 'queue.expired':
-      text = `:alarm_clock: Expired without a decision: ${who} — ${what}`;
-      break;
-    default:
-      text = `:scroll: Policy set changed to revision ${String(d.revision)} by ${String(d.actor)} (${String(d.change)} ${String(d.name ?? '')})`;
+  let link: string | undefined;
+  if (m.type === 'policy.changed') {
+    // The live set changed: which revision, who, by which change of what (and why, if said).
+    const revision = typeof d.revision === 'number' ? String(d.revision) : literal(d.revision, NAME_MAX);
+    const change = clip(escapeSlack(String(d.change ?? '')), NAME_MAX);
+    text =
+      `:scroll: Policy set changed to revision ${revision} by ${literal(d.actor, NAME_MAX)} ` +
+      `(${change} ${literal(d.name, LONG_MAX)})${d.message ? ` — ${literal(d.message, LONG_MAX)}` : ''}`;
+  } else {
+    const who = literal(d.agent_id ?? d.user_id ?? 'someone', NAME_MAX);
+    const resource = typeof d.resource === 'string' ? d.resource : JSON.stringify(d.resource ?? null);
+    const what = `${literal(d.action, NAME_MAX)} on ${literal(resource, LONG_MAX)}`;
+    link = typeof d.id === 'string' ? `${publicUrl.replace(/\/$/, '')}/console/#/item/${d.id}` : undefined;
+    switch (m.type) {
+      case 'queue.pending':
+        text = `:hourglass: Approval needed: ${who} wants to ${what}${typeof d.confidence === 'number' ? ` (confidence ${d.confidence})` : ''}${d.message ? ` — ${literal(d.message, LONG_MAX)}` : ''}`;
+        break;
+      case 'queue.approved':
+      case 'queue.denied':
+        text = `${m.type === 'queue.approved' ? ':white_check_mark: Approved' : ':no_entry: Denied'} by ${literal(d.decided_by, NAME_MAX)}: ${who} — ${what}${d.note ? ` (${literal(d.note, LONG_MAX)})` : ''}`;
+        break;
+      default:
+        text = `:alarm_clock: Expired without a decision: ${who} — ${what}`;
+    }
   }
-  const safe = escapeSlack(text);
+  // Each value is escaped and cut already; this only guards the sum.
+  const safe = clip(text, SLACK_SECTION_MAX);
   // verbatim: Slack turns no URL or name in it into a link (the console link below is the one).
   const blocks: unknown[] = [{ type: 'section', text: { type: 'mrkdwn', text: safe, verbatim: true } }];
-  if (link && m.type.startsWith('queue.')) {
+  if (link) {
     blocks.push({
       type: 'actions',
       elements: [{ type: 'button', text: { type: 'plain_text', text: 'Open in Arbiter' }, url: link }],
     });
   }
-  return { text: link && m.type.startsWith('queue.') ? `${safe} <${link}|Open in Arbiter>` : safe, blocks };
+  return { text: link ? `${safe} <${link}|Open in Arbiter>` : safe, blocks };
 }
 
 /**
- * What an agent, a policy or a reviewer wrote, as inline code: Slack applies no formatting inside
- * it (an agent's `*urgent*` or `_x_` stays literal). A backtick would end the span, so it is shown
- * as U+02CB, which looks like one; the console shows the value as it is.
+ * What an agent, a policy or a reviewer wrote, escaped for mrkdwn and shown as inline code: Slack
+ * applies no formatting inside it (an agent's `*urgent*` or `_x_` stays literal). A backtick would
+ * end the span, so it is shown as U+02CB, which looks like one; the console shows the value as it
+ * is. At most `max` characters, escapes counted, cut with "…".
  */
-function literal(s: string): string {
-  return `\`${s.replace(/`/g, '\u02cb')}\``;
+function literal(v: unknown, max: number): string {
+  const s = typeof v === 'string' ? v : v === undefined || v === null ? '' : JSON.stringify(v);
+  return `\`${clip(escapeSlack(s).replace(/`/g, '\u02cb'), max - 2)}\``;
 }
 
 /** Slack mrkdwn treats &, < and > as control characters. */
 function escapeSlack(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+}
+
+/**
+ * Escaped mrkdwn cut to at most `max` characters ending with "…", never inside an escape (`&lt;`)
+ * or a surrogate pair.
+ */
+function clip(s: string, max: number): string {
+  if (s.length <= max) return s;
+  let cut = s.slice(0, max - 1);
+  const amp = cut.lastIndexOf('&');
+  if (amp !== -1 && !cut.includes(';', amp)) cut = cut.slice(0, amp);
+  if (/[\ud800-\udbff]$/.test(cut)) cut = cut.slice(0, -1);
+  return `${cut}…`;
 }
