@@ -573,6 +573,26 @@ onEveryBackend('webhooks (SPEC §12)', function () {
       await slack.stop();
     }
   });
+
+  it('records why a connection failed (ECONNREFUSED), not only "fetch failed"', async () => {
+    const closed = new Receiver();
+    await closed.start();
+    const url = closed.url;
+    await closed.stop();
+    try {
+      expect((await putHook(a, 'refused', { url, events: ['queue.pending'] })).status).to.equal(201);
+      const q = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
+      expect(q.status).to.equal(202);
+      let d: { attempts: number; last_error: string | null } | undefined;
+      for (let i = 0; i < 100 && !d?.attempts; i++) {
+        await sleep(100);
+        d = (await call('GET', `${a.platform}/api/v1/webhooks/refused/deliveries`)).json.deliveries[0];
+      }
+      expect(d?.last_error).to.match(/^fetch failed: connect ECONNREFUSED 127\.0\.0\.1:\d+$/);
+    } finally {
+      await call('DELETE', `${a.platform}/api/v1/webhooks/refused`);
+    }
+  });
 });
 
 // Claiming and leasing differ per backend: every backend.

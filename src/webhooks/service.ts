@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { decodeCursor, encodeCursor, fetchPage, type PageQuery } from '../common/pagination.js';
-import { maskPassword, urlForAudit } from '../common/urls.js';
+import { maskPassword, maskPasswordsIn, urlForAudit } from '../common/urls.js';
 import { compileSchema } from '../common/validation.js';
 import { invalid, notFound } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
@@ -134,6 +134,24 @@ function checkUrl(raw: string): string {
     );
   }
   return url.toString();
+}
+
+/**
+ * A failed fetch's message with its cause: fetch says only "fetch failed" for a refused
+ * connection, an unknown host or a certificate it rejects, and keeps the reason (its code, e.g.
+ * ECONNREFUSED or ENOTFOUND, and message) in `cause`. A connection tried on several addresses
+ * fails with an AggregateError, whose own message is empty.
+ */
+function withCause(err: Error): string {
+  const cause = err.cause as { code?: unknown; message?: unknown; errors?: unknown } | undefined;
+  if (typeof cause !== 'object' || cause === null) return err.message;
+  const code = typeof cause.code === 'string' ? cause.code : '';
+  let detail = typeof cause.message === 'string' ? cause.message : '';
+  if (detail === '' && Array.isArray(cause.errors)) {
+    detail = [...new Set(cause.errors.map((x) => String((x as { message?: unknown }).message)))].join('; ');
+  }
+  const said = detail.includes(code) ? detail : `${code} ${detail}`.trim();
+  return said === '' ? err.message : `${err.message}: ${said}`;
 }
 
 /**
@@ -359,10 +377,8 @@ export class WebhookService {
       // fetch names the URL in some of its errors: the deliveries list (admin) shows it as the
       // webhook's own answer does, never with a password.
       const reason =
-        err.name === 'TimeoutError'
-          ? `no answer within ${ATTEMPT_TIMEOUT_MS / 1000} s`
-          : err.message.split(d.url).join(maskPassword(d.url));
-      return this.failure(d, null, reason);
+        err.name === 'TimeoutError' ? `no answer within ${ATTEMPT_TIMEOUT_MS / 1000} s` : withCause(err);
+      return this.failure(d, null, maskPasswordsIn(reason.split(d.url).join(maskPassword(d.url))));
     }
   }
 
