@@ -103,6 +103,23 @@ onceOnly('reviewer console: how it is served', () => {
     expect(again.text).to.equal('');
   });
 
+  it('ignores a query string on the page and its files (a shared link, a cache buster); the API does not', async () => {
+    const plain = await call('GET', `${a.engine}/console/`, { key: null });
+    const { script } = assetsOf(plain.text);
+    const page = await call('GET', `${a.engine}/console/?utm_source=slack&utm_source=x&q=%FF`, { key: null });
+    expect(page.status, page.text).to.equal(200);
+    expect(page.text).to.equal(plain.text);
+    const js = await call('GET', `${a.engine}/console/${script}?v=1`, { key: null });
+    expect(js.status, js.text).to.equal(200);
+    expect(js.headers.get('content-type')).to.equal('text/javascript; charset=utf-8');
+    const redirect = await rawGet(a.engine, '/console?utm_source=slack');
+    expect(redirect.status).to.equal(308);
+    expect(redirect.headers.location).to.equal('/console/');
+    // An unknown file is still 404, and the API keeps refusing parameters it does not take.
+    expectError(await call('GET', `${a.engine}/console/nope.js?v=1`, { key: null }), 404);
+    expectError(await call('GET', `${a.engine}/v1/queue?utm_source=slack`), 400, /utm_source/);
+  });
+
   it('answers 404 {"error"} with X-Request-Id and the CSP for an unknown file', async () => {
     for (const p of [
       '/console/nope.js',

@@ -61,6 +61,11 @@ export interface RouteDef {
   requestSchema?: JsonSchema;
   /** The query parameters it takes (any other is a 400), each with its schema and parser. */
   query?: readonly QueryParam[];
+  /**
+   * The console's page and files only: any query string is ignored, as a web server does (a shared
+   * link's `?utm_source=`, an asset's `?v=`). Every API route refuses what it does not take.
+   */
+  ignoresQuery?: true;
   /** Request headers with a meaning for this route (documented; the handler reads them). */
   headers?: readonly HeaderParam[];
   /**

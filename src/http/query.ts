@@ -44,7 +44,8 @@ function percentEncodedUtf8(qs: string): boolean {
  * string whose percent-escapes are not UTF-8 is a 400; a path parameter that
  * decodes to something no store can hold as received (a lone surrogate, U+0000) is a 400, as in a
  * body; an unknown query parameter or one given twice is a 400 naming it; each value is parsed by
- * its definition. A route that declares no parameters takes none.
+ * its definition. A route that declares no parameters takes none, unless it ignores the query
+ * string (the console's page and files).
  */
 export function queryMiddleware(route: RouteDef): Middleware<State> {
   const defs = new Map((route.query ?? []).map((q) => [q.name, q]));
@@ -58,6 +59,10 @@ export function queryMiddleware(route: RouteDef): Middleware<State> {
     // A path parameter whose escapes are not UTF-8 reaches the route undecoded (the router keeps
     // what it cannot decode): it would be looked up as its literal text and not found.
     if (!percentEncodedUtf8(ctx.path)) throw invalid('the path is not percent-encoded UTF-8');
+    if (route.ignoresQuery) {
+      ctx.state.query = {};
+      return next();
+    }
     if (!percentEncodedUtf8(ctx.querystring)) throw invalid('the query string is not percent-encoded UTF-8');
     const values: Record<string, unknown> = {};
     for (const [name, raw] of Object.entries(ctx.query)) {

@@ -157,6 +157,7 @@ export function systemRoutes(d: RouteDeps, all: () => RouteDef[]): RouteDef[] {
       apis: ENGINE,
       scope: null,
       body: 'none',
+      ignoresQuery: true,
       summary: 'The reviewer console; every call it makes carries the reviewer’s key',
       handler: (ctx) => sendConsoleFile(ctx, () => d.console.index()),
     },
@@ -169,6 +170,7 @@ export function systemRoutes(d: RouteDeps, all: () => RouteDef[]): RouteDef[] {
       apis: ENGINE,
       scope: null,
       body: 'none',
+      ignoresQuery: true,
       summary: 'The reviewer console (redirect)',
       handler: (ctx) => {
         ctx.set(CONSOLE_HEADERS);
@@ -188,6 +190,7 @@ export function systemRoutes(d: RouteDeps, all: () => RouteDef[]): RouteDef[] {
       apis: ENGINE,
       scope: null,
       body: 'none',
+      ignoresQuery: true,
       summary: 'A file of the reviewer console (content-hashed names are immutable)',
       handler: (ctx) => sendConsoleFile(ctx, () => d.console.asset(param(ctx, 'asset'))),
     },
