@@ -270,6 +270,14 @@ function fileValue(v: unknown, name: string, isList: boolean): string {
   return String(v);
 }
 
+/**
+ * A file value the YAML core schema reads as null (empty, `~`, `null`): the setting is not set
+ * there. (The failsafe schema the file is read with keeps them as text.)
+ */
+function unsetIfNull(v: unknown): unknown {
+  return typeof v === 'string' && /^(|~|null|Null|NULL)$/.test(v) ? null : v;
+}
+
 /** Variables named ARBITER_* that are read by something other than the service's settings. */
 const OTHER_ARBITER_VARIABLES = new Set(['ARBITER_CONFIG', 'ARBITER_URL', 'ARBITER_KEY']);
 
@@ -317,7 +325,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     }
     let doc: unknown;
     try {
-      doc = YAML.parse(text);
+      // Every scalar as the text written in the file (the failsafe schema), as an environment
+      // variable would give it: `admin_key: 1234567890123456789` or `authzen_default_tenant: 00123`
+      // must not reach the setting as a rounded or shortened number. Each setting parses its text.
+      doc = YAML.parse(text, { schema: 'failsafe' });
     } catch (e) {
       throw new ConfigError(
         `ARBITER_CONFIG: ${env.ARBITER_CONFIG} is not valid YAML: ${(e as Error).message}`,
@@ -336,7 +347,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   /** Settings left at their default (neither the environment nor the file set them). */
   const defaulted = new Set<keyof Settings>();
   for (const [key, s] of Object.entries(settings) as [keyof Settings, Settings[keyof Settings]][]) {
-    const fromFile = file[yamlKey(s.env)];
+    const fromFile = unsetIfNull(file[yamlKey(s.env)]);
     let raw: string;
     let name: string = s.env;
     if (env[s.env] !== undefined) {

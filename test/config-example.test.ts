@@ -24,6 +24,37 @@ onceOnly('arbiter.example.yaml', () => {
     expect(fromFile).to.deep.equal(defaults);
   });
 
+  it('reads each value of the file as the text written there, as the environment would give it', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-config-text-'));
+    try {
+      const file = path.join(dir, 'arbiter.yaml');
+      writeFileSync(
+        file,
+        [
+          'admin_key: 1234567890123456789',
+          'authzen_default_tenant: 00123',
+          'max_body_bytes: 2000',
+          'max_long_polls_per_key: ~',
+          'public_url:',
+          'metrics_public: true',
+          'audit_mask_fields: [context.ssn, 0012]',
+          '',
+        ].join('\n'),
+      );
+      const c = loadConfig({ ARBITER_CONFIG: file });
+      // A number to YAML's core schema: read as one, it was 1234567890123456800 and 123.
+      expect(c.adminKey).to.equal('1234567890123456789');
+      expect(c.authzenDefaultTenant).to.equal('00123');
+      expect(c.maxBodyBytes).to.equal(2000);
+      expect(c.maxLongPollsPerKey).to.equal(loadConfig({}).maxLongPollsPerKey);
+      expect(c.publicUrl).to.equal(loadConfig({}).publicUrl);
+      expect(c.metricsPublic).to.equal(true);
+      expect(c.auditMaskFields).to.deep.equal(['context.ssn', '0012']);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('derives the long-polls one key may hold from the process-wide cap, unless set', () => {
     expect(loadConfig({}).maxLongPollsPerKey).to.equal(100);
     expect(loadConfig({ ARBITER_MAX_LONG_POLLS: '25' }).maxLongPollsPerKey).to.equal(2);
