@@ -213,7 +213,10 @@ onEveryBackend('AuthZEN Authorization API 1.0 (SPEC §14)', () => {
       ];
       expect(refusals.map((x) => x.status)).to.deep.equal([401, 400, 415]);
       for (const x of refusals) expect(x.headers.get('x-request-id')).to.equal(id);
-      // One that is not a bounded visible-ASCII token is not echoed: Arbiter's own id stays.
+      // An arbitrary string is echoed too, spaces inside it included (AuthZEN §11.1).
+      const spaced = await evaluation(AZ.allow, { headers: { 'X-Request-ID': 'req 42 from pep' } });
+      expect(spaced.headers.get('x-request-id')).to.equal('req 42 from pep');
+      // One that is not bounded printable ASCII is not echoed: Arbiter's own id stays.
       const long = await evaluation(AZ.allow, { headers: { 'X-Request-ID': 'x'.repeat(300) } });
       expect(long.headers.get('x-request-id')).to.match(/^[0-9a-f-]{36}$/);
     });

@@ -69,7 +69,7 @@ export interface RouteDef {
   /** Request headers with a meaning for this route (documented; the handler reads them). */
   headers?: readonly HeaderParam[];
   /**
-   * Echo the caller's X-Request-ID (1 to 255 visible ASCII characters) in place of ours on every
+   * Echo the caller's X-Request-ID (1 to 255 printable ASCII characters, spaces inside) in place of ours on every
    * answer of this route, errors included (the AuthZEN HTTPS binding's MUST).
    */
   echoRequestId?: boolean;

@@ -17,7 +17,12 @@ import type { Api, BodyKind, RouteDef, State } from './context.js';
  */
 const TRACEPARENT = /^(?!ff)[0-9a-f]{2}-(?!0{32})([0-9a-f]{32})-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$/;
 
-const CALLER_REQUEST_ID = /^[\x21-\x7e]{1,255}$/;
+/**
+ * The caller's X-Request-ID that is echoed: 1 to 255 printable ASCII characters, spaces allowed
+ * inside (AuthZEN: "an arbitrary string"; `req 42 from pep` is one). Anything else (longer, other
+ * characters) is not echoed: the answer carries Arbiter's own id.
+ */
+export const CALLER_REQUEST_ID = /^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$/;
 
 /** For routes that echo it: the caller's X-Request-ID, set before anything can refuse the request. */
 export const echoRequestId: Middleware<State> = (ctx, next) => {

@@ -6,13 +6,14 @@ import { principalOf, type Ctx, type HeaderParam, type RouteDef } from '../conte
 import { IDEMPOTENCY_KEY, idempotencyKey } from './decisions.js';
 import type { RouteDeps } from './index.js';
 import { ENGINE } from './shared.js';
+import { CALLER_REQUEST_ID } from '../middleware.js';
 import { exact } from '../schemas.js';
 
 /** The PEP's own request id, echoed as the AuthZEN HTTPS binding asks; bounded like ours. */
 const X_REQUEST_ID: HeaderParam = {
   name: 'X-Request-ID',
-  description: 'Echoed in the answer when it is 1 to 255 visible ASCII characters',
-  schema: { type: 'string', pattern: '^[\\x21-\\x7e]{1,255}$' },
+  description: 'Echoed in the answer when it is 1 to 255 printable ASCII characters (spaces allowed inside)',
+  schema: { type: 'string', pattern: CALLER_REQUEST_ID.source },
 };
 
 const decisionContextSchema: JsonSchema = {
