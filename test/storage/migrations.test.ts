@@ -15,6 +15,7 @@ import { openDatabase } from '../../src/storage/sqlite/db.js';
 import { migrations as sqliteMigrations } from '../../src/storage/sqlite/migrations.js';
 import { onceOnly } from '../helpers/backends.js';
 import { Arbiter, auditEvents, call } from '../helpers/harness.js';
+import { baseEnv, runSync } from '../helpers/process.js';
 import { createTestDatabase } from '../helpers/postgres.js';
 
 /**
@@ -144,6 +145,66 @@ onceOnly('migrations of a database an earlier version left', () => {
     } finally {
       await arbiter?.close();
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('SQLite: a migration that fails is named at start, and leaves the schema as the one before it left it', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-migrate-'));
+    try {
+      const db = sqliteBefore(7, dir);
+      // Migration 7 creates queue_decided_status, then queue_decided: the second one fails.
+      db.exec('CREATE INDEX queue_decided ON queue_items (id)');
+      db.close();
+      const r = runSync(['serve'], baseEnv({ ARBITER_DATA_DIR: dir }));
+      expect(r.signal, 'arbiter did not exit on its own').to.equal(null);
+      expect(r.code).to.equal(1);
+      expect(r.stderr).to.contain(
+        `cannot open the SQLite database in ARBITER_DATA_DIR (${dir}): schema migration 7 ("queue history indexes") failed and was rolled back: `,
+      );
+      expect(r.stderr).to.match(/index queue_decided already exists/);
+      expect(readVersions(dir)).to.deep.equal(
+        sqliteMigrations.filter((m) => m.version < 7).map((m) => m.version),
+      );
+      const after = new Database(path.join(dir, 'arbiter.db'), { readonly: true });
+      try {
+        const indexes = after
+          .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'queue_items'")
+          .pluck()
+          .all();
+        expect(indexes).to.include('queue_decided').and.not.include('queue_decided_status');
+      } finally {
+        after.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('PostgreSQL: a migration that fails is named, and leaves the schema as it was', async () => {
+    const { test, client } = await postgresBefore(9);
+    try {
+      // Migration 9 adds columns, then creates tokens_by_signing_key: the last statement fails.
+      await client.query('CREATE INDEX tokens_by_signing_key ON tokens (id)');
+      const pool = createPool(test.url, 2);
+      let failed: unknown;
+      try {
+        await migratePostgres(pool).catch((e: unknown) => (failed = e));
+      } finally {
+        await pool.end();
+      }
+      expect(String(failed)).to.contain(
+        'schema migration 9 ("signing-key rotation") failed and was rolled back: ',
+      );
+      expect(String(failed)).to.match(/tokens_by_signing_key.*already exists/);
+      const versions = await client.query('SELECT max(version) AS v FROM schema_migrations');
+      expect(versions.rows[0].v).to.equal(8);
+      const columns = await client.query(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'signing_keys'",
+      );
+      expect(columns.rows.map((r: { column_name: string }) => r.column_name)).to.not.include('retired_at');
+    } finally {
+      await client.end();
+      await test.drop();
     }
   });
 
