@@ -41,3 +41,14 @@ export async function storageCall<T>(fn: () => Promise<T>): Promise<T> {
     throw asStorageFailure(e);
   }
 }
+
+/**
+ * A schema migration that failed, named by version and title (its transaction rolled back, so
+ * the schema is as the migration before it left it); the driver's error is kept as the cause.
+ */
+export function migrationFailed(m: { version: number; name: string }, e: unknown): Error {
+  const why = e instanceof Error ? e.message : String(e);
+  return new Error(`schema migration ${m.version} ("${m.name}") failed and was rolled back: ${why}`, {
+    cause: e,
+  });
+}

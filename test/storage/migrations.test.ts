@@ -1,9 +1,11 @@
 import Database from 'better-sqlite3';
 import { expect } from 'chai';
+import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
+import { canonicalJson } from '../../src/common/canonical-json.js';
 import {
   migrate as migratePostgres,
   migrations as pgMigrations,
@@ -12,6 +14,8 @@ import { createPool } from '../../src/storage/postgres/pool.js';
 import { openDatabase } from '../../src/storage/sqlite/db.js';
 import { migrations as sqliteMigrations } from '../../src/storage/sqlite/migrations.js';
 import { onceOnly } from '../helpers/backends.js';
+import { Arbiter, auditEvents, call } from '../helpers/harness.js';
+import { baseEnv, runSync } from '../helpers/process.js';
 import { createTestDatabase } from '../helpers/postgres.js';
 
 /**
@@ -41,6 +45,16 @@ onceOnly('migrations of a database an earlier version left', () => {
     return db;
   };
 
+  /** The versions a SQLite database in `dir` records as applied, in order. */
+  const readVersions = (dir: string): number[] => {
+    const db = new Database(path.join(dir, 'arbiter.db'), { readonly: true });
+    try {
+      return db.prepare('SELECT version FROM schema_migrations ORDER BY version').pluck().all() as number[];
+    } finally {
+      db.close();
+    }
+  };
+
   /** A new PostgreSQL database built by the migrations before `version`, and a client on it. */
   const postgresBefore = async (version: number) => {
     const test = await createTestDatabase();
@@ -54,6 +68,145 @@ onceOnly('migrations of a database an earlier version left', () => {
     }
     return { test, client };
   };
+
+  /**
+   * An audit event as versions before 6 wrote it: the hash is the SHA-256 of the canonical JSON of
+   * every field but `hash` (prev_hash included), resource and details stored as JSON text.
+   */
+  const oldEvent = (i: number, prev: string) => {
+    const human = i % 3 === 0;
+    const e = {
+      id: `evt-${String(i).padStart(5, '0')}`,
+      time: new Date(Date.parse(past) - 1_000_000 + i).toISOString(),
+      kind: i % 7 === 0 ? 'policy.changed' : 'decision',
+      trace_id: `trace-${i}`,
+      request_id: i % 7 === 0 ? null : `req-${i}`,
+      actor: human ? 'console' : 'deploy-key',
+      agent_id: human ? null : `bot-${i % 4}`,
+      user_id: human ? 'alice' : null,
+      tenant_id: human ? 'acme' : null,
+      action: i % 7 === 0 ? null : 'read',
+      resource: i % 7 === 0 ? null : { type: 'repo', id: `r${i}`, tags: ['a', 'ü'] },
+      outcome: i % 2 === 0 ? 'allow' : 'deny',
+      message: i % 5 === 0 ? null : `event ${i}`,
+      confidence: human ? null : 0.25 + (i % 3) / 4,
+      policy_revision: 3,
+      latency_us: 100 + i,
+      details: { n: i, nested: { z: 1, a: [true, null] } },
+      prev_hash: prev,
+    };
+    return { ...e, hash: createHash('sha256').update(canonicalJson(e)).digest('hex') };
+  };
+
+  it('SQLite 6: an audit trail written before version 6 (more than one page of it) is converted, verifies, and reads back as written', async function () {
+    this.timeout(120_000);
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-migrate-'));
+    let arbiter: Arbiter | undefined;
+    try {
+      const db = sqliteBefore(6, dir);
+      const insert = db.prepare(`INSERT INTO audit_events (id, time, kind, trace_id, request_id, actor,
+        agent_id, user_id, tenant_id, action, resource, outcome, message, confidence, policy_revision,
+        latency_us, details, hash, prev_hash) VALUES (@id, @time, @kind, @trace_id, @request_id, @actor,
+        @agent_id, @user_id, @tenant_id, @action, @resource, @outcome, @message, @confidence,
+        @policy_revision, @latency_us, @details, @hash, @prev_hash)`);
+      const written: ReturnType<typeof oldEvent>[] = [];
+      let prev = '0'.repeat(64);
+      db.transaction(() => {
+        for (let i = 1; i <= 2345; i++) {
+          const e = oldEvent(i, prev);
+          insert.run({
+            ...e,
+            resource: e.resource === null ? null : JSON.stringify(e.resource),
+            details: JSON.stringify(e.details),
+          });
+          written.push(e);
+          prev = e.hash;
+        }
+        // Versions 3 to 5 kept the chain's head and length with every append.
+        db.prepare("UPDATE meta SET value = ? WHERE key = 'audit_head'").run(prev);
+        db.prepare("UPDATE meta SET value = ? WHERE key = 'audit_count'").run(String(written.length));
+      })();
+      db.close();
+
+      arbiter = await Arbiter.start({}, dir);
+      const v = await call('GET', `${arbiter.platform}/api/v1/audit/verify`);
+      expect(v.status, v.text).to.equal(200);
+      expect(v.json, v.text).to.include({ ok: true });
+      expect(v.json.checked).to.be.at.least(written.length);
+
+      const byId = new Map((await auditEvents(arbiter.platform)).map((e) => [e.id as string, e]));
+      for (const e of written) {
+        const served = byId.get(e.id);
+        expect(served, e.id).to.not.equal(undefined);
+        expect(served).to.deep.equal(e);
+      }
+      const applied = readVersions(dir);
+      expect(applied).to.deep.equal(sqliteMigrations.map((m) => m.version));
+    } finally {
+      await arbiter?.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('SQLite: a migration that fails is named at start, and leaves the schema as the one before it left it', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-migrate-'));
+    try {
+      const db = sqliteBefore(7, dir);
+      // Migration 7 creates queue_decided_status, then queue_decided: the second one fails.
+      db.exec('CREATE INDEX queue_decided ON queue_items (id)');
+      db.close();
+      const r = runSync(['serve'], baseEnv({ ARBITER_DATA_DIR: dir }));
+      expect(r.signal, 'arbiter did not exit on its own').to.equal(null);
+      expect(r.code).to.equal(1);
+      expect(r.stderr).to.contain(
+        `cannot open the SQLite database in ARBITER_DATA_DIR (${dir}): schema migration 7 ("queue history indexes") failed and was rolled back: `,
+      );
+      expect(r.stderr).to.match(/index queue_decided already exists/);
+      expect(readVersions(dir)).to.deep.equal(
+        sqliteMigrations.filter((m) => m.version < 7).map((m) => m.version),
+      );
+      const after = new Database(path.join(dir, 'arbiter.db'), { readonly: true });
+      try {
+        const indexes = after
+          .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'queue_items'")
+          .pluck()
+          .all();
+        expect(indexes).to.include('queue_decided').and.not.include('queue_decided_status');
+      } finally {
+        after.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('PostgreSQL: a migration that fails is named, and leaves the schema as it was', async () => {
+    const { test, client } = await postgresBefore(9);
+    try {
+      // Migration 9 adds columns, then creates tokens_by_signing_key: the last statement fails.
+      await client.query('CREATE INDEX tokens_by_signing_key ON tokens (id)');
+      const pool = createPool(test.url, 2);
+      let failed: unknown;
+      try {
+        await migratePostgres(pool).catch((e: unknown) => (failed = e));
+      } finally {
+        await pool.end();
+      }
+      expect(String(failed)).to.contain(
+        'schema migration 9 ("signing-key rotation") failed and was rolled back: ',
+      );
+      expect(String(failed)).to.match(/tokens_by_signing_key.*already exists/);
+      const versions = await client.query('SELECT max(version) AS v FROM schema_migrations');
+      expect(versions.rows[0].v).to.equal(8);
+      const columns = await client.query(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'signing_keys'",
+      );
+      expect(columns.rows.map((r: { column_name: string }) => r.column_name)).to.not.include('retired_at');
+    } finally {
+      await client.end();
+      await test.drop();
+    }
+  });
 
   it('SQLite 15: a settled webhook delivery loses the lease time it kept; a pending one keeps its due time', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-migrate-'));

@@ -1,4 +1,5 @@
 import type { Logger } from '../../observability/logger.js';
+import { migrationFailed } from '../failure.js';
 import { tx, type Pool } from './pool.js';
 
 /**
@@ -194,7 +195,10 @@ export async function migrate(pool: Pool, log?: Logger): Promise<void> {
     );
     for (const m of migrations) {
       if (done.has(m.version)) continue;
-      await c.query(m.sql);
+      // One transaction for them all: a failure rolls every one of this start's back.
+      await c.query(m.sql).catch((e: unknown) => {
+        throw migrationFailed(m, e);
+      });
       await c.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [
         m.version,
         m.name,

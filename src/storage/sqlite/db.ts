@@ -1,6 +1,7 @@
 import Database from 'better-sqlite3';
 import { existsSync, mkdirSync, statSync } from 'node:fs';
 import path from 'node:path';
+import { migrationFailed } from '../failure.js';
 import { migrations } from './migrations.js';
 
 export type Db = Database.Database;
@@ -49,16 +50,21 @@ function migrate(db: Db): void {
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`);
   const isApplied = db.prepare('SELECT 1 FROM schema_migrations WHERE version = ?').pluck();
   for (const m of migrations) {
-    // Checked inside the write transaction so that processes starting together apply it once.
-    db.transaction(() => {
-      if (isApplied.get(m.version)) return;
-      db.exec(m.sql);
-      m.up?.(db);
-      db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(
-        m.version,
-        m.name,
-        new Date().toISOString(),
-      );
-    }).immediate();
+    // Checked inside the write transaction so that processes starting together apply it once. A
+    // migration that fails rolls back whole: the schema stays as the previous one left it.
+    try {
+      db.transaction(() => {
+        if (isApplied.get(m.version)) return;
+        db.exec(m.sql);
+        m.up?.(db);
+        db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(
+          m.version,
+          m.name,
+          new Date().toISOString(),
+        );
+      }).immediate();
+    } catch (e) {
+      throw migrationFailed(m, e);
+    }
   }
 }

@@ -221,18 +221,26 @@ export const migrations: readonly Migration[] = [
       const insert = db.prepare(`INSERT INTO audit_log (seq, time, kind, trace_id, request_id, agent_id,
         user_id, tenant_id, action, outcome, body, hash) VALUES (@seq, @time, @kind, @trace_id, @request_id,
         @agent_id, @user_id, @tenant_id, @action, @outcome, @body, @hash)`);
+      // Read a page, then write it: better-sqlite3 refuses a write on a connection while one of
+      // its statements is still being iterated, and a page at a time keeps a long trail's memory
+      // bounded. (Edited after release, as an exception: as first written it iterated and wrote
+      // at once, and so failed on every store with events; the schema it makes is unchanged.)
+      const page = db.prepare('SELECT * FROM audit_events WHERE seq > ? ORDER BY seq LIMIT 1000');
       let seq = 0;
-      for (const r of db.prepare('SELECT * FROM audit_events ORDER BY seq').iterate() as Iterable<
-        Record<string, unknown>
-      >) {
-        const { seq: _seq, hash, ...content } = r;
-        // The content exactly as it was hashed when it was written (see src/audit/chain.ts).
-        const body = canonicalJson({
-          ...content,
-          resource: r.resource === null ? null : (JSON.parse(r.resource as string) as unknown),
-          details: JSON.parse(r.details as string) as unknown,
-        });
-        insert.run({ ...content, seq: ++seq, body, hash });
+      for (let after = 0; ;) {
+        const rows = page.all(after) as Record<string, unknown>[];
+        if (rows.length === 0) break;
+        for (const r of rows) {
+          const { seq: oldSeq, hash, ...content } = r;
+          after = oldSeq as number;
+          // The content exactly as it was hashed when it was written (see src/audit/chain.ts).
+          const body = canonicalJson({
+            ...content,
+            resource: r.resource === null ? null : (JSON.parse(r.resource as string) as unknown),
+            details: JSON.parse(r.details as string) as unknown,
+          });
+          insert.run({ ...content, seq: ++seq, body, hash });
+        }
       }
       db.exec(`
         DROP TABLE audit_events;
