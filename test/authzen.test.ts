@@ -1,7 +1,9 @@
 import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
+import { decodeJwt } from 'jose';
 import { onceOnly, onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
 import { ADMIN_KEY, Arbiter, auditCount, auditEvents, call, REPO, storedText } from './helpers/harness.js';
@@ -64,6 +66,34 @@ const PEOPLE = [
     otherOwner: 'rick@the-citadel.com',
   },
 ];
+/** A human policy that decides on an AuthZEN action property (input.authzen.action.properties). */
+const TRANSFER_POLICY = `package authz.human
+
+allow if {
+  input.action == "transfer"
+  input.authzen.action.properties.amount <= 100
+}
+
+require_approval contains "large transfer" if {
+  input.action == "transfer"
+  input.authzen.action.properties.amount > 100
+}
+`;
+
+/** SPEC §13's recipe, as the README gives it to a resource server: JCS, SHA-256, base64url. */
+const jcs = (v: unknown): string =>
+  v === null || typeof v !== 'object'
+    ? JSON.stringify(v)
+    : Array.isArray(v)
+      ? '[' + v.map(jcs).join(',') + ']'
+      : '{' +
+        Object.keys(v)
+          .sort()
+          .map((k) => JSON.stringify(k) + ':' + jcs((v as Record<string, unknown>)[k]))
+          .join(',') +
+        '}';
+const digestOf = (call: unknown) => createHash('sha256').update(jcs(call), 'utf8').digest('base64url');
+
 const TODO = '7240d0db-8ff0-41ec-98b2-34a096273b9f';
 
 /**
@@ -450,6 +480,108 @@ onEveryBackend('AuthZEN Authorization API 1.0 (SPEC §14)', () => {
       });
       expect(r.json.decision).to.equal(false);
       expect(r.json.context.reason).to.match(/no policy allows/);
+    });
+  });
+
+  describe('binds request_digest to the whole evaluation the policy sees (input.authzen)', () => {
+    before(async () => {
+      const r = await call('PUT', `${a.platform}/api/v1/policies/authzen-transfer`, {
+        body: { rego: TRANSFER_POLICY },
+      });
+      expect(r.status, r.text).to.equal(201);
+    });
+    after(async () => {
+      await call('DELETE', `${a.platform}/api/v1/policies/authzen-transfer`);
+    });
+
+    const transfer = (amount: number) => ({
+      subject: { type: 'user', id: 'alice', properties: { tenant_id: 'acme' } },
+      action: { name: 'transfer', properties: { amount } },
+      resource: { type: 'account', id: 'acc-1' },
+    });
+    const digestOfDecision = async (requestId: string) => {
+      const [ev] = await auditEvents(a.platform, { kind: 'decision', request_id: requestId });
+      return ev.details.request_digest as string;
+    };
+
+    it('gives evaluations differing only in a property different digests, and the token the allowed one', async () => {
+      const small = await evaluation(transfer(10));
+      expect(small.status, small.text).to.equal(200);
+      expect(small.json.decision).to.equal(true);
+      const large = await evaluation(transfer(1_000_000));
+      expect(large.status, large.text).to.equal(200);
+      expect(large.json.context.status).to.equal('requires_approval');
+      const smallDigest = await digestOfDecision(small.json.context.request_id);
+      const largeDigest = await digestOfDecision(large.json.context.request_id);
+      expect(smallDigest).to.not.equal(largeDigest);
+      // What a resource server recomputes (README): the native call plus the evaluation as sent.
+      const native = {
+        user_id: 'alice',
+        tenant_id: 'acme',
+        action: 'transfer',
+        resource: { type: 'account', id: 'acc-1' },
+        context: {},
+      };
+      expect(smallDigest).to.equal(digestOf({ ...native, authzen: { ...transfer(10), context: {} } }));
+      expect(smallDigest).to.equal('ULJtlIm2Nw-Ta9aREKBBf82Oa868nA9pfWNs3C--has'); // the README's example
+      expect(largeDigest).to.equal(digestOf({ ...native, authzen: { ...transfer(1_000_000), context: {} } }));
+      const item = await call('GET', large.json.context.access_request.status_endpoint);
+      expect(item.json.request_digest).to.equal(largeDigest);
+      // The allow's token is bound to the 10 transfer: it does not pass for the 1,000,000 one.
+      const minted = await call('POST', `${a.engine}/v1/tokens/mint`, {
+        body: { request_id: small.json.context.request_id },
+      });
+      expect(minted.status, minted.text).to.equal(201);
+      const claims = decodeJwt(minted.json.token as string);
+      expect(claims.request_digest).to.equal(smallDigest);
+      expect(claims.request_digest).to.not.equal(largeDigest);
+    });
+
+    it('tells apart evaluations differing only in context, a subject property or a resource property', async () => {
+      const base = transfer(10);
+      const variants = [
+        base,
+        { ...base, context: { note: 'x' } },
+        { ...base, subject: { ...base.subject, properties: { tenant_id: 'acme', role: 'admin' } } },
+        { ...base, resource: { ...base.resource, properties: { owner: 'bob' } } },
+      ];
+      const digests = [];
+      for (const v of variants) {
+        const r = await evaluation(v);
+        expect(r.status, r.text).to.equal(200);
+        digests.push(await digestOfDecision(r.json.context.request_id));
+      }
+      expect(new Set(digests).size).to.equal(variants.length);
+    });
+
+    it('tells apart an agent resource split differently into type and id ("repo"+"a/b", "repo/a"+"b")', async () => {
+      const split = (type: string, id: string) => agent('read', type, id, 0.95);
+      const one = await evaluation(split('repo', 'a/b'));
+      const other = await evaluation(split('repo/a', 'b'));
+      expect(one.status, one.text).to.equal(200);
+      expect(other.status, other.text).to.equal(200);
+      const [d1, d2] = [
+        await digestOfDecision(one.json.context.request_id),
+        await digestOfDecision(other.json.context.request_id),
+      ];
+      expect(d1).to.not.equal(d2);
+      const native = {
+        agent_id: 'deploy-bot',
+        tenant_id: null,
+        action: 'read',
+        resource: 'repo/a/b',
+        context: {},
+      };
+      expect(d1).to.equal(digestOf({ ...native, authzen: { ...split('repo', 'a/b'), context: {} } }));
+    });
+
+    it('replays an Idempotency-Key retry with its digest, and refuses the key with another property (422)', async () => {
+      const headers = { 'Idempotency-Key': 'authzen-digest-retry-1' };
+      const first = await evaluation(transfer(10), { headers });
+      const again = await evaluation(transfer(10), { headers });
+      expect(again.headers.get('idempotent-replayed')).to.equal('true');
+      expect(again.json).to.deep.equal(first.json);
+      expectError(await evaluation(transfer(11), { headers }), 422, /Idempotency-Key/);
     });
   });
 

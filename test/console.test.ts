@@ -398,6 +398,29 @@ onceOnly('reviewer console in Chromium', function () {
     await shot('item-view');
   });
 
+  it('shows an AuthZEN request’s subject, action and resource properties; a native request has no such panel', async () => {
+    const evaluation = {
+      subject: { type: 'agent', id: 'deploy-bot', properties: { confidence: 0.95, team: 'payments' } },
+      action: { name: 'deploy', properties: { amount: 1_000_000 } },
+      resource: { type: 'prod', id: 'api', properties: { region: 'eu' } },
+    };
+    const r = await call('POST', `${a.engine}/access/v1/evaluation`, { key: agentKey, body: evaluation });
+    expect(r.status, r.text).to.equal(200);
+    expect(r.json.context.status).to.equal('requires_approval');
+    const id = r.json.context.request_id as string;
+    const native = await ask(AGENT.approval);
+    await signIn(reviewer);
+    await openItem(id);
+    await page.getByRole('heading', { name: 'AuthZEN request' }).waitFor();
+    const shown = await page.getByLabel('AuthZEN request as JSON').innerText();
+    expect(JSON.parse(shown)).to.deep.equal({ ...evaluation, context: {} });
+    await shot('item-view-authzen');
+    await page.getByRole('link', { name: /Pending requests/ }).click();
+    await openItem(native);
+    await page.getByRole('heading', { name: 'Context' }).waitFor();
+    expect(await page.getByRole('heading', { name: 'AuthZEN request' }).count()).to.equal(0);
+  });
+
   it('opens a link to an item (#/item/<id>) once the reviewer has signed in', async () => {
     const id = await ask({ ...AGENT.approval, resource: 'prod/deep-link' });
     await page.goto(`${a.engine}/console/#/item/${id}`);

@@ -103,6 +103,10 @@ export function ItemView({
   const back = item !== null && item.status !== 'pending' && outcome === null ? 'history' : 'pending';
   const decision = events?.find((e) => e.kind === 'decision');
   const reasons = Array.isArray(decision?.details.reasons) ? (decision.details.reasons as unknown[]) : null;
+  // An AuthZEN request's properties (subject, action, resource) decide as much as its context, but
+  // the item keeps only the mapped call: the decision's event holds the evaluation as the policy
+  // read it (input.authzen, masked as everywhere else).
+  const authzen = authzenOf(decision?.details.input);
   // Approve and Deny only where they could succeed. The key that made a request cannot decide it:
   // an item does not say which key asked, its decision's audit event does (actor: the key's
   // name, unique among keys), so the buttons wait for the trail.
@@ -182,6 +186,17 @@ export function ItemView({
                   </pre>
                 )}
               </section>
+              {authzen !== null && (
+                <section class="panel" aria-labelledby="authzen-title">
+                  <h2 id="authzen-title">AuthZEN request</h2>
+                  <p class="hint">
+                    Subject, action, resource and context with their properties, as the policy read them.
+                  </p>
+                  <pre class="json" tabIndex={0} aria-label="AuthZEN request as JSON">
+                    <Json value={authzen} />
+                  </pre>
+                </section>
+              )}
               <section class="panel" aria-labelledby="fields-title">
                 <h2 id="fields-title">Request</h2>
                 <dl class="fields">
@@ -457,4 +472,13 @@ function ReportedEvent({ event: e, now }: { event: AuditEvent; now: number }) {
       <p class="hint">Sent to the audit ingest API by this key, not recorded by Arbiter.</p>
     </li>
   );
+}
+
+/** The AuthZEN evaluation in a decision's recorded policy input, if it was one. */
+function authzenOf(input: unknown): Record<string, unknown> | null {
+  if (input === null || typeof input !== 'object') return null;
+  const authzen = (input as Record<string, unknown>).authzen;
+  return authzen !== null && typeof authzen === 'object' && !Array.isArray(authzen)
+    ? (authzen as Record<string, unknown>)
+    : null;
 }

@@ -11,7 +11,10 @@ import { canonicalJson } from '../common/canonical-json.js';
  *   agents:  {"agent_id", "tenant_id", "action", "resource", "context"}, plus "user_id" when the
  *            agent acts on_behalf_of a user; tenant_id is on_behalf_of.tenant_id, else null
  *   humans:  {"user_id", "tenant_id", "action", "resource": {"type", "id"}, "context"}
- * `context` is {} when the request had none. Canonical JSON is RFC 8785 (JCS) for these values:
+ * `context` is {} when the request had none. An AuthZEN decision (SPEC §14) adds "authzen": the
+ * evaluation exactly as the policy reads it (input.authzen: {"subject", "action", "resource",
+ * "context"}, a batch's defaults applied, context {} when none), so that every property a policy
+ * can decide on is bound too; a native request has no such member. Canonical JSON is RFC 8785 (JCS) for these values:
  * object keys sorted by UTF-16 code units, no insignificant whitespace, strings and numbers as
  * ECMAScript's JSON.stringify writes them. Any JCS library recomputes it.
  */
@@ -22,6 +25,8 @@ export interface DigestedCall {
   action: string;
   resource: unknown;
   context: Record<string, unknown>;
+  /** An AuthZEN decision's evaluation as input.authzen (SPEC §14); absent for a native request. */
+  authzen?: Record<string, unknown>;
 }
 
 export function requestDigest(call: DigestedCall): string {

@@ -165,6 +165,7 @@ export class DecisionService {
       action: req.action,
       resource: req.resource,
       context,
+      ...boundAuthzen(extras),
     });
     return this.decide('agent', req, agentInput(req, principal, extras), principal, ids, idemKey, {
       subject: {
@@ -199,6 +200,7 @@ export class DecisionService {
       action: req.action,
       resource,
       context,
+      ...boundAuthzen(extras),
     });
     return this.decide('human', req, humanInput(req, principal, extras), principal, ids, idemKey, {
       subject: {
@@ -551,6 +553,13 @@ function idempotency(kind: string, req: unknown, key: string | undefined): Idemp
 function bodyHash(kind: string, req: unknown): string {
   return createHash('sha256').update(kind).update('\n').update(canonicalJson(req)).digest('hex');
 }
+
+/**
+ * What an AuthZEN request adds to its digested call: the evaluation as the policy reads it, so a
+ * property that decides the answer also binds the approval and the token. Nothing for a native
+ * request, whose digest stays that of SPEC §13.
+ */
+const boundAuthzen = (extras: DecisionExtras) => (extras.authzen ? { authzen: extras.authzen } : {});
 
 /** The policy input of an agent request (SPEC §4). */
 function agentInput(req: AgentRequest, p: Principal, extras: DecisionExtras): Record<string, unknown> {
