@@ -426,6 +426,32 @@ onceOnly('arbiter policy check and test (no server)', () => {
     }
   });
 
+  it('check and test: data.yaml beyond YAML 1.2 core (merge keys, other tags) is exit 1 naming file and line', () => {
+    const LOCKDOWN = [
+      'lockdown_defaults: &lock {blocked_prefixes: ["staging/db"]}',
+      'lockdown: {deploy-bot: {<<: *lock, reason: audit}}',
+    ].join('\n');
+    const cases: [string, string, RegExp][] = [
+      [LOCKDOWN, 'data.yaml:2', /a merge key \(<<\) is not accepted/],
+      ['a: 1\nb: !!set {x, y}\n', 'data.yaml:2', /the tag !!set is not accepted/],
+      ['a: !!omap [{x: 1}]\n', 'data.yaml:1', /the tag !!omap is not accepted/],
+      ['a:\n  b: !!binary aGVsbG8=\n', 'data.yaml:2', /the tag !!binary is not accepted/],
+      ['a: !custom bar\n', 'data.yaml:1', /the tag !custom is not accepted/],
+    ];
+    for (const [yaml, where, message] of cases) {
+      const dir = tempDir({ 'a.rego': HARMLESS, 'data.yaml': yaml });
+      for (const cmd of ['check', 'test']) {
+        const r = policy([cmd, dir]);
+        expect(r.code, `${cmd} ${yaml}: ${r.stdout + r.stderr}`).to.equal(1);
+        expect(r.stderr).to.contain(`${path.join(dir, where)}: `);
+        expect(r.stderr).to.match(message);
+      }
+    }
+    // The same keys written out, or a quoted "<<" (a plain key in every reader), are accepted.
+    const plain = tempDir({ 'a.rego': HARMLESS, 'data.yaml': 'a: {"<<": 1}\nb: !!str 3\n' });
+    expect(policy(['check', plain]).code).to.equal(0);
+  });
+
   it('--json: every outcome prints exactly one JSON object, with the exit code it has without --json', () => {
     const missing = path.join(os.tmpdir(), 'arbiter-no-such-dir-for-cli');
     const runs: [string[], number, RegExp][] = [
