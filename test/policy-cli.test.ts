@@ -316,6 +316,42 @@ onceOnly('arbiter policy check and test (no server)', () => {
     expect(bad.stdout).to.match(/FAIL/);
   });
 
+  it("test: tests exactly the data push sends (data.yaml as YAML 1.2, no other .json/.yaml), reporting DIR's paths", () => {
+    const dir = tempDir({
+      // YAML 1.1 (OPA's loader) reads 0755 as 493; push sends 755.
+      'data.yaml': 'agents: {deploy-bot: {role: deployer}}\nmode: 0755\n',
+      // Never pushed: not a data file of the layout.
+      'ci-fixture.json': '{"agents": {"ci-bot": {"role": "admin"}}}',
+      'fixtures/extra.yaml': 'mode: 1\n',
+      'sub/pushed_test.rego': [
+        'package authz.agent_test',
+        '',
+        'test_agents_as_pushed if { object.keys(data.agents) == {"deploy-bot"} }',
+        '',
+        'test_mode_as_pushed if { data.mode == 755 }',
+        '',
+        'test_fails if { false }',
+        '',
+      ].join('\n'),
+    });
+    const r = policy(['test', dir]);
+    expect(r.code, r.stdout + r.stderr).to.equal(1);
+    expect(r.stdout).to.match(/test_agents_as_pushed: PASS/);
+    expect(r.stdout).to.match(/test_mode_as_pushed: PASS/);
+    expect(r.stdout).to.match(/test_fails: FAIL/);
+    // The runner's file paths are DIR's, not those of its temporary copy.
+    expect(r.stdout).to.contain(`${path.join(dir, 'sub', 'pushed_test.rego')}:7`);
+    expect(r.stdout).not.to.match(/(^|\s)policies\//m);
+    const j = jsonOf(policy(['test', dir, '--json']));
+    const results = j.results as { name: string; fail?: boolean; location: { file: string } }[];
+    expect(results.map((x) => [x.name, x.fail === true]).sort()).to.deep.equal([
+      ['test_agents_as_pushed', false],
+      ['test_fails', true],
+      ['test_mode_as_pushed', false],
+    ]);
+    for (const x of results) expect(x.location.file).to.equal(path.join(dir, 'sub', 'pushed_test.rego'));
+  });
+
   it('check and test: a symbolic link inside DIR (to a .rego file or to a directory) is exit 1 naming it; DIR itself may be a link', () => {
     const outside = tempDir({ 'linked.rego': HARMLESS, 'sub/inner.rego': HARMLESS });
     const cases: [string, string][] = [

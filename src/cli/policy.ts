@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { cp, mkdir, mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -234,31 +234,46 @@ async function check(dir: string, io: Io): Promise<number> {
 
 /**
  * Runs DIR's Rego tests with OPA's test runner, with the service's built-in module in place of any
- * copy. With --json: `{"ok", "results": [OPA's results]}`, or OPA's own error (a file it cannot
- * load) as `{"ok": false, "error", "exit": 1}`.
+ * copy, on exactly what push sends: a copy of DIR's .rego files (policies and *_test.rego) and one
+ * data.json built from the data documents as read (never the raw data files, which OPA's loader
+ * would read otherwise, nor other .json/.yaml files, which OPA would load as data too). The
+ * runner's file paths are DIR's. With --json: `{"ok", "results": [OPA's results]}`, or OPA's own
+ * error (a file it cannot load) as `{"ok": false, "error", "exit": 1}`.
  */
 async function test(dir: string, io: Io): Promise<number> {
-  await readLocal(dir, false);
+  const set = await readLocal(dir, false);
   const opa = loadConfig().opaBin;
   const work = await mkdtemp(path.join(os.tmpdir(), 'arbiter-policy-test-'));
   try {
     const tree = path.join(work, 'policies');
+    const builtin = path.join(work, 'builtin');
     await cp(dir, tree, {
       recursive: true,
-      filter: (src) => path.relative(dir, src) !== BUNDLED_BUILTIN && !path.basename(src).startsWith('.'),
+      filter: async (src) => {
+        const rel = path.relative(dir, src);
+        if (rel === '') return true;
+        if (rel === BUNDLED_BUILTIN || path.basename(src).startsWith('.')) return false;
+        // Directories are walked (empty ones do no harm); of files only the Rego ones.
+        return (await stat(src)).isDirectory() || rel.endsWith('.rego');
+      },
     });
-    await mkdir(path.join(work, 'builtin'));
-    await cp(BUILTIN_MODULE_PATH, path.join(work, 'builtin', 'authz.rego'));
-    const r = await run(
-      opa,
-      ['test', ...(io.json ? ['--format', 'json'] : ['-v']), 'builtin', 'policies'],
-      work,
-    );
-    const local = (text: string) =>
-      text
+    await writeFile(path.join(tree, 'data.json'), JSON.stringify(dataTree(set.data)));
+    await mkdir(builtin);
+    await cp(BUILTIN_MODULE_PATH, path.join(builtin, 'authz.rego'));
+    const r = await run(opa, ['test', ...(io.json ? ['--format', 'json'] : ['-v']), builtin, tree], work);
+    // The runner's paths: DIR's files under DIR as given, the built-in module as builtin/.
+    // In JSON output, the paths inside strings: DIR escaped as a JSON string would be.
+    const shownDir = dir.endsWith(path.sep) ? dir : dir + path.sep;
+    const inJson = (p: string) => JSON.stringify(p).slice(1, -1);
+    const local = (text: string, json = false) => {
+      const esc = json ? inJson : (p: string) => p;
+      return text
         .trim()
-        .split(work + path.sep)
-        .join('');
+        .split(esc(tree + path.sep))
+        .join(esc(shownDir))
+        .split(esc(builtin + path.sep))
+        .join(`builtin${path.sep}`);
+    };
     const exit = r.code === 0 ? 0 : 1;
     if (!io.json) {
       const text = local(r.stdout + r.stderr);
@@ -267,7 +282,7 @@ async function test(dir: string, io: Io): Promise<number> {
     }
     let results: unknown;
     try {
-      results = JSON.parse(local(r.stdout));
+      results = JSON.parse(local(r.stdout, true));
     } catch {
       results = undefined;
     }
