@@ -582,6 +582,11 @@ onceOnly('arbiter policy check and test (no server)', () => {
         /escape/,
       ],
       ['a 500', () => ({ status: 500, body: { error: 'boom' } }), /500 boom/],
+      [
+        'the Engine API (404 on the Platform routes)',
+        (req) => ({ status: 404, body: { error: `no route for GET ${req.url.split('?')[0]}` } }),
+        /GET \/api\/v1\/policies: answered 404 no route .*is --url the Platform API\?/,
+      ],
     ];
     for (const [what, answer, why] of fakes) {
       await withServer(answer, async (url) => {
