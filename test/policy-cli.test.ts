@@ -157,6 +157,12 @@ onceOnly('arbiter policy check and test (no server)', () => {
     const out = JSON.parse(j.stdout);
     expect(out.ok).to.equal(false);
     expect(out.errors[0]).to.deep.include({ file: path.join(dir, 'notes.rego'), row: 1, col: 1 });
+    // Like every --json failure, an error member: the first problem.
+    expect(jsonOf(j).error).to.match(
+      new RegExp(
+        `^${path.join(dir, 'notes.rego').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:1:1: rego_parse_error`,
+      ),
+    );
   });
 
   it('check: refuses what the service refuses (a disallowed builtin, the reserved package, bad thresholds)', () => {
@@ -240,6 +246,8 @@ onceOnly('arbiter policy check and test (no server)', () => {
     expect(r.stdout).to.match(
       /invalid confidence thresholds: .*thresholds could not be checked: evaluation timed out: no answer within 1100 ms/,
     );
+    const j = jsonOf(policy(['check', dir, '--json'], { ARBITER_EVAL_BUDGET_MS: '100' }));
+    expect(j.error).to.match(/invalid confidence thresholds: .*evaluation timed out/);
     // The same directory without the data: the rule finishes (no items), and the check passes.
     const fast = tempDir({ 'slow.rego': SPIN_THRESHOLDS });
     const ok = policy(['check', fast]);
@@ -530,6 +538,7 @@ onceOnly('arbiter policy check and test (no server)', () => {
     expect(
       (failed.results as { name: string; fail?: boolean }[]).find((x) => x.name === 'test_always_fails'),
     ).to.have.property('fail', true);
+    expect(failed.error).to.equal('1 test failed');
   });
 
   it('a --url with a password is never printed with it (refused: the key goes in --key)', () => {

@@ -191,11 +191,11 @@ async function check(dir: string, io: Io): Promise<number> {
         col: p.col ?? 1,
         message: p.message,
       }));
-      print(
-        io,
-        problems.map((p) => `${p.file}:${p.row}:${p.col}: ${p.message}`),
-        { ok: false, errors: problems, exit: 1 },
-      );
+      const lines = problems.map((p) => `${p.file}:${p.row}:${p.col}: ${p.message}`);
+      // The first problem is the error (as every --json failure has one); `errors` holds them all.
+      const more = lines.length > 1 ? ` (and ${lines.length - 1} more)` : '';
+      const error = `${lines[0] ?? 'the policies do not compile'}${more}`;
+      print(io, lines, { ok: false, errors: problems, error, exit: 1 });
       return 1;
     }
     // On a thread, as the service checks a change: a `thresholds` rule that never finishes is
@@ -218,7 +218,7 @@ async function check(dir: string, io: Io): Promise<number> {
         /policy ([a-z0-9][a-z0-9._-]*):(\d+)/g,
         (_all, name: string, row: string) => `${fileOf(name)}:${row}:1`,
       );
-      print(io, [message], { ok: false, errors: [{ message }], exit: 1 });
+      print(io, [message], { ok: false, errors: [{ message }], error: message, exit: 1 });
       return 1;
     }
     print(io, [`ok: ${local.modules.length} policies and ${local.data.length} data documents compile`], {
@@ -291,13 +291,13 @@ async function test(dir: string, io: Io): Promise<number> {
       throw new Refused(stderr || local(r.stdout) || `the OPA test runner exited with ${r.code}`);
     }
     if (stderr) io.err(stderr);
-    io.out(
-      JSON.stringify({
-        ok: exit === 0,
-        results,
-        ...(exit === 0 ? {} : { ...(stderr ? { error: stderr } : {}), exit }),
-      }),
-    );
+    const failed = results.filter((x) => isObject(x) && (x.fail === true || x.error !== undefined)).length;
+    const error =
+      stderr ||
+      (failed > 0
+        ? `${failed} test${failed === 1 ? '' : 's'} failed`
+        : `the OPA test runner exited with ${r.code}`);
+    io.out(JSON.stringify({ ok: exit === 0, results, ...(exit === 0 ? {} : { error, exit }) }));
     return exit;
   } finally {
     await rm(work, { recursive: true, force: true });
