@@ -265,6 +265,29 @@ onceOnly('arbiter policy check and test (no server)', () => {
     expect(policy(['frobnicate', POLICIES]).code).to.equal(2);
     expect(policy(['check', '--prune', POLICIES]).code).to.equal(2);
     expect(policy(['check', '--nope', POLICIES]).code).to.equal(2);
+    const none = policy([]);
+    expect(none.code).to.equal(2);
+    expect(none.stderr).to.contain(
+      'arbiter policy: policy needs a command (check, test, diff, push or pull) and exactly one DIR',
+    );
+  });
+
+  it('check: a reserved data document (authz, __proto__) is exit 1 naming the file; a BOM before data.json is ignored', () => {
+    const cases: [Record<string, string>, string, string][] = [
+      [{ 'data.json': '{"authz": {"x": 1}}' }, 'data.json', 'data path authz is reserved'],
+      [{ 'data.yaml': '__proto__: {x: 1}\n' }, 'data.yaml', 'data path segment __proto__ is not allowed'],
+      [{ '__proto__/data.json': '{}' }, '__proto__/data.json', 'data path segment __proto__'],
+    ];
+    for (const [files, file, why] of cases) {
+      const dir = tempDir({ 'a.rego': HARMLESS, ...files });
+      const r = policy(['check', dir]);
+      expect(r.code, r.stdout + r.stderr).to.equal(1);
+      expect(r.stderr).to.contain(`${path.join(dir, file)}: ${why}`);
+    }
+    const bom = tempDir({ 'a.rego': HARMLESS, 'data.json': '\uFEFF{"rbac": {"a": 1}}' });
+    const ok = policy(['check', bom]);
+    expect(ok.code, ok.stderr).to.equal(0);
+    expect(ok.stdout).to.contain('ok: 1 policies and 1 data documents compile');
   });
 
   it('check: a data.json that is not JSON is exit 1 naming the file', () => {

@@ -93,7 +93,13 @@ export async function policyCommand(args: string[], out: Out, err: Out): Promise
   const opts: Options = { ...values, message: values.message, url: values.url, key: values.key };
   const io: Io = { json, out, err };
   try {
-    if (positionals.length !== 1) throw new CliUsageError(`policy ${sub ?? ''} needs exactly one DIR`.trim());
+    if (positionals.length !== 1) {
+      throw new CliUsageError(
+        sub === undefined
+          ? 'policy needs a command (check, test, diff, push or pull) and exactly one DIR'
+          : `policy ${sub} needs exactly one DIR`,
+      );
+    }
     const dir = positionals[0] as string;
     const allowed: Record<string, (keyof Options)[]> = {
       check: ['json'],

@@ -85,7 +85,9 @@ export async function readPolicyDir(dir: string): Promise<PolicyDir> {
         file: rel,
       });
     } else if (/(^|\/)data\.(json|ya?ml)$/.test(rel)) {
-      const text = await readUtf8(full);
+      // A byte order mark (some editors write one) is not part of the document: JSON.parse
+      // would refuse it with an invisible character in the message.
+      const text = (await readUtf8(full)).replace(/^\uFEFF/, '');
       let value: unknown;
       try {
         value = rel.endsWith('.json') ? JSON.parse(text) : parseYaml(text, full);
@@ -114,7 +116,15 @@ export async function readPolicyDir(dir: string): Promise<PolicyDir> {
       }
     }
   }
-  for (const d of data) checkDataPath(d.path);
+  for (const d of data) {
+    try {
+      checkDataPath(d.path);
+    } catch (e) {
+      throw new Error(`${path.join(dir, dataFiles.get(d.path) as string)}: ${(e as Error).message}`, {
+        cause: e,
+      });
+    }
+  }
   // A document inside another (root data.json's `rbac` and rbac/extra/data.json): both would
   // define data.rbac.extra, and one would silently win.
   for (const d of data) {
