@@ -157,6 +157,12 @@ onceOnly('arbiter policy check and test (no server)', () => {
     const out = JSON.parse(j.stdout);
     expect(out.ok).to.equal(false);
     expect(out.errors[0]).to.deep.include({ file: path.join(dir, 'notes.rego'), row: 1, col: 1 });
+    // Like every --json failure, an error member: the first problem.
+    expect(jsonOf(j).error).to.match(
+      new RegExp(
+        `^${path.join(dir, 'notes.rego').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:1:1: rego_parse_error`,
+      ),
+    );
   });
 
   it('check: refuses what the service refuses (a disallowed builtin, the reserved package, bad thresholds)', () => {
@@ -240,6 +246,8 @@ onceOnly('arbiter policy check and test (no server)', () => {
     expect(r.stdout).to.match(
       /invalid confidence thresholds: .*thresholds could not be checked: evaluation timed out: no answer within 1100 ms/,
     );
+    const j = jsonOf(policy(['check', dir, '--json'], { ARBITER_EVAL_BUDGET_MS: '100' }));
+    expect(j.error).to.match(/invalid confidence thresholds: .*evaluation timed out/);
     // The same directory without the data: the rule finishes (no items), and the check passes.
     const fast = tempDir({ 'slow.rego': SPIN_THRESHOLDS });
     const ok = policy(['check', fast]);
@@ -257,6 +265,29 @@ onceOnly('arbiter policy check and test (no server)', () => {
     expect(policy(['frobnicate', POLICIES]).code).to.equal(2);
     expect(policy(['check', '--prune', POLICIES]).code).to.equal(2);
     expect(policy(['check', '--nope', POLICIES]).code).to.equal(2);
+    const none = policy([]);
+    expect(none.code).to.equal(2);
+    expect(none.stderr).to.contain(
+      'arbiter policy: policy needs a command (check, test, diff, push or pull) and exactly one DIR',
+    );
+  });
+
+  it('check: a reserved data document (authz, __proto__) is exit 1 naming the file; a BOM before data.json is ignored', () => {
+    const cases: [Record<string, string>, string, string][] = [
+      [{ 'data.json': '{"authz": {"x": 1}}' }, 'data.json', 'data path authz is reserved'],
+      [{ 'data.yaml': '__proto__: {x: 1}\n' }, 'data.yaml', 'data path segment __proto__ is not allowed'],
+      [{ '__proto__/data.json': '{}' }, '__proto__/data.json', 'data path segment __proto__'],
+    ];
+    for (const [files, file, why] of cases) {
+      const dir = tempDir({ 'a.rego': HARMLESS, ...files });
+      const r = policy(['check', dir]);
+      expect(r.code, r.stdout + r.stderr).to.equal(1);
+      expect(r.stderr).to.contain(`${path.join(dir, file)}: ${why}`);
+    }
+    const bom = tempDir({ 'a.rego': HARMLESS, 'data.json': '\uFEFF{"rbac": {"a": 1}}' });
+    const ok = policy(['check', bom]);
+    expect(ok.code, ok.stderr).to.equal(0);
+    expect(ok.stdout).to.contain('ok: 1 policies and 1 data documents compile');
   });
 
   it('check: a data.json that is not JSON is exit 1 naming the file', () => {
@@ -314,6 +345,42 @@ onceOnly('arbiter policy check and test (no server)', () => {
     expect(bad.code).to.equal(1);
     expect(bad.stdout).to.contain('test_always_fails');
     expect(bad.stdout).to.match(/FAIL/);
+  });
+
+  it("test: tests exactly the data push sends (data.yaml as YAML 1.2, no other .json/.yaml), reporting DIR's paths", () => {
+    const dir = tempDir({
+      // YAML 1.1 (OPA's loader) reads 0755 as 493; push sends 755.
+      'data.yaml': 'agents: {deploy-bot: {role: deployer}}\nmode: 0755\n',
+      // Never pushed: not a data file of the layout.
+      'ci-fixture.json': '{"agents": {"ci-bot": {"role": "admin"}}}',
+      'fixtures/extra.yaml': 'mode: 1\n',
+      'sub/pushed_test.rego': [
+        'package authz.agent_test',
+        '',
+        'test_agents_as_pushed if { object.keys(data.agents) == {"deploy-bot"} }',
+        '',
+        'test_mode_as_pushed if { data.mode == 755 }',
+        '',
+        'test_fails if { false }',
+        '',
+      ].join('\n'),
+    });
+    const r = policy(['test', dir]);
+    expect(r.code, r.stdout + r.stderr).to.equal(1);
+    expect(r.stdout).to.match(/test_agents_as_pushed: PASS/);
+    expect(r.stdout).to.match(/test_mode_as_pushed: PASS/);
+    expect(r.stdout).to.match(/test_fails: FAIL/);
+    // The runner's file paths are DIR's, not those of its temporary copy.
+    expect(r.stdout).to.contain(`${path.join(dir, 'sub', 'pushed_test.rego')}:7`);
+    expect(r.stdout).not.to.match(/(^|\s)policies\//m);
+    const j = jsonOf(policy(['test', dir, '--json']));
+    const results = j.results as { name: string; fail?: boolean; location: { file: string } }[];
+    expect(results.map((x) => [x.name, x.fail === true]).sort()).to.deep.equal([
+      ['test_agents_as_pushed', false],
+      ['test_fails', true],
+      ['test_mode_as_pushed', false],
+    ]);
+    for (const x of results) expect(x.location.file).to.equal(path.join(dir, 'sub', 'pushed_test.rego'));
   });
 
   it('check and test: a symbolic link inside DIR (to a .rego file or to a directory) is exit 1 naming it; DIR itself may be a link', () => {
@@ -426,6 +493,32 @@ onceOnly('arbiter policy check and test (no server)', () => {
     }
   });
 
+  it('check and test: data.yaml beyond YAML 1.2 core (merge keys, other tags) is exit 1 naming file and line', () => {
+    const LOCKDOWN = [
+      'lockdown_defaults: &lock {blocked_prefixes: ["staging/db"]}',
+      'lockdown: {deploy-bot: {<<: *lock, reason: audit}}',
+    ].join('\n');
+    const cases: [string, string, RegExp][] = [
+      [LOCKDOWN, 'data.yaml:2', /a merge key \(<<\) is not accepted/],
+      ['a: 1\nb: !!set {x, y}\n', 'data.yaml:2', /the tag !!set is not accepted/],
+      ['a: !!omap [{x: 1}]\n', 'data.yaml:1', /the tag !!omap is not accepted/],
+      ['a:\n  b: !!binary aGVsbG8=\n', 'data.yaml:2', /the tag !!binary is not accepted/],
+      ['a: !custom bar\n', 'data.yaml:1', /the tag !custom is not accepted/],
+    ];
+    for (const [yaml, where, message] of cases) {
+      const dir = tempDir({ 'a.rego': HARMLESS, 'data.yaml': yaml });
+      for (const cmd of ['check', 'test']) {
+        const r = policy([cmd, dir]);
+        expect(r.code, `${cmd} ${yaml}: ${r.stdout + r.stderr}`).to.equal(1);
+        expect(r.stderr).to.contain(`${path.join(dir, where)}: `);
+        expect(r.stderr).to.match(message);
+      }
+    }
+    // The same keys written out, or a quoted "<<" (a plain key in every reader), are accepted.
+    const plain = tempDir({ 'a.rego': HARMLESS, 'data.yaml': 'a: {"<<": 1}\nb: !!str 3\n' });
+    expect(policy(['check', plain]).code).to.equal(0);
+  });
+
   it('--json: every outcome prints exactly one JSON object, with the exit code it has without --json', () => {
     const missing = path.join(os.tmpdir(), 'arbiter-no-such-dir-for-cli');
     const runs: [string[], number, RegExp][] = [
@@ -468,6 +561,7 @@ onceOnly('arbiter policy check and test (no server)', () => {
     expect(
       (failed.results as { name: string; fail?: boolean }[]).find((x) => x.name === 'test_always_fails'),
     ).to.have.property('fail', true);
+    expect(failed.error).to.equal('1 test failed');
   });
 
   it('a --url with a password is never printed with it (refused: the key goes in --key)', () => {
@@ -520,6 +614,11 @@ onceOnly('arbiter policy check and test (no server)', () => {
         /escape/,
       ],
       ['a 500', () => ({ status: 500, body: { error: 'boom' } }), /500 boom/],
+      [
+        'the Engine API (404 on the Platform routes)',
+        (req) => ({ status: 404, body: { error: `no route for GET ${req.url.split('?')[0]}` } }),
+        /GET \/api\/v1\/policies: answered 404 no route .*is --url the Platform API\?/,
+      ],
     ];
     for (const [what, answer, why] of fakes) {
       await withServer(answer, async (url) => {

@@ -104,7 +104,11 @@ export class Server {
 
   /** A 2xx answer's body; a 4xx is a refusal naming the server's error, a 5xx exit 2. */
   async ok(method: string, p: string, body?: unknown, headers?: Record<string, string>) {
-    const r = await this.call(method, p, body, headers);
+    return this.settle(method, p, await this.call(method, p, body, headers));
+  }
+
+  /** An answer's body if 2xx; a 4xx is a refusal naming the server's error, a 5xx exit 2. */
+  private settle(method: string, p: string, r: { status: number; json: Record<string, unknown> }) {
     if (r.status >= 200 && r.status <= 299) return r.json;
     const what = `${method} ${p}: ${r.status} ${errorOf(r.json)}`.trim();
     if (r.status >= 400 && r.status <= 499) throw new HttpRefused(r.status, what);
@@ -128,7 +132,10 @@ export class Server {
     for (let pages = 0; ; pages++) {
       if (pages >= MAX_PAGES) throw notArbiter(`GET ${p}`, `more than ${MAX_PAGES} pages`);
       const q = `?limit=${PAGE_SIZE}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
-      const page = await this.ok('GET', p + q);
+      // A 404 on a list every Arbiter serves: another service (the Engine API) answers.
+      const r = await this.call('GET', p + q);
+      if (r.status === 404) throw notArbiter(`GET ${p}`, `answered 404 ${errorOf(r.json)}`.trim());
+      const page = this.settle('GET', p + q, r);
       const list = page[field];
       if (!Array.isArray(list)) throw notArbiter(`GET ${p}`, `${field} is not a list`);
       if (list.length > PAGE_SIZE) throw notArbiter(`GET ${p}`, `a page of more than ${PAGE_SIZE} items`);

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { cp, mkdir, mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -93,7 +93,13 @@ export async function policyCommand(args: string[], out: Out, err: Out): Promise
   const opts: Options = { ...values, message: values.message, url: values.url, key: values.key };
   const io: Io = { json, out, err };
   try {
-    if (positionals.length !== 1) throw new CliUsageError(`policy ${sub ?? ''} needs exactly one DIR`.trim());
+    if (positionals.length !== 1) {
+      throw new CliUsageError(
+        sub === undefined
+          ? 'policy needs a command (check, test, diff, push or pull) and exactly one DIR'
+          : `policy ${sub} needs exactly one DIR`,
+      );
+    }
     const dir = positionals[0] as string;
     const allowed: Record<string, (keyof Options)[]> = {
       check: ['json'],
@@ -191,11 +197,11 @@ async function check(dir: string, io: Io): Promise<number> {
         col: p.col ?? 1,
         message: p.message,
       }));
-      print(
-        io,
-        problems.map((p) => `${p.file}:${p.row}:${p.col}: ${p.message}`),
-        { ok: false, errors: problems, exit: 1 },
-      );
+      const lines = problems.map((p) => `${p.file}:${p.row}:${p.col}: ${p.message}`);
+      // The first problem is the error (as every --json failure has one); `errors` holds them all.
+      const more = lines.length > 1 ? ` (and ${lines.length - 1} more)` : '';
+      const error = `${lines[0] ?? 'the policies do not compile'}${more}`;
+      print(io, lines, { ok: false, errors: problems, error, exit: 1 });
       return 1;
     }
     // On a thread, as the service checks a change: a `thresholds` rule that never finishes is
@@ -218,7 +224,7 @@ async function check(dir: string, io: Io): Promise<number> {
         /policy ([a-z0-9][a-z0-9._-]*):(\d+)/g,
         (_all, name: string, row: string) => `${fileOf(name)}:${row}:1`,
       );
-      print(io, [message], { ok: false, errors: [{ message }], exit: 1 });
+      print(io, [message], { ok: false, errors: [{ message }], error: message, exit: 1 });
       return 1;
     }
     print(io, [`ok: ${local.modules.length} policies and ${local.data.length} data documents compile`], {
@@ -234,31 +240,46 @@ async function check(dir: string, io: Io): Promise<number> {
 
 /**
  * Runs DIR's Rego tests with OPA's test runner, with the service's built-in module in place of any
- * copy. With --json: `{"ok", "results": [OPA's results]}`, or OPA's own error (a file it cannot
- * load) as `{"ok": false, "error", "exit": 1}`.
+ * copy, on exactly what push sends: a copy of DIR's .rego files (policies and *_test.rego) and one
+ * data.json built from the data documents as read (never the raw data files, which OPA's loader
+ * would read otherwise, nor other .json/.yaml files, which OPA would load as data too). The
+ * runner's file paths are DIR's. With --json: `{"ok", "results": [OPA's results]}`, or OPA's own
+ * error (a file it cannot load) as `{"ok": false, "error", "exit": 1}`.
  */
 async function test(dir: string, io: Io): Promise<number> {
-  await readLocal(dir, false);
+  const set = await readLocal(dir, false);
   const opa = loadConfig().opaBin;
   const work = await mkdtemp(path.join(os.tmpdir(), 'arbiter-policy-test-'));
   try {
     const tree = path.join(work, 'policies');
+    const builtin = path.join(work, 'builtin');
     await cp(dir, tree, {
       recursive: true,
-      filter: (src) => path.relative(dir, src) !== BUNDLED_BUILTIN && !path.basename(src).startsWith('.'),
+      filter: async (src) => {
+        const rel = path.relative(dir, src);
+        if (rel === '') return true;
+        if (rel === BUNDLED_BUILTIN || path.basename(src).startsWith('.')) return false;
+        // Directories are walked (empty ones do no harm); of files only the Rego ones.
+        return (await stat(src)).isDirectory() || rel.endsWith('.rego');
+      },
     });
-    await mkdir(path.join(work, 'builtin'));
-    await cp(BUILTIN_MODULE_PATH, path.join(work, 'builtin', 'authz.rego'));
-    const r = await run(
-      opa,
-      ['test', ...(io.json ? ['--format', 'json'] : ['-v']), 'builtin', 'policies'],
-      work,
-    );
-    const local = (text: string) =>
-      text
+    await writeFile(path.join(tree, 'data.json'), JSON.stringify(dataTree(set.data)));
+    await mkdir(builtin);
+    await cp(BUILTIN_MODULE_PATH, path.join(builtin, 'authz.rego'));
+    const r = await run(opa, ['test', ...(io.json ? ['--format', 'json'] : ['-v']), builtin, tree], work);
+    // The runner's paths: DIR's files under DIR as given, the built-in module as builtin/.
+    // In JSON output, the paths inside strings: DIR escaped as a JSON string would be.
+    const shownDir = dir.endsWith(path.sep) ? dir : dir + path.sep;
+    const inJson = (p: string) => JSON.stringify(p).slice(1, -1);
+    const local = (text: string, json = false) => {
+      const esc = json ? inJson : (p: string) => p;
+      return text
         .trim()
-        .split(work + path.sep)
-        .join('');
+        .split(esc(tree + path.sep))
+        .join(esc(shownDir))
+        .split(esc(builtin + path.sep))
+        .join(`builtin${path.sep}`);
+    };
     const exit = r.code === 0 ? 0 : 1;
     if (!io.json) {
       const text = local(r.stdout + r.stderr);
@@ -267,7 +288,7 @@ async function test(dir: string, io: Io): Promise<number> {
     }
     let results: unknown;
     try {
-      results = JSON.parse(local(r.stdout));
+      results = JSON.parse(local(r.stdout, true));
     } catch {
       results = undefined;
     }
@@ -276,13 +297,13 @@ async function test(dir: string, io: Io): Promise<number> {
       throw new Refused(stderr || local(r.stdout) || `the OPA test runner exited with ${r.code}`);
     }
     if (stderr) io.err(stderr);
-    io.out(
-      JSON.stringify({
-        ok: exit === 0,
-        results,
-        ...(exit === 0 ? {} : { ...(stderr ? { error: stderr } : {}), exit }),
-      }),
-    );
+    const failed = results.filter((x) => isObject(x) && (x.fail === true || x.error !== undefined)).length;
+    const error =
+      stderr ||
+      (failed > 0
+        ? `${failed} test${failed === 1 ? '' : 's'} failed`
+        : `the OPA test runner exited with ${r.code}`);
+    io.out(JSON.stringify({ ok: exit === 0, results, ...(exit === 0 ? {} : { error, exit }) }));
     return exit;
   } finally {
     await rm(work, { recursive: true, force: true });

@@ -26,7 +26,8 @@ export const BUNDLED_BUILTIN = 'authz.rego';
  * a policy another did not, and `push --prune` deleted it); two files that are the same policy
  * (`lib/helpers.rego`, `lib.helpers.rego`); two files that define the same data document or
  * documents one inside the other (one would silently win); a number JSON cannot hold (`1e400`,
- * YAML's `.inf` and `.nan`: JSON.stringify sends them as null). The directory itself may be a link.
+ * YAML's `.inf` and `.nan`: JSON.stringify sends them as null); YAML beyond the 1.2 core schema
+ * (see parseYaml). The directory itself may be a link.
  */
 export async function readPolicyDir(dir: string): Promise<PolicyDir> {
   const modules: (Module & { description: string; file: string })[] = [];
@@ -84,11 +85,14 @@ export async function readPolicyDir(dir: string): Promise<PolicyDir> {
         file: rel,
       });
     } else if (/(^|\/)data\.(json|ya?ml)$/.test(rel)) {
-      const text = await readUtf8(full);
+      // A byte order mark (some editors write one) is not part of the document: JSON.parse
+      // would refuse it with an invisible character in the message.
+      const text = (await readUtf8(full)).replace(/^\uFEFF/, '');
       let value: unknown;
       try {
-        value = rel.endsWith('.json') ? JSON.parse(text) : YAML.parse(text);
+        value = rel.endsWith('.json') ? JSON.parse(text) : parseYaml(text, full);
       } catch (e) {
+        if (e instanceof DataFileError) throw e;
         throw new Error(`${full}: ${(e as Error).message}`, { cause: e });
       }
       const at = path.posix.dirname(rel);
@@ -102,7 +106,7 @@ export async function readPolicyDir(dir: string): Promise<PolicyDir> {
         docs.push([at, value]);
       }
       for (const [p, v] of docs) {
-        checkFinite(v, full, p);
+        checkJson(v, full, p);
         const other = dataFiles.get(p);
         if (other !== undefined) {
           throw new Error(`${path.join(dir, other)} and ${full} both define the data document ${p}`);
@@ -112,7 +116,15 @@ export async function readPolicyDir(dir: string): Promise<PolicyDir> {
       }
     }
   }
-  for (const d of data) checkDataPath(d.path);
+  for (const d of data) {
+    try {
+      checkDataPath(d.path);
+    } catch (e) {
+      throw new Error(`${path.join(dir, dataFiles.get(d.path) as string)}: ${(e as Error).message}`, {
+        cause: e,
+      });
+    }
+  }
   // A document inside another (root data.json's `rbac` and rbac/extra/data.json): both would
   // define data.rbac.extra, and one would silently win.
   for (const d of data) {
@@ -131,23 +143,80 @@ export async function readPolicyDir(dir: string): Promise<PolicyDir> {
   return { modules, data, dataFiles };
 }
 
+/** A refusal that already names its file (and line). */
+class DataFileError extends Error {}
+
+/** The tags of the YAML 1.2 core schema: the only ones a data.yaml may use. */
+const CORE_TAGS = new Set(
+  ['str', 'int', 'float', 'bool', 'null', 'map', 'seq'].map((t) => `tag:yaml.org,2002:${t}`),
+);
+
 /**
- * Refuses a number JSON cannot hold anywhere in a data document (`1e400` parses to Infinity, YAML
- * has `.inf` and `.nan`): JSON.stringify would send it as null. `doc` is the document's path.
+ * A data.yaml read as YAML 1.2 (core schema), exactly as check, diff and push send it. Refused,
+ * naming the file and line, is what other YAML readers (OPA's loader, YAML 1.1) read otherwise:
+ * a merge key (`<<: *anchor`, which would be pushed as a literal `<<` key) and any tag outside
+ * the core schema (`!!set`, `!!omap`, `!!binary`, `!custom`). Errors of the parser are refused
+ * too: a duplicate key, more than one document, an alias bomb (more than 100 alias expansions).
  */
-function checkFinite(value: unknown, file: string, doc: string): void {
+function parseYaml(text: string, file: string): unknown {
+  const lines = new YAML.LineCounter();
+  const doc = YAML.parseDocument(text, {
+    version: '1.2',
+    schema: 'core',
+    merge: false,
+    uniqueKeys: true,
+    lineCounter: lines,
+  });
+  const first = doc.errors[0];
+  if (first) throw new Error(first.message);
+  const at = (node: { range?: [number, number, number] | null }) =>
+    `${file}:${node.range ? lines.linePos(node.range[0]).line : 1}`;
+  YAML.visit(doc, {
+    Pair(_key, pair) {
+      if (YAML.isScalar(pair.key) && pair.key.type === 'PLAIN' && pair.key.value === '<<') {
+        throw new DataFileError(
+          `${at(pair.key)}: a merge key (<<) is not accepted: data.yaml is read as YAML 1.2, where it is ` +
+            "a plain key, while OPA's loader (YAML 1.1) merges it; write the keys out",
+        );
+      }
+    },
+    Node(_key, node) {
+      if (node.tag !== undefined && !CORE_TAGS.has(node.tag)) {
+        throw new DataFileError(
+          `${at(node)}: the tag ${node.tag.replace(/^tag:yaml\.org,2002:/, '!!')} is not accepted: data.yaml is read as YAML 1.2 with the core ` +
+            'schema (strings, numbers, booleans, null, maps and lists)',
+        );
+      }
+    },
+  });
+  return doc.toJS({ maxAliasCount: 100 });
+}
+
+/**
+ * Refuses anything but plain JSON anywhere in a data document: a number JSON cannot hold (`1e400`
+ * parses to Infinity, YAML has `.inf` and `.nan`: JSON.stringify would send it as null), and any
+ * value that is not a string, finite number, boolean, null, plain object or array (a Map, Set,
+ * Uint8Array or Date would be sent as `{}` or another shape). `doc` is the document's path.
+ */
+function checkJson(value: unknown, file: string, doc: string): void {
   const todo: [unknown, string][] = [[value, '']];
+  const where = (at: string) => `${file}: data document ${doc}${at === '' ? '' : ` at ${at}`}`;
   for (let item = todo.pop(); item !== undefined; item = todo.pop()) {
     const [v, at] = item;
     if (typeof v === 'number' && !Number.isFinite(v)) {
-      throw new Error(
-        `${file}: data document ${doc}${at === '' ? '' : ` at ${at}`} holds ${String(v)}, ` +
-          'which JSON cannot hold (it would be sent as null)',
-      );
+      throw new Error(`${where(at)} holds ${String(v)}, which JSON cannot hold (it would be sent as null)`);
     }
     if (Array.isArray(v)) v.forEach((x, i) => todo.push([x, `${at}[${i}]`]));
     else if (typeof v === 'object' && v !== null) {
+      const proto = Object.getPrototypeOf(v) as unknown;
+      if (proto !== Object.prototype && proto !== null) {
+        throw new Error(
+          `${where(at)} holds a ${(v as object).constructor?.name ?? 'value'}, which is not plain JSON`,
+        );
+      }
       for (const [k, x] of Object.entries(v)) todo.push([x, `${at}.${k}`]);
+    } else if (!['string', 'number', 'boolean'].includes(typeof v) && v !== null) {
+      throw new Error(`${where(at)} holds a ${typeof v}, which is not plain JSON`);
     }
   }
 }
