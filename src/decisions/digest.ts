@@ -14,9 +14,9 @@ import { canonicalJson } from '../common/canonical-json.js';
  * `context` is {} when the request had none. An AuthZEN decision (SPEC §14) adds "authzen": the
  * evaluation exactly as the policy reads it (input.authzen: {"subject", "action", "resource",
  * "context"}, a batch's defaults applied, context {} when none), so that every property a policy
- * can decide on is bound too; a native request has no such member. Canonical JSON is RFC 8785 (JCS) for these values:
- * object keys sorted by UTF-16 code units, no insignificant whitespace, strings and numbers as
- * ECMAScript's JSON.stringify writes them. Any JCS library recomputes it.
+ * can decide on is bound too; a native request has no such member. Canonical JSON is RFC 8785
+ * (JCS) for these values: object keys sorted by UTF-16 code units, no insignificant whitespace,
+ * strings and numbers as ECMAScript's JSON.stringify writes them. Any JCS library recomputes it.
  */
 export interface DigestedCall {
   agent_id?: string;
