@@ -53,6 +53,16 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
       revision: (r) => m?.revision.set(r),
       shadowInline: (inline) => m?.shadowInline.set(inline ? 1 : 0),
       shadowSentBack: () => m?.shadowSentBack.inc(),
+      shadowPaired: (paired) => m?.shadowPaired.set(paired ? 1 : 0),
+      shadowPairDiffered: (detail) => {
+        m?.shadowPairDiffered.inc();
+        o.log.error(
+          { detail },
+          'a paired shadow answer differed from the two sets evaluated on their own; the pair is no longer used for this shadow set',
+        );
+      },
+      shadowUnpaired: (why) =>
+        o.log.info({ why }, 'the shadow set is evaluated on its own, not paired with the live set'),
       changed: (revision) => o.policyChanged?.(revision) ?? Promise.resolve(),
     },
     config.shadowInline,

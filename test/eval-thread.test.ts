@@ -4,8 +4,13 @@ import { onceOnly } from './helpers/backends.js';
 import { REPO } from './helpers/harness.js';
 import { RegoCompiler } from '../src/policy/compiler.js';
 import { EvaluationThread, type ThreadSet } from '../src/policy/eval-thread.js';
-import { Evaluator } from '../src/policy/evaluator.js';
-import { INLINE_MAX_MS, MAX_PROVING_DECISIONS, PROVING_DECISIONS } from '../src/policy/shadow-limits.js';
+import { Evaluator, type PolicyDecision } from '../src/policy/evaluator.js';
+import {
+  INLINE_MAX_MS,
+  MAX_PROVING_DECISIONS,
+  PAIR_CHECKED_DECISIONS,
+  PROVING_DECISIONS,
+} from '../src/policy/shadow-limits.js';
 import { ShadowRunner, type ShadowThread } from '../src/policy/shadow-runner.js';
 import { denyReadsSlowOn, SLOW_ITEMS, SPIN, SPIN_ITEMS } from './helpers/policies.js';
 
@@ -357,6 +362,105 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
     for (let i = 0; i < 3; i++) expect(await runner.evaluate(READ)).to.deep.equal(ALLOW);
     expect(asked).to.equal(6);
     await runner.close();
+  });
+
+  it('answers both from one pass once paired: checked against the two sets on their own first, dropped on a difference, sent back when slow', async () => {
+    // The live set, the shadow set and the paired module are fakes whose answers and timings the
+    // test chooses; the thread answers at once, quickly.
+    const ALLOW = { status: 'allow' as const, message: 'ok', reasons: [] };
+    const DENY = { status: 'deny' as const, message: 'reads are off', reasons: ['reads are off'] };
+    const thread: ShadowThread = {
+      active: false,
+      load() {
+        (this as { active: boolean }).active = true;
+        return Promise.resolve(undefined);
+      },
+      clear() {},
+      close: () => Promise.resolve(),
+      restart() {},
+      evaluateTimed: () => Promise.resolve({ decision: DENY, ms: 0 }),
+    };
+    const calls = { live: 0, shadow: 0, paired: 0 };
+    const live = { revision: 7, evaluate: () => (calls.live++, ALLOW) } as unknown as Evaluator;
+    const local = {
+      revision: 7,
+      lastMs: 0,
+      evaluate: () => (calls.shadow++, DENY),
+    } as unknown as Evaluator;
+    let pairedShadow: PolicyDecision = DENY;
+    const paired = {
+      revision: 7,
+      lastMs: 0,
+      evaluatePair: () => (calls.paired++, { live: ALLOW, shadow: pairedShadow }),
+    } as unknown as Evaluator & { lastMs: number };
+    const pairing: boolean[] = [];
+    const differed: string[] = [];
+    let sentBack = 0;
+    const runner = new ShadowRunner({
+      inline: true,
+      thread,
+      paired: (on) => pairing.push(on),
+      pairDiffered: (detail) => differed.push(detail),
+      sentBack: () => sentBack++,
+    });
+    const prove = async () => {
+      while (!runner.evaluatedInline) await runner.evaluate(READ);
+    };
+    const reset = () => Object.assign(calls, { live: 0, shadow: 0, paired: 0 });
+    try {
+      await runner.load(set, local);
+      const epoch = runner.loadedEpoch;
+      // Paired while still on the thread: not used until the set is proven.
+      runner.setPaired(paired, epoch);
+      expect(runner.pair(READ, live)).to.equal(undefined);
+      expect(pairing).to.deep.equal([]);
+      await prove();
+      expect(pairing).to.deep.equal([true]);
+      // Checked first: every pass is also evaluated apart, and those answers stand.
+      reset();
+      for (let i = 0; i < PAIR_CHECKED_DECISIONS; i++) {
+        expect(runner.pair(READ, live)).to.deep.equal({ live: ALLOW, shadow: DENY });
+      }
+      expect(calls).to.deep.equal({
+        live: PAIR_CHECKED_DECISIONS,
+        shadow: PAIR_CHECKED_DECISIONS,
+        paired: PAIR_CHECKED_DECISIONS,
+      });
+      // Then one pass alone.
+      reset();
+      expect(runner.pair(READ, live)).to.deep.equal({ live: ALLOW, shadow: DENY });
+      expect(calls).to.deep.equal({ live: 0, shadow: 0, paired: 1 });
+      // Another live revision than the pair was built for: no pair.
+      expect(runner.pair(READ, { ...live, revision: 8 } as unknown as Evaluator)).to.equal(undefined);
+      // A slow pass is answered, and sends the set back to its thread (no pair there).
+      paired.lastMs = INLINE_MAX_MS + 1;
+      expect(runner.pair(READ, live)).to.deep.equal({ live: ALLOW, shadow: DENY });
+      paired.lastMs = 0;
+      expect(sentBack).to.equal(1);
+      expect(runner.evaluatedInline).to.equal(false);
+      expect(pairing).to.deep.equal([true, false]);
+      expect(runner.pair(READ, live)).to.equal(undefined);
+      await prove();
+      expect(pairing).to.deep.equal([true, false, true]);
+      // A pair built for an earlier set is ignored; a new set is checked from the start, and one
+      // difference drops its pair: the answers evaluated apart stand.
+      await runner.load(set, local);
+      runner.setPaired(paired, epoch);
+      await prove();
+      expect(runner.pair(READ, live)).to.equal(undefined);
+      runner.setPaired(paired, runner.loadedEpoch);
+      pairedShadow = ALLOW;
+      reset();
+      expect(runner.pair(READ, live)).to.deep.equal({ live: ALLOW, shadow: DENY });
+      expect(calls).to.deep.equal({ live: 1, shadow: 1, paired: 1 });
+      expect(differed).to.have.length(1);
+      expect(differed[0]).to.include('"shadow":{"status":"allow"');
+      expect(pairing.at(-1)).to.equal(false);
+      expect(runner.pair(READ, live)).to.equal(undefined);
+      expect(runner.evaluatedInline).to.equal(true);
+    } finally {
+      await runner.close();
+    }
   });
 
   it('answers an error, never throws, when the inline evaluator throws or the observer does', async () => {

@@ -47,6 +47,13 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
     const r = await call('GET', `${a.platform}/api/v1/policies`);
     return r.json;
   };
+  /** The value of an unlabelled metric of the engine. */
+  const metric = async (name: string): Promise<number> => {
+    const r = await call('GET', `${a.engine}/metrics`);
+    const m = new RegExp(`^${name} (\\d+)$`, 'm').exec(r.text);
+    expect(m, `${name} is exposed`).to.not.equal(null);
+    return Number(m?.[1]);
+  };
   const shadowMetric = async (result: string): Promise<number> => {
     const r = await call('GET', `${a.engine}/metrics`);
     const m = new RegExp(`^arbiter_shadow_decisions_total\\{result="${result}"\\} (\\d+)$`, 'm').exec(r.text);
@@ -383,12 +390,6 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
   });
 
   it('evaluates a set proven on its thread beside the live set, and sends it back when an evaluation is slow', async () => {
-    const metric = async (name: string): Promise<number> => {
-      const r = await call('GET', `${a.engine}/metrics`);
-      const m = new RegExp(`^${name} (\\d+)$`, 'm').exec(r.text);
-      expect(m, `${name} is exposed`).to.not.equal(null);
-      return Number(m?.[1]);
-    };
     const inlineMetric = () => metric('arbiter_shadow_inline');
     const sentBackMetric = () => metric('arbiter_shadow_sent_back_total');
     // Denies reads at once; takes ~25 ms (700² comparisons, well under the eval budget) on a read
@@ -448,6 +449,95 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
     } finally {
       await dropShadow('proving');
       expect((await call('DELETE', `${a.platform}/api/v1/data/slow`)).status).to.be.oneOf([200, 204]);
+    }
+  });
+
+  it('evaluates a proven set in one pass with the live set once paired, recording exactly what the two would, and pairs again after a live change', async () => {
+    let sent = 0;
+    /** Sends decisions, a third each of allow, approval and deny, until `done` (never before `min`). */
+    const until = async (done: () => Promise<boolean>, min = 0) => {
+      const from = sent;
+      while (sent - from < min || !(await done())) {
+        expect(sent - from, 'decisions sent waiting').to.be.below(10_000);
+        await Promise.all(
+          Array.from({ length: 21 }, (_, i) =>
+            [
+              () => authorize(AGENT.allow, 200),
+              () => authorize(AGENT.approval, 202),
+              () => authorize(AGENT.deny, 403),
+            ][i % 3]!(),
+          ),
+        );
+        sent += 21;
+      }
+    };
+    const paired = async () => (await metric('arbiter_shadow_paired')) === 1;
+    const differedBefore = await metric('arbiter_shadow_pair_differed_total');
+    try {
+      expect((await putShadow('paired', { rego: DENY_READ })).status).to.equal(201);
+      expect(await metric('arbiter_shadow_paired')).to.equal(0);
+      // Proven on its thread (1 000 decisions), then paired once its paired module is built; the
+      // first 1 000 paired answers are also checked against the two sets evaluated apart.
+      await until(paired, 1000);
+      await until(async () => true, 1100);
+      // (Should a pause of this machine have sent it back to its thread meanwhile, it proves
+      // itself again and is paired again; a paired answer that differed drops the pair for good.)
+      await until(paired);
+      expect(await metric('arbiter_shadow_pair_differed_total')).to.equal(differedBefore);
+      // Recorded as the two sets on their own record it.
+      const read = await decisionEvent(await authorize(AGENT.allow, 200));
+      expect(read.details.shadow_result).to.equal('disagree');
+      expect(read.details.shadow).to.deep.equal({ status: 'deny', message: 'reads are switched off' });
+      const held = await decisionEvent(await authorize(AGENT.approval, 202));
+      expect(held.details.shadow_result).to.equal('agree');
+      expect(held.details).to.not.have.property('shadow');
+      expect(held.outcome).to.equal('requires_approval');
+      expect(await report()).to.deep.include({
+        decisions: sent + 2,
+        agree: (2 * sent) / 3 + 1,
+        disagree: sent / 3 + 1,
+        errors: 0,
+        changes: { 'allow→deny': sent / 3 + 1 },
+      });
+      expect(await metric('arbiter_shadow_pair_differed_total')).to.equal(differedBefore);
+      // A live change rebuilds the shadow set: on its thread again, then paired with the new live set.
+      const put = await call('PUT', `${a.platform}/api/v1/policies/paired-live`, {
+        body: { rego: 'package authz.agent\n\ndeny contains "no exports" if input.action == "export"\n' },
+      });
+      expect(put.status, put.text).to.equal(201);
+      expect(await metric('arbiter_shadow_paired')).to.equal(0);
+      await until(paired, 1000);
+      const again = await decisionEvent(await authorize(AGENT.allow, 200));
+      expect(again.details.shadow).to.deep.equal({ status: 'deny', message: 'reads are switched off' });
+    } finally {
+      await dropShadow('paired');
+      await call('DELETE', `${a.platform}/api/v1/policies/paired-live`);
+    }
+    expect(await metric('arbiter_shadow_paired')).to.equal(0);
+  });
+
+  it('evaluates a proven set it cannot pair (`with` on data in a new rule) on its own, recorded the same', async () => {
+    // `with` on data in a rule the copy would hold: the copy cannot replace what the live rules read.
+    const WITH_DATA =
+      'package authz.agent\n\ndeny contains "reads are switched off" if {\n\tinput.action == "read"\n' +
+      '\tnot data.authz.agent.allow with data.agents as {}\n}\n';
+    try {
+      expect((await putShadow('with-data', { rego: WITH_DATA })).status).to.equal(201);
+      let sent = 0;
+      while (sent < 1000 || (await metric('arbiter_shadow_inline')) === 0) {
+        expect(sent).to.be.below(10_000);
+        await Promise.all(Array.from({ length: 20 }, () => authorize(AGENT.approval, 202)));
+        sent += 20;
+      }
+      const read = await decisionEvent(await authorize(AGENT.allow, 200));
+      expect(read.details.shadow).to.deep.equal({ status: 'deny', message: 'reads are switched off' });
+      // Beside the live set, but never paired: not even once a paired module would long be built.
+      await new Promise((r) => setTimeout(r, 2000));
+      await Promise.all(Array.from({ length: 20 }, () => authorize(AGENT.approval, 202)));
+      expect(await metric('arbiter_shadow_paired')).to.equal(0);
+      expect((await report()).errors).to.equal(0);
+    } finally {
+      await dropShadow('with-data');
     }
   });
 
@@ -589,7 +679,7 @@ onceOnly('ARBITER_SHADOW_INLINE=false: the shadow set stays on its own thread', 
     await a.close();
   });
 
-  it('never moves a proven set to the serving thread (twice the decisions that prove one)', async () => {
+  it('never moves a proven set to the serving thread (twice the decisions that prove one), nor pairs it', async () => {
     const put = await call('PUT', `${a.platform}/api/v1/policies/deny-read?mode=shadow`, {
       body: { rego: DENY_READ },
     });
@@ -606,5 +696,6 @@ onceOnly('ARBITER_SHADOW_INLINE=false: the shadow set stays on its own thread', 
     expect(r.json).to.deep.include({ decisions: 2000, disagree: 2000, errors: 0 });
     const metrics = await call('GET', `${a.engine}/metrics`);
     expect(metrics.text).to.match(/^arbiter_shadow_inline 0$/m);
+    expect(metrics.text).to.match(/^arbiter_shadow_paired 0$/m);
   });
 });

@@ -252,10 +252,14 @@ export class DecisionService {
         this.checkSize('context', req.context, ids.receivedBytes);
       }
     }
-    const evaluation = this.evaluate(input);
+    // A proven shadow set paired with the live set answers in the same pass (ADR 0012).
+    const generation = this.policies.shadowSet.generation;
+    const { evaluation, pairedShadow } = this.evaluate(input);
     // The live answer is fixed; the shadow (if any) is evaluated on its thread, or here once
     // proven. Without a shadow set, or with a proven one, nothing is awaited: no extra turn.
-    const shadowing = this.shadow(input, evaluation.decision);
+    const shadowing = pairedShadow
+      ? shadowOutcome(pairedShadow, evaluation.decision, generation)
+      : this.shadow(input, evaluation.decision);
     const shadow = shadowing instanceof Promise ? await shadowing : shadowing;
     const now = new Date();
     const masked: Subject = { ...subject, context: this.maskContext(subject.context) };
@@ -312,18 +316,28 @@ export class DecisionService {
     return { decision: answer(outcome.decision), replayed: false };
   }
 
-  /** The live policy set's answer and budgets; with no set loaded, a fail-closed deny. */
-  private evaluate(input: Record<string, unknown>): Evaluation {
+  /**
+   * The live policy set's answer and budgets; with no set loaded, a fail-closed deny. When the
+   * shadow set is paired with the live set (ADR 0012), one pass answers both: the live answer is
+   * the live rules' own, and the shadow set's comes with it (`pairedShadow`).
+   */
+  private evaluate(input: Record<string, unknown>): {
+    evaluation: Evaluation;
+    pairedShadow: PolicyDecision | undefined;
+  } {
     const evaluator = this.policies.evaluator;
     const started = process.hrtime.bigint();
-    let decision: PolicyDecision = evaluator
-      ? evaluator.evaluate(input)
-      : {
-          status: 'deny',
-          message: 'no policy set is loaded',
-          reasons: ['evaluation_error'],
-          error: 'no policy set',
-        };
+    const paired = evaluator ? this.policies.shadowSet.pair(input, evaluator) : undefined;
+    let decision: PolicyDecision = paired
+      ? paired.live
+      : evaluator
+        ? evaluator.evaluate(input)
+        : {
+            status: 'deny',
+            message: 'no policy set is loaded',
+            reasons: ['evaluation_error'],
+            error: 'no policy set',
+          };
     const latencyNs = Number(process.hrtime.bigint() - started);
     let limits: LimitDeclaration[] = [];
     try {
@@ -333,7 +347,10 @@ export class DecisionService {
       const error = `invalid limit: ${(e as Error).message}`;
       decision = { status: 'deny', message: error, reasons: ['invalid_limit'], error };
     }
-    return { decision, limits, revision: evaluator?.revision ?? null, latencyNs };
+    return {
+      evaluation: { decision, limits, revision: evaluator?.revision ?? null, latencyNs },
+      pairedShadow: paired?.shadow,
+    };
   }
 
   /**

@@ -49,6 +49,17 @@ export function createMetrics() {
       aggregator: 'sum',
       registers: [registry],
     }),
+    shadowPaired: new Gauge({
+      name: 'arbiter_shadow_paired',
+      help: 'Processes evaluating their proven shadow set in one pass with the live set, sharing the rules it does not change (ADR 0012); 0 while the shadow set is evaluated on its own, or there is none.',
+      aggregator: 'sum',
+      registers: [registry],
+    }),
+    shadowPairDiffered: new Counter({
+      name: 'arbiter_shadow_pair_differed_total',
+      help: 'Times a paired answer differed from the live and shadow sets evaluated on their own while it was being checked; each time the pair was dropped for that shadow set.',
+      registers: [registry],
+    }),
     shadowSentBack: new Counter({
       name: 'arbiter_shadow_sent_back_total',
       help: `Times a proven shadow set was sent back to its own thread because one evaluation beside the live set took longer than ${INLINE_MAX_MS} ms.`,

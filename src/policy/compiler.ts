@@ -7,6 +7,10 @@ import { gunzipSync } from 'node:zlib';
 import { repoRoot } from '../config.js';
 import { ALLOWED_BUILTINS, restrictCapabilities } from './capabilities.js';
 import { type LocatedError, type ParsedModule, relocateContractErrors, ruleSites } from './contract.js';
+import { PAIRED_ENTRYPOINT, type ParsedPolicy, type RegoAst } from './paired.js';
+
+/** How many parse trees the compiler keeps (paired.ts reads each module of a set again on every change). */
+const PARSED_KEPT = 512;
 
 /** The reserved package of the built-in decision module, and the one entrypoint we evaluate. */
 export const RESERVED_PACKAGE = 'data.authz';
@@ -61,6 +65,8 @@ export class RegoCompiler {
   private allBuiltins = new Set<string>();
   private builtinRego = '';
   private identity = '';
+  /** Parse trees by the text parsed: a set's modules rarely all change at once. */
+  private readonly parsed = new Map<string, Promise<RegoAst>>();
 
   constructor(private readonly opaBin: string) {}
 
@@ -157,6 +163,82 @@ export class RegoCompiler {
         dir,
       );
       if (built.code !== 0) throw await this.refusal(built.stderr || built.stdout, dir, modules);
+      const wasm = extractFromTarGz(await readFile(out), '/policy.wasm');
+      if (!wasm) throw new Error('opa build produced no policy.wasm');
+      return wasm;
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  /**
+   * `opa parse` of each module (with locations; paired.ts), the built-in decision module as
+   * `builtin`. Rejects when one does not parse (a set that compiled always does).
+   */
+  async parse(modules: Module[]): Promise<{ modules: ParsedPolicy[]; builtin: ParsedPolicy }> {
+    const one = async (m: Module): Promise<ParsedPolicy> => ({ ...m, ast: await this.parseText(m.rego) });
+    return {
+      modules: await Promise.all(modules.map(one)),
+      builtin: await one({ name: 'builtin-authz', rego: this.builtinRego }),
+    };
+  }
+
+  private parseText(rego: string): Promise<RegoAst> {
+    const digest = createHash('sha256').update(rego).digest('hex');
+    let p = this.parsed.get(digest);
+    if (p) return p;
+    p = (async () => {
+      const dir = await mkdtemp(path.join(this.workDir, 'parse-'));
+      try {
+        await writeFile(path.join(dir, 'm.rego'), rego);
+        const r = await this.run(
+          ['parse', '--format', 'json', '--json-include', 'locations,-comments', 'm.rego'],
+          dir,
+        );
+        if (r.code !== 0) throw new Error(`opa parse failed: ${(r.stderr || r.stdout).trim()}`);
+        return JSON.parse(r.stdout) as RegoAst;
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    })();
+    p.catch(() => this.parsed.delete(digest));
+    this.parsed.set(digest, p);
+    if (this.parsed.size > PARSED_KEPT) this.parsed.delete(this.parsed.keys().next().value as string);
+    return p;
+  }
+
+  /**
+   * Compiles a paired module (paired.ts): the live modules and the built-in decision module as
+   * `compile` does, and the generated modules beside them, with the one entrypoint
+   * PAIRED_ENTRYPOINT. The live set has compiled already, so no check comes first.
+   */
+  async compilePaired(live: Module[], generated: Module[]): Promise<Buffer> {
+    const dir = await mkdtemp(path.join(this.workDir, 'paired-'));
+    try {
+      for (const sub of ['policies', 'builtin', 'paired']) await mkdir(path.join(dir, sub));
+      await writeFile(path.join(dir, 'builtin', 'authz.rego'), this.builtinRego);
+      for (const m of live) await writeFile(path.join(dir, 'policies', `${m.name}.rego`), m.rego);
+      for (const m of generated) await writeFile(path.join(dir, 'paired', `${m.name}.rego`), m.rego);
+      const out = path.join(dir, 'bundle.tar.gz');
+      const built = await this.run(
+        [
+          'build',
+          '-t',
+          'wasm',
+          '-e',
+          PAIRED_ENTRYPOINT,
+          '--capabilities',
+          this.capsFile,
+          '-o',
+          out,
+          'builtin',
+          'policies',
+          'paired',
+        ],
+        dir,
+      );
+      if (built.code !== 0)
+        throw new Error(`the paired module does not compile: ${(built.stderr || built.stdout).trim()}`);
       const wasm = extractFromTarGz(await readFile(out), '/policy.wasm');
       if (!wasm) throw new Error('opa build produced no policy.wasm');
       return wasm;

@@ -1,6 +1,7 @@
 import { loadPolicy, type LoadedPolicy } from '@open-policy-agent/opa-wasm';
 import { invalid } from '../errors.js';
 import { ENTRYPOINT, THRESHOLD_ERRORS } from './compiler.js';
+import { PAIRED_ENTRYPOINT } from './paired.js';
 import type { ThreadSet } from './eval-thread.js';
 import { hostBuiltins, type EvalClock } from './host-builtins.js';
 import { uncheckedThresholds } from './thresholds.js';
@@ -17,14 +18,23 @@ export interface PolicyDecision {
   limits?: unknown;
 }
 
+/** The live and the shadow set's decisions on one input, from one evaluation (paired.ts). */
+export interface PairedDecisions {
+  live: PolicyDecision;
+  shadow: PolicyDecision;
+}
+
 /** wasm memory: 2 MiB to start, 256 MiB at most; a policy that needs more fails closed. */
 const MEMORY = { initial: 32, maximum: 4096 };
 
 const STATUSES: ReadonlySet<string> = new Set(['allow', 'requires_approval', 'deny']);
 
+/** Which set an evaluation is of: `live+shadow` is both in one pass (paired.ts). */
+export type EvaluatedSet = 'live' | 'shadow' | 'live+shadow';
+
 /** Told when an evaluation on this thread starts (of what, by which set) and ends (stall-watchdog.ts). */
 export interface EvaluationGuard {
-  enter(input: unknown, revision: number, set: 'live' | 'shadow'): void;
+  enter(input: unknown, revision: number, set: EvaluatedSet): void;
   leave(): void;
 }
 
@@ -118,6 +128,33 @@ export class Evaluator {
   }
 
   /**
+   * Both decisions of a paired module (paired.ts) from one evaluation of PAIRED_ENTRYPOINT, or
+   * undefined when it gave no clean pair: a fault, an evaluation over the budget, or either side
+   * undefined, malformed or a fail-closed deny. The caller then evaluates each set on its own,
+   * which answers exactly as without pairing and says why.
+   */
+  evaluatePair(input: unknown): PairedDecisions | undefined {
+    const started = performance.now();
+    let result: unknown;
+    guard?.enter(input, this.revision, 'live+shadow');
+    try {
+      this.clock.nowNs = Date.now() * 1_000_000;
+      result = this.policy.evaluate(input, PAIRED_ENTRYPOINT);
+    } catch {
+      return undefined;
+    } finally {
+      guard?.leave();
+      this.lastMs = performance.now() - started;
+    }
+    if (this.lastMs > this.budgetMs || !Array.isArray(result) || result.length !== 1) return undefined;
+    const both = (result[0] as { result?: unknown }).result as Record<string, unknown> | undefined;
+    if (!both || typeof both !== 'object') return undefined;
+    const live = decisionOf(both.live);
+    const shadow = decisionOf(both.shadow);
+    return live.error === undefined && shadow.error === undefined ? { live, shadow } : undefined;
+  }
+
+  /**
    * Every problem with the thresholds this set defines (built-in module, `threshold_errors`): a
    * change that leaves any is refused. A set that cannot say is treated as having one.
    */
@@ -142,7 +179,12 @@ function checkDecision(result: unknown): PolicyDecision {
   }
   if (result.length > 1)
     return failClosed('policy evaluation failed: data.authz.decision has several values');
-  const d = (result[0] as { result?: unknown }).result as Record<string, unknown> | undefined;
+  return decisionOf((result[0] as { result?: unknown }).result);
+}
+
+/** A value of data.authz.decision, checked; the fail-closed deny when it is malformed. */
+function decisionOf(value: unknown): PolicyDecision {
+  const d = value as Record<string, unknown> | undefined;
   if (
     !d ||
     typeof d !== 'object' ||

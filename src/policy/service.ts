@@ -14,6 +14,7 @@ import { blobOf } from './history.js';
 import { readPolicyDir } from './policy-dir.js';
 import { evaluationConflict, Evaluator } from './evaluator.js';
 import { EvaluationThread, THREAD_FAILURE, thresholdErrorsOn } from './eval-thread.js';
+import { planPaired } from './paired.js';
 import { ShadowSet, shadowModules } from './shadow-set.js';
 import { thresholdErrorMessage } from './thresholds.js';
 import type {
@@ -46,6 +47,12 @@ export interface CompileObserver {
   shadowInline?(inline: boolean): void;
   /** A slow evaluation on the serving thread sent the shadow set back to its own thread. */
   shadowSentBack?(): void;
+  /** The shadow set started (true) or stopped (false) being evaluated in one pass with the live set. */
+  shadowPaired?(paired: boolean): void;
+  /** A paired answer differed from the two sets' own (the pair was dropped); `detail` shows both. */
+  shadowPairDiffered?(detail: string): void;
+  /** The shadow set loaded last cannot be paired with the live set, and why. */
+  shadowUnpaired?(why: string): void;
 }
 
 export type PolicyMeta = Omit<PolicyRecord, 'rego'>;
@@ -126,8 +133,15 @@ export class PolicyService {
       inline: shadowInline,
       moved: (inline) => observer.shadowInline?.(inline),
       sentBack: () => observer.shadowSentBack?.(),
+      paired: (paired) => observer.shadowPaired?.(paired),
+      pairDiffered: (detail) => observer.shadowPairDiffered?.(detail),
+      unpaired: (why) => observer.shadowUnpaired?.(why),
     });
+    this.shadowInline = shadowInline;
   }
+
+  /** Whether a proven shadow set moves to the serving thread (and so is paired, ADR 0012). */
+  private readonly shadowInline: boolean;
 
   /** The live evaluator; undefined only before start() has loaded a set. */
   get evaluator(): Evaluator | undefined {
@@ -839,14 +853,43 @@ export class PolicyService {
    */
   private async reshadow(): Promise<void> {
     if (!this.live) return;
+    let snap: PolicySnapshot | undefined;
     await this.shadowSet.rebuild(
       () => this.store.shadow(),
       async (shadow) => {
-        const snap = await this.store.snapshot();
+        snap = await this.store.snapshot();
         const modules = shadowModules(snap.policies, shadow);
         return this.prepare(await this.compileToModule(modules), dataTree(snap.data), snap.revision, modules);
       },
+      this.shadowInline ? (shadow) => this.pairedEvaluator(snap, shadow) : undefined,
     );
+  }
+
+  /**
+   * The paired module (paired.ts, ADR 0012) of the live set of `snap` and the shadow set it makes
+   * with `shadow`, loaded with the live data: from the store's cache when any process built it.
+   * Rejects, saying why, when the two cannot be paired.
+   */
+  private async pairedEvaluator(snap: PolicySnapshot | undefined, shadow: Module[]): Promise<Evaluator> {
+    if (!snap) throw new Error('no live set');
+    const live = snap.policies.map(({ name, rego }) => ({ name, rego }));
+    const [l, s] = await Promise.all([
+      this.compiler.parse(live),
+      this.compiler.parse(shadowModules(live, shadow)),
+    ]);
+    const data = dataTree(snap.data);
+    const plan = planPaired(l.modules, s.modules, l.builtin, data);
+    // Generated modules are named with a "/", which no policy name has: their hash is theirs alone.
+    const setHash = this.compiler.setHash([
+      ...live,
+      ...plan.modules.map((m) => ({ ...m, name: `paired/${m.name}` })),
+    ]);
+    let wasm = await this.store.getCompiled(setHash);
+    if (!wasm) {
+      wasm = await this.compiler.compilePaired(live, plan.modules);
+      await this.store.putCompiled(setHash, wasm);
+    }
+    return Evaluator.create(wasm, data, snap.revision, this.evalBudgetMs);
   }
 
   /**

@@ -23,3 +23,9 @@ export const INLINE_MAX_MS = 5;
  */
 export const SKIP_MS = 1_000;
 export const MAX_SKIP_MS = 60_000;
+
+/**
+ * The first this many answers of a shadow set's paired module (paired.ts) are checked against
+ * the live and the shadow set evaluated on their own (shadow-runner.ts).
+ */
+export const PAIR_CHECKED_DECISIONS = 1_000;

@@ -1,9 +1,10 @@
 import { EVAL_TIMEOUT_MARGIN_MS, EvaluationThread, THREAD_FAILURE, type ThreadSet } from './eval-thread.js';
-import { failClosed, type Evaluator, type PolicyDecision } from './evaluator.js';
+import { failClosed, type Evaluator, type PairedDecisions, type PolicyDecision } from './evaluator.js';
 import {
   INLINE_MAX_MS,
   MAX_PROVING_DECISIONS,
   MAX_SKIP_MS,
+  PAIR_CHECKED_DECISIONS,
   PROVING_DECISIONS,
   SKIP_MS,
 } from './shadow-limits.js';
@@ -35,6 +36,11 @@ export type ShadowThread = Pick<
  * What this leaves (docs/adr/0010): a proven set that never finishes on an input unlike every one
  * before it stalls the serving thread, as the live set would, until the stall watchdog ends the
  * process (ADR 0011). `inline: false` keeps every evaluation on the thread.
+ *
+ * Once inline, a set with a paired module (paired.ts, ADR 0012) is evaluated in one pass with the
+ * live set (`pair`), sharing every rule it does not change. The first PAIR_CHECKED_DECISIONS
+ * paired answers are checked against the two sets evaluated on their own, and those answers
+ * stand; one difference and the pair is not used again for this set.
  */
 export class ShadowRunner {
   private readonly thread: ShadowThread;
@@ -48,6 +54,12 @@ export class ShadowRunner {
   private epoch = 0;
   /** How long a decision waits for the thread's answer (ms), from the set's eval budget. */
   private waitMs = 0;
+  /** The set's paired module (paired.ts), evaluated instead of both sets once the set is inline. */
+  private paired: Evaluator | undefined;
+  /** Paired answers checked against the two sets' own so far (PAIR_CHECKED_DECISIONS). */
+  private pairChecked = 0;
+  /** Whether `pair` answers now (told through `options.paired`). */
+  private pairing = false;
   /** The current skip period after a timeout (ms; 0: none), and when it ends (performance.now()). */
   private skipMs = 0;
   private skipUntil = 0;
@@ -60,6 +72,10 @@ export class ShadowRunner {
       moved?: (inline: boolean) => void;
       /** Told when a slow evaluation on the serving thread sent the set back (after `moved`). */
       sentBack?: () => void;
+      /** Told each time the set starts or stops being evaluated in one pass with the live set. */
+      paired?: (paired: boolean) => void;
+      /** Told when a paired answer differed from the two sets' own: the pair is dropped. */
+      pairDiffered?: (detail: string) => void;
       /** The set's own thread: an EvaluationThread unless a test gives one with chosen timings. */
       thread?: ShadowThread;
       /** How long a decision waits for the thread (ms); by default the thread's own allowance. */
@@ -89,6 +105,62 @@ export class ShadowRunner {
     return this.thread.load(set);
   }
 
+  /**
+   * The paired module of the set loaded last, built for the live set of its revision (it is used
+   * only while the live set has that revision). `epoch` is what `load` returned: a module built
+   * for an earlier set is ignored.
+   */
+  setPaired(paired: Evaluator, epoch: number): void {
+    if (epoch !== this.epoch || !this.local) return;
+    this.paired = paired;
+    this.pairChecked = 0;
+    this.notePairing();
+  }
+
+  /** Identifies the set loaded last (for setPaired). */
+  get loadedEpoch(): number {
+    return this.epoch;
+  }
+
+  /**
+   * Both decisions from one pass of the paired module, when the set is evaluated inline and its
+   * paired module was built for `live`; undefined otherwise, and whenever the pass gave no clean
+   * pair: the caller then evaluates the live set and asks `evaluate`, as without a pair. While
+   * the pair is being checked, the two sets are also evaluated on their own, and their answers
+   * are the ones returned. Never throws.
+   */
+  pair(input: unknown, live: Evaluator): PairedDecisions | undefined {
+    const paired = this.paired;
+    const local = this.local;
+    if (
+      !this.pairing ||
+      !paired ||
+      !local ||
+      paired.revision !== live.revision ||
+      local.revision !== live.revision
+    ) {
+      return undefined;
+    }
+    let both: PairedDecisions | undefined;
+    try {
+      both = paired.evaluatePair(input);
+    } catch {
+      both = undefined;
+    }
+    if (paired.lastMs > INLINE_MAX_MS) this.slowInline();
+    if (!both || this.pairChecked >= PAIR_CHECKED_DECISIONS) return both;
+    const own = { live: live.evaluate(input), shadow: local.evaluate(input, 'shadow') };
+    if (JSON.stringify(own) === JSON.stringify(both)) {
+      this.pairChecked++;
+    } else {
+      this.paired = undefined;
+      this.notePairing();
+      const detail = `paired ${JSON.stringify(both)}, on their own ${JSON.stringify(own)}`;
+      this.tell(() => this.options.pairDiffered?.(detail));
+    }
+    return own;
+  }
+
   /** No shadow set. */
   clear(): void {
     this.reset(undefined);
@@ -116,12 +188,7 @@ export class ShadowRunner {
         // Evaluator.evaluate never throws; should it, the shadow counts an error, never the decision.
         d = failClosed(`shadow evaluation failed: ${e instanceof Error ? e.message : String(e)}`);
       }
-      if (ms > INLINE_MAX_MS) {
-        this.setInline(false);
-        this.proven = 0;
-        this.required = Math.min(this.required * 2, MAX_PROVING_DECISIONS);
-        this.tell(() => this.options.sentBack?.());
-      }
+      if (ms > INLINE_MAX_MS) this.slowInline();
       return d;
     }
     if (performance.now() < this.skipUntil) {
@@ -171,10 +238,27 @@ export class ShadowRunner {
     if (this.proven >= this.required && this.local) this.setInline(true);
   }
 
+  /** An evaluation on the serving thread took too long: back to the thread, to prove itself again. */
+  private slowInline(): void {
+    this.setInline(false);
+    this.proven = 0;
+    this.required = Math.min(this.required * 2, MAX_PROVING_DECISIONS);
+    this.tell(() => this.options.sentBack?.());
+  }
+
   private setInline(inline: boolean): void {
     if (this.inline === inline) return;
     this.inline = inline;
     this.tell(() => this.options.moved?.(inline));
+    this.notePairing();
+  }
+
+  /** Tells whether `pair` answers now, when that changed. */
+  private notePairing(): void {
+    const pairing = this.inline && this.paired !== undefined;
+    if (pairing === this.pairing) return;
+    this.pairing = pairing;
+    this.tell(() => this.options.paired?.(pairing));
   }
 
   private tell(observe: () => void): void {
@@ -187,6 +271,8 @@ export class ShadowRunner {
 
   private reset(local: Evaluator | undefined): void {
     this.epoch++;
+    this.paired = undefined;
+    this.pairChecked = 0;
     // Switched off, the set never moves: no copy of it is kept here.
     this.local = this.options.inline ? local : undefined;
     this.setInline(false);
@@ -194,6 +280,7 @@ export class ShadowRunner {
     this.required = PROVING_DECISIONS;
     this.skipMs = 0;
     this.skipUntil = 0;
+    this.notePairing();
   }
 }
 

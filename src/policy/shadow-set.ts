@@ -1,5 +1,5 @@
 import type { Module } from './compiler.js';
-import type { Evaluator } from './evaluator.js';
+import type { Evaluator, PairedDecisions } from './evaluator.js';
 import { ShadowRunner } from './shadow-runner.js';
 import type { ShadowState } from './types.js';
 
@@ -16,10 +16,19 @@ export class ShadowSet {
   private broken: string | undefined;
   /** The generation this process loaded (-1: none yet). */
   private loaded = -1;
+  /** Why the set loaded last has no paired module. */
+  private noPair: string | undefined;
+  /** The paired module being built for the set loaded last (settles, never rejects). */
+  private pairing: Promise<void> = Promise.resolve();
   /** The generation whose set answers shadow evaluations requested now (or fails them, broken). */
   private answering = -1;
 
-  constructor(options: ConstructorParameters<typeof ShadowRunner>[0]) {
+  constructor(
+    private readonly options: ConstructorParameters<typeof ShadowRunner>[0] & {
+      /** Told why a loaded set has no paired module: it is evaluated on its own (ADR 0012). */
+      unpaired?: (why: string) => void;
+    },
+  ) {
     this.runner = new ShadowRunner(options);
   }
 
@@ -54,13 +63,25 @@ export class ShadowSet {
   }
 
   /**
+   * Why the set loaded last has no paired module (paired.ts; undefined while one is being built,
+   * once it is built, or without a set): its shape, or the build failed.
+   */
+  get unpaired(): string | undefined {
+    return this.noPair;
+  }
+
+  /**
    * Loads the stored shadow modules (`read`) as the set `build` makes of them with the live set.
    * A set that cannot be read, built or loaded leaves the live set alone: it is marked broken.
+   * Once it is loaded, its paired module (`pair`, when given) is built in the background: until it
+   * is there, or if it cannot be, the set is evaluated on its own. Resolves once the set is loaded.
    */
   async rebuild(
     read: () => Promise<ShadowState>,
     build: (shadow: Module[]) => Promise<Evaluator>,
+    pair?: (shadow: Module[]) => Promise<Evaluator>,
   ): Promise<void> {
+    this.noPair = undefined;
     try {
       const shadow = await read();
       this.loaded = shadow.generation;
@@ -79,8 +100,25 @@ export class ShadowSet {
       this.broken = undefined;
       const loading = this.runner.load(prepared.threadSet, prepared);
       this.answering = shadow.generation;
+      const epoch = this.runner.loadedEpoch;
       const unsendable = await loading;
       if (unsendable !== undefined) throw new Error(unsendable);
+      if (pair) {
+        const policies = shadow.policies;
+        this.pairing = pair(policies).then(
+          (paired) => this.runner.setPaired(paired, epoch),
+          (e: unknown) => {
+            if (this.runner.loadedEpoch !== epoch) return;
+            const why = e instanceof Error ? e.message : String(e);
+            this.noPair = why;
+            try {
+              this.options.unpaired?.(why);
+            } catch {
+              // An observer's fault changes nothing here.
+            }
+          },
+        );
+      }
     } catch (e) {
       this.runner.clear();
       this.broken = `the shadow set cannot be evaluated: ${(e as Error).message}`;
@@ -88,9 +126,23 @@ export class ShadowSet {
     }
   }
 
+  /**
+   * Both decisions from one pass, when the set is paired with the live set `live` (ADR 0012);
+   * undefined when it is not, and the live set is then evaluated on its own (shadow-runner.ts).
+   */
+  pair(input: unknown, live: Evaluator): PairedDecisions | undefined {
+    return this.runner.active ? this.runner.pair(input, live) : undefined;
+  }
+
+  /** Settles once the paired module of the set loaded last is built, or could not be. */
+  paired(): Promise<void> {
+    return this.pairing;
+  }
+
   /** Stops the shadow thread; shadow evaluations still waiting count an error. */
-  close(): Promise<void> {
-    return this.runner.close();
+  async close(): Promise<void> {
+    await this.runner.close();
+    await this.pairing;
   }
 }
 

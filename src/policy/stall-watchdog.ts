@@ -1,5 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import type { Logger } from '../observability/logger.js';
+import type { EvaluatedSet } from './evaluator.js';
 
 /** How often the watchdog thread looks (ms). */
 const POLL_MS = 250;
@@ -82,7 +83,7 @@ export class StallWatchdog {
    * the evaluation is marked running, so a look that finds it running reads a whole label. Only
    * the strings the input names are copied, unit by unit: no string is built per decision.
    */
-  enter(input: unknown, revision: number, set: 'live' | 'shadow'): void {
+  enter(input: unknown, revision: number, set: EvaluatedSet): void {
     this.length = 0;
     this.write(set);
     this.write(' set, revision ');

@@ -1,0 +1,563 @@
+/**
+ * One pass for the live set and a proven shadow set (SPEC §11; docs/adr/0012).
+ *
+ * A shadow set is the live set with a few modules replaced or added, yet evaluating it beside the
+ * live set ran every rule twice. Here the two are compiled into one wasm module whose entrypoint
+ * answers both decisions: the live modules as they are, and a copy, under `data.__arbiter_shadow`,
+ * of only the rules the shadow modules change and the rules that read them (the builtin decision
+ * module's included). Every other rule the copy reads is an alias of the live rule
+ * (`g := data.authz.agent.g`), and OPA's wasm memoizes a rule's value within one evaluation, so a
+ * rule both sides share is evaluated once. A shadow module that only adds rules to a
+ * multi-value set (`deny contains …`) copies only those rules, beside one rule holding the live
+ * set's members.
+ *
+ * This file only plans: it reads `opa parse` trees and writes the generated Rego. The plan is
+ * refused (`Unsupported`) whenever the copy could read something other than the shadow set would:
+ * a rule reading the whole of `data` (`data[x]`, `walk(data, …)`), or a whole package the copy
+ * changes, `with` on anything but `input` in a copied rule, a rule or data document where a
+ * package is, text whose positions do not match the tree. A refused plan leaves the shadow set
+ * evaluated as before, on its own.
+ */
+import type { Module } from './compiler.js';
+
+/** The entrypoint of a paired module: `{"live": decision, "shadow": decision}`. */
+export const PAIRED_ENTRYPOINT = '__arbiter_paired/both';
+/** Where the copy lives under `data`, and the entry's package. Neither is open to policies here. */
+const SHADOW_ROOT = '__arbiter_shadow';
+const ENTRY_ROOT = '__arbiter_paired';
+/** The decision both sides answer: data.authz.decision. */
+const DECISION_PATH = ['authz', 'decision'];
+/** Fresh variable names of the generated rules; a package defining a rule of such a name is refused. */
+const FRESH = 'arbiter_shadow_v';
+
+/** `opa parse --format json --json-include locations,-comments` of one module: what is read here. */
+export interface RegoAst {
+  package: { path: AstTerm[] };
+  imports?: AstImport[];
+  rules?: AstRule[];
+}
+
+export interface AstTerm {
+  type: string;
+  value: unknown;
+  location?: AstLocation;
+}
+
+interface AstLocation {
+  row: number;
+  col: number;
+  /** Base64 of the source text the node was parsed from. */
+  text?: string;
+}
+
+interface AstImport {
+  path: AstTerm;
+  alias?: string;
+}
+
+interface AstRule {
+  head: { name?: string; ref?: AstTerm[]; args?: AstTerm[]; key?: AstTerm; value?: AstTerm };
+  body?: unknown;
+  else?: AstRule;
+  default?: boolean;
+  location?: AstLocation;
+}
+
+/** A module with its parse tree. */
+export interface ParsedPolicy {
+  name: string;
+  rego: string;
+  ast: RegoAst;
+}
+
+/** What a plan generates, and how much the shadow side shares with the live side. */
+export interface PairedPlan {
+  /** The generated modules, compiled beside the live modules and the builtin decision module. */
+  modules: Module[];
+  /** The rules evaluated again for the shadow side, as `package.rule`. */
+  copied: string[];
+  /** Multi-value rules the shadow side extends: the live members plus its own rules. */
+  extended: string[];
+}
+
+/** A set this planner cannot pair; the shadow set is then evaluated on its own. */
+export class Unsupported extends Error {}
+
+const unsupported = (why: string): never => {
+  throw new Unsupported(why);
+};
+
+interface Import {
+  /** `data`, `input`, or another root (`rego`, `future`): only `data` imports are resolved here. */
+  root: string;
+  path: string[];
+  alias: string;
+}
+
+interface ParsedModule {
+  name: string;
+  source: string;
+  rules: AstRule[];
+  lineStarts: number[];
+  pkg: string[];
+  imports: Import[];
+}
+
+/** A `data…` reference written in a rule, where the rewrite would insert the copy's root. */
+interface DataRef {
+  /** String offset just past the `data` that begins it. */
+  after: number;
+  path: string[];
+}
+
+interface RuleInfo {
+  module: ParsedModule;
+  group: string;
+  text: string;
+  /** The rule's text together with the imports it uses: equal signatures mean equal rules. */
+  signature: string;
+  /** Every static path under `data` the rule may read (imports and rules of its package resolved). */
+  reads: string[][];
+  dataRefs: DataRef[];
+  /** Per import alias, the paths the rule reads through it. */
+  aliasReads: Map<string, string[][]>;
+  /** Arity of a function; undefined for a document rule. */
+  arity: number | undefined;
+  /** `g contains x if …` */
+  multiValue: boolean;
+  /** A head of more than one term (`a.b := …`, `a[x] := …`). */
+  refHead: boolean;
+  /** A `with` whose target is not `input`. */
+  withData: boolean;
+  /** Whether the rule reads `data` as a whole (`data[x]`, `walk(data, …)`). */
+  readsAllData: boolean;
+}
+
+interface Group {
+  pkg: string[];
+  name: string;
+  live: RuleInfo[];
+  shadow: RuleInfo[];
+}
+
+const key = (path: string[]) => path.join('\u0000');
+const isPrefix = (prefix: string[], path: string[]) =>
+  prefix.length <= path.length && prefix.every((p, i) => path[i] === p);
+const overlaps = (a: string[], b: string[]) => isPrefix(a, b) || isPrefix(b, a);
+const IDENT = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/**
+ * Plans the paired module of `live` (the live set's modules) and `shadow` (the shadow set's:
+ * the live set with each shadow module replacing or adding its name), both without the builtin
+ * decision module `builtin`, over the live data `data`. Throws Unsupported.
+ */
+export function planPaired(
+  live: ParsedPolicy[],
+  shadow: ParsedPolicy[],
+  builtin: ParsedPolicy,
+  data: Record<string, unknown>,
+): PairedPlan {
+  for (const root of [SHADOW_ROOT, ENTRY_ROOT]) {
+    if (Object.hasOwn(data, root)) unsupported(`a data document is named ${root}`);
+  }
+  const liveModules = [...live, builtin].map(parseModule);
+  const shadowModules = [...shadow, builtin].map(parseModule);
+  const packages = new Map<string, string[]>();
+  const groupNames = new Map<string, Set<string>>();
+  for (const m of [...liveModules, ...shadowModules]) {
+    if (m.pkg[0] === SHADOW_ROOT || m.pkg[0] === ENTRY_ROOT) {
+      unsupported(`package ${m.pkg.join('.')} is reserved`);
+    }
+    packages.set(key(m.pkg), m.pkg);
+    const names = groupNames.get(key(m.pkg)) ?? new Set<string>();
+    for (const r of m.rules) names.add(ruleGroup(r));
+    groupNames.set(key(m.pkg), names);
+  }
+
+  const groups = new Map<string, Group>();
+  const collect = (modules: ParsedModule[], side: 'live' | 'shadow') => {
+    for (const m of modules) {
+      for (const r of m.rules) {
+        const info = ruleInfo(m, r, groupNames.get(key(m.pkg)) ?? new Set());
+        if (info.readsAllData) unsupported(`a rule of ${m.name} reads the whole of data`);
+        if (info.reads.some((p) => p[0] === SHADOW_ROOT || p[0] === ENTRY_ROOT)) {
+          unsupported(`a rule of ${m.name} reads data.${SHADOW_ROOT} or data.${ENTRY_ROOT}`);
+        }
+        const path = [...m.pkg, info.group];
+        let g = groups.get(key(path));
+        if (!g) {
+          g = { pkg: m.pkg, name: info.group, live: [], shadow: [] };
+          groups.set(key(path), g);
+        }
+        g[side].push(info);
+      }
+    }
+  };
+  collect(liveModules, 'live');
+  collect(shadowModules, 'shadow');
+  for (const g of groups.values()) {
+    const path = [...g.pkg, g.name];
+    for (const p of packages.values()) {
+      if (isPrefix(path, p)) unsupported(`rule ${path.join('.')} is where package ${p.join('.')} is`);
+    }
+    if (g.name.startsWith(FRESH)) unsupported(`rule ${path.join('.')} has a name this planner uses`);
+  }
+
+  // The rules the shadow set changes, and every rule that reads one of them, to a fixed point.
+  const affected = new Set<string>();
+  const affectedPaths: string[][] = [];
+  const affect = (k: string, g: Group) => {
+    affected.add(k);
+    affectedPaths.push([...g.pkg, g.name]);
+  };
+  for (const [k, g] of groups) if (!sameRules(g.live, g.shadow)) affect(k, g);
+  const readsAffected = (rules: RuleInfo[]) =>
+    rules.some((r) => r.reads.some((p) => affectedPaths.some((a) => overlaps(p, a))));
+  let grew: boolean;
+  do {
+    grew = false;
+    for (const [k, g] of groups) {
+      if (!affected.has(k) && readsAffected(g.shadow)) {
+        affect(k, g);
+        grew = true;
+      }
+    }
+  } while (grew);
+  // A multi-value rule to which the shadow set only adds rules, whose live rules read nothing
+  // changed: its live members are the live rule's, shared.
+  const extended = new Set<string>();
+  for (const k of affected) {
+    const g = groups.get(k)!;
+    const all = [...g.live, ...g.shadow];
+    if (
+      g.live.length > 0 &&
+      all.every((r) => r.multiValue && !r.refHead && r.arity === undefined) &&
+      containsAll(g.shadow, g.live) &&
+      !readsAffected(g.live)
+    ) {
+      extended.add(k);
+    }
+  }
+
+  const affectedPackages = new Map<string, string[]>();
+  for (const k of affected) {
+    const g = groups.get(k)!;
+    affectedPackages.set(key(g.pkg), g.pkg);
+  }
+  for (const pkg of affectedPackages.values()) {
+    if (!pkg.every((s) => IDENT.test(s)))
+      unsupported(`package ${JSON.stringify(pkg)} has a segment that is not a name`);
+    if (dataBeneath(data, pkg))
+      unsupported(`data documents lie under package ${pkg.join('.')}, which the shadow set changes`);
+  }
+
+  /** Where a path read by a copied rule is read from: the copy, the live set, or nowhere safe. */
+  const route = (path: string[]): 'copy' | 'live' => {
+    if (path.length === 0) unsupported('a copied rule reads the whole of data');
+    for (const pkg of affectedPackages.values()) {
+      if (isPrefix(path, pkg)) unsupported(`a copied rule reads the whole of package ${pkg.join('.')}`);
+    }
+    let longest: string[] | undefined;
+    for (const p of packages.values()) {
+      if (isPrefix(p, path) && p.length < path.length && (!longest || p.length > longest.length)) longest = p;
+    }
+    return longest && affectedPackages.has(key(longest)) ? 'copy' : 'live';
+  };
+
+  const generated: Module[] = [];
+  const copied: string[] = [];
+  // One copy module per source module: each keeps its own imports.
+  for (const m of shadowModules) {
+    if (!affectedPackages.has(key(m.pkg))) continue;
+    const rules: RuleInfo[] = [];
+    for (const g of groups.values()) {
+      if (key(g.pkg) !== key(m.pkg) || !affected.has(key([...g.pkg, g.name]))) continue;
+      const own = g.shadow.filter((r) => r.module === m);
+      rules.push(...(extended.has(key([...g.pkg, g.name])) ? added(own, g) : own));
+    }
+    if (rules.length === 0) continue;
+    const out: string[] = [`package ${[SHADOW_ROOT, ...m.pkg].join('.')}`, ''];
+    out.push(...copyImports(m, rules, route));
+    for (const r of rules) {
+      if (r.withData) unsupported(`a copied rule of ${m.name} uses with on data`);
+      out.push('', rewrite(r, route));
+    }
+    generated.push({ name: `copy-${generated.length}-${m.name}`, rego: out.join('\n') + '\n' });
+  }
+  // The rest of each changed package: aliases of the live rules, and the live members of the
+  // multi-value rules the shadow set extends.
+  for (const pkg of affectedPackages.values()) {
+    const out: string[] = [`package ${[SHADOW_ROOT, ...pkg].join('.')}`, ''];
+    for (const g of groups.values()) {
+      if (key(g.pkg) !== key(pkg) || g.shadow.length === 0) continue;
+      const k = key([...g.pkg, g.name]);
+      const live = `data.${[...pkg, g.name].join('.')}`;
+      if (extended.has(k)) {
+        out.push(`${g.name} contains ${FRESH} if some ${FRESH} in ${live}`);
+        continue;
+      }
+      if (affected.has(k)) {
+        copied.push([...pkg, g.name].join('.'));
+        continue;
+      }
+      const arities = new Set(g.shadow.map((r) => r.arity));
+      if (arities.size !== 1)
+        unsupported(`rule ${[...pkg, g.name].join('.')} is both a function and a document`);
+      const arity = g.shadow[0]!.arity;
+      if (arity === undefined) {
+        out.push(`${g.name} := ${live}`);
+      } else {
+        if (g.shadow.some((r) => r.refHead))
+          unsupported(`function ${[...pkg, g.name].join('.')} has a reference head`);
+        const args = Array.from({ length: arity }, (_, i) => `${FRESH}${i}`).join(', ');
+        out.push(`${g.name}(${args}) := ${live}(${args})`);
+      }
+    }
+    generated.push({ name: `shared-${generated.length}`, rego: out.join('\n') + '\n' });
+  }
+  const shadowDecision = route(DECISION_PATH) === 'copy' ? `data.${SHADOW_ROOT}.` : 'data.';
+  generated.push({
+    name: 'entry',
+    rego:
+      `package ${ENTRY_ROOT}\n\n` +
+      `both["live"] := data.${DECISION_PATH.join('.')}\n\n` +
+      `both["shadow"] := ${shadowDecision}${DECISION_PATH.join('.')}\n`,
+  });
+  return {
+    modules: generated,
+    copied: copied.sort(),
+    extended: [...extended].map((k) => k.split('\u0000').join('.')).sort(),
+  };
+}
+
+/** The group a rule defines: the first term of its head. */
+function ruleGroup(r: AstRule): string {
+  const first = r.head.ref?.[0];
+  const name = first && first.type === 'var' && typeof first.value === 'string' ? first.value : r.head.name;
+  if (typeof name !== 'string' || name === '') return unsupported('a rule has no name');
+  return name;
+}
+
+function parseModule(p: ParsedPolicy): ParsedModule {
+  const path = p.ast.package?.path ?? [];
+  const pkg = path
+    .slice(1)
+    .map((t) =>
+      t.type === 'string' && typeof t.value === 'string'
+        ? t.value
+        : unsupported(`package of ${p.name} is not static`),
+    );
+  const lineStarts = [0];
+  for (let i = 0; i < p.rego.length; i++) if (p.rego[i] === '\n') lineStarts.push(i + 1);
+  const imports = (p.ast.imports ?? []).map((im): Import => {
+    const terms = Array.isArray(im.path.value) ? (im.path.value as AstTerm[]) : [im.path];
+    const root =
+      terms[0]?.type === 'var'
+        ? String(terms[0].value)
+        : unsupported(`an import of ${p.name} is not a reference`);
+    const rest = terms
+      .slice(1)
+      .map((t) =>
+        t.type === 'string' && typeof t.value === 'string'
+          ? t.value
+          : unsupported(`an import of ${p.name} is not static`),
+      );
+    const alias = im.alias ?? rest[rest.length - 1] ?? root;
+    return { root, path: rest, alias };
+  });
+  return { name: p.name, source: p.rego, rules: p.ast.rules ?? [], lineStarts, pkg, imports };
+}
+
+/** The string offset of a location (rows from 1, columns counted in code points from 1). */
+function offsetOf(m: ParsedModule, loc: AstLocation | undefined): number {
+  if (!loc) return unsupported(`a node of ${m.name} has no location`);
+  const start = m.lineStarts[loc.row - 1];
+  if (start === undefined) return unsupported(`a location of ${m.name} is outside its text`);
+  let off = start;
+  for (let c = 1; c < loc.col; c++) {
+    const cp = m.source.codePointAt(off);
+    if (cp === undefined || cp === 0x0a) return unsupported(`a location of ${m.name} is outside its line`);
+    off += cp > 0xffff ? 2 : 1;
+  }
+  return off;
+}
+
+/** The source text at a location, checked against the text the parser recorded. */
+function textAt(m: ParsedModule, loc: AstLocation | undefined): { start: number; text: string } {
+  const start = offsetOf(m, loc);
+  const text = Buffer.from(loc?.text ?? '', 'base64').toString('utf8');
+  if (text === '' || m.source.slice(start, start + text.length) !== text) {
+    unsupported(`the parse tree of ${m.name} does not match its text`);
+  }
+  return { start, text };
+}
+
+function ruleInfo(m: ParsedModule, r: AstRule, packageRules: Set<string>): RuleInfo {
+  const group = ruleGroup(r);
+  const { start, text } = textAt(m, r.location);
+  const aliases = new Map(m.imports.filter((i) => i.root === 'data').map((i) => [i.alias, i.path]));
+  const info: RuleInfo = {
+    module: m,
+    group,
+    text,
+    signature: '',
+    reads: [],
+    dataRefs: [],
+    aliasReads: new Map(),
+    arity: r.head.args && r.head.args.length > 0 ? r.head.args.length : undefined,
+    multiValue: r.head.key !== undefined && r.head.value === undefined,
+    refHead: (r.head.ref?.length ?? 1) > 1,
+    withData: false,
+    readsAllData: false,
+  };
+  const usedAliases = new Set<string>();
+  const ref = (terms: AstTerm[]) => {
+    const head = terms[0];
+    if (!head || head.type !== 'var' || typeof head.value !== 'string') return;
+    const statics: string[] = [];
+    for (const t of terms.slice(1)) {
+      if (t.type === 'string' && typeof t.value === 'string') statics.push(t.value);
+      else break;
+    }
+    const name = head.value;
+    if (name === 'data') {
+      if (statics.length === 0) info.readsAllData = true;
+      const at = textAt(m, head.location);
+      if (at.text !== 'data') unsupported(`the parse tree of ${m.name} does not match its text`);
+      info.dataRefs.push({ after: at.start + 4 - start, path: statics });
+      info.reads.push(statics);
+    } else if (aliases.has(name)) {
+      usedAliases.add(name);
+      const path = [...aliases.get(name)!, ...statics];
+      info.reads.push(path);
+      const list = info.aliasReads.get(name) ?? [];
+      list.push(path);
+      info.aliasReads.set(name, list);
+    } else if (packageRules.has(name)) {
+      info.reads.push([...m.pkg, name]);
+    }
+  };
+  const walk = (node: unknown): void => {
+    if (Array.isArray(node)) {
+      for (const n of node) walk(n);
+      return;
+    }
+    if (!node || typeof node !== 'object') return;
+    const t = node as Partial<AstTerm> & { with?: { target?: AstTerm }[] };
+    if (Array.isArray(t.with)) {
+      for (const w of t.with) {
+        const target = w.target;
+        const root = target?.type === 'ref' ? (target.value as AstTerm[])[0]?.value : target?.value;
+        if (root !== 'input') info.withData = true;
+      }
+    }
+    if (t.type === 'ref' && Array.isArray(t.value)) {
+      ref(t.value as AstTerm[]);
+      walk((t.value as AstTerm[]).slice(1));
+      return;
+    }
+    if (t.type === 'var' && typeof t.value === 'string') {
+      ref([t as AstTerm]);
+      return;
+    }
+    for (const [k, v] of Object.entries(node)) if (k !== 'location') walk(v);
+  };
+  const walkRule = (x: AstRule) => {
+    walk(x.head.ref?.slice(1));
+    walk(x.head.args);
+    walk(x.head.key);
+    walk(x.head.value);
+    walk(x.body);
+    if (x.else) walkRule(x.else);
+  };
+  walkRule(r);
+  const imports = m.imports
+    .filter((i) => i.root === 'data' && usedAliases.has(i.alias))
+    .map((i) => `${i.alias}=${key(i.path)}`)
+    .sort();
+  info.signature = `${key(m.pkg)}\u0001${imports.join('\u0001')}\u0001${text}`;
+  return info;
+}
+
+/** Whether two lists hold the same rules, as many times each. */
+function sameRules(a: RuleInfo[], b: RuleInfo[]): boolean {
+  return a.length === b.length && containsAll(a, b);
+}
+
+/** Whether `outer` holds every rule of `inner`, as many times. */
+function containsAll(outer: RuleInfo[], inner: RuleInfo[]): boolean {
+  const counts = new Map<string, number>();
+  for (const r of outer) counts.set(r.signature, (counts.get(r.signature) ?? 0) + 1);
+  for (const r of inner) {
+    const n = counts.get(r.signature) ?? 0;
+    if (n === 0) return false;
+    counts.set(r.signature, n - 1);
+  }
+  return true;
+}
+
+/** Of `own` (rules of one module in `g`), those the shadow set adds to the live rules of `g`. */
+function added(own: RuleInfo[], g: Group): RuleInfo[] {
+  const counts = new Map<string, number>();
+  for (const r of g.live) counts.set(r.signature, (counts.get(r.signature) ?? 0) + 1);
+  const out: RuleInfo[] = [];
+  // Matched in the order of the whole group, so each live rule is matched once.
+  for (const r of g.shadow) {
+    const n = counts.get(r.signature) ?? 0;
+    if (n > 0) counts.set(r.signature, n - 1);
+    else if (own.includes(r)) out.push(r);
+  }
+  return out;
+}
+
+/** Whether `data` holds anything at or under `pkg` (a package's document would merge it). */
+function dataBeneath(data: Record<string, unknown>, pkg: string[]): boolean {
+  const isObject = (v: unknown): v is Record<string, unknown> =>
+    typeof v === 'object' && v !== null && !Array.isArray(v);
+  let node: unknown = data;
+  for (const s of pkg) {
+    // A value that is not an object on the way: the package and the document would conflict.
+    if (!isObject(node)) return true;
+    if (!Object.hasOwn(node, s)) return false;
+    node = node[s];
+  }
+  return !(isObject(node) && Object.keys(node).length === 0);
+}
+
+/** The imports of `m` that `rules` use, each pointing at the copy or the live set as its uses do. */
+function copyImports(m: ParsedModule, rules: RuleInfo[], route: (p: string[]) => 'copy' | 'live'): string[] {
+  const out: string[] = [];
+  for (const im of m.imports) {
+    if (im.root === 'rego' || im.root === 'future') {
+      // rego.v1 and future.keywords: language switches, never aliased.
+      out.push(`import ${refText(im.root, im.path)}`);
+      continue;
+    }
+    if (im.root !== 'data') {
+      out.push(`import ${refText(im.root, im.path)} as ${im.alias}`);
+      continue;
+    }
+    const uses = rules.flatMap((r) => r.aliasReads.get(im.alias) ?? []);
+    if (uses.length === 0) continue;
+    const routes = new Set(uses.map(route));
+    if (routes.size !== 1)
+      unsupported(`import ${im.alias} of ${m.name} reads both changed and unchanged packages`);
+    const root = routes.has('copy') ? ['data', SHADOW_ROOT] : ['data'];
+    out.push(`import ${refText(root[0]!, [...root.slice(1), ...im.path])} as ${im.alias}`);
+  }
+  return out;
+}
+
+function refText(root: string, path: string[]): string {
+  return root + path.map((s) => (IDENT.test(s) ? `.${s}` : `[${JSON.stringify(s)}]`)).join('');
+}
+
+/** A copied rule's text, each `data…` reference it makes into the copy's packages rewritten there. */
+function rewrite(r: RuleInfo, route: (p: string[]) => 'copy' | 'live'): string {
+  let text = r.text;
+  for (const ref of [...r.dataRefs].sort((a, b) => b.after - a.after)) {
+    if (route(ref.path) === 'copy')
+      text = `${text.slice(0, ref.after)}.${SHADOW_ROOT}${text.slice(ref.after)}`;
+  }
+  return text;
+}

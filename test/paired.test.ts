@@ -1,0 +1,358 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import fc from 'fast-check';
+import { onceOnly } from './helpers/backends.js';
+import { REPO } from './helpers/harness.js';
+import { type Module, RegoCompiler } from '../src/policy/compiler.js';
+import { Evaluator } from '../src/policy/evaluator.js';
+import { planPaired, Unsupported } from '../src/policy/paired.js';
+import { shadowModules } from '../src/policy/shadow-set.js';
+
+const opaBin = process.env.ARBITER_OPA_BIN || path.join(REPO, '.opa-bin', 'opa');
+const example = (name: string): Module => ({
+  name,
+  rego: readFileSync(path.join(REPO, 'policies', `${name}.rego`), 'utf8'),
+});
+const EXAMPLE = ['agent', 'budgets', 'delegation', 'human'].map(example);
+const DATA = JSON.parse(readFileSync(path.join(REPO, 'policies', 'data.json'), 'utf8')) as Record<
+  string,
+  unknown
+>;
+const AGENT = EXAMPLE[0]!.rego;
+const HUMAN = EXAMPLE[3]!.rego;
+
+/** agent.rego with `from` replaced by `to` (which must be there, once). */
+function editAgent(from: string, to: string): Module {
+  expect(AGENT.split(from).length, from).to.equal(2);
+  return { name: 'agent', rego: AGENT.replace(from, to) };
+}
+
+// Inputs shaped as the decision service builds them (src/decisions/service.ts), over the names
+// the example policies and data know, and some they do not.
+const ACTIONS = [
+  'read', 'list', 'deploy', 'rollback', 'delete', 'logs.tail', 'invoices.pay', 'payments.transfer',
+  'query', 'export', 'drop', 'grant', 'pay', 'create', 'update', 'never-sent',
+]; // prettier-ignore
+const RESOURCES = [
+  'repo/arbiter', 'prod/api', 'prod/db', 'prod/secrets/k', 'staging/web', 'repo//x', '/lead', 'trail/',
+  'pii/users', 'analytics/q1', 'accounts/treasury/x', 'accounts/operating', 'invoices/i-1',
+  'vendors/sanctioned-co', 'ledger/2024', 'repo/legacy-billing', 'x',
+]; // prettier-ignore
+const PRINCIPAL = { name: 'test', tenant: null, agent: null };
+const agentInput = fc.record(
+  {
+    kind: fc.constant('agent'),
+    agent_id: fc.constantFrom('deploy-bot', 'finance-bot', 'data-bot', 'unknown-agent'),
+    action: fc.constantFrom(...ACTIONS),
+    resource: fc.constantFrom(...RESOURCES),
+    confidence: fc.oneof(
+      fc.constantFrom(0, 0.3, 0.5, 0.65, 0.85, 0.9, 0.95, 1),
+      fc.double({ min: 0, max: 1, noNaN: true }),
+    ),
+    context: fc.constantFrom(
+      {},
+      { amount: 500, payee: 'vendors/paper-co' },
+      { amount: 20000 },
+      { amount: 300000 },
+      { amount: 'lots' },
+      { emergency: true },
+      { payee: 'vendors/sanctioned-co', amount: 10 },
+    ),
+    principal: fc.constant(PRINCIPAL),
+    on_behalf_of: fc.constantFrom(
+      { tenant_id: 'acme', user_id: 'alice' },
+      { tenant_id: 'acme', user_id: 'bob' },
+      { tenant_id: 'acme', user_id: 'mallory' },
+      { tenant_id: 'globex', user_id: 'dave' },
+    ),
+  },
+  { requiredKeys: ['kind', 'agent_id', 'action', 'resource', 'context', 'principal'] },
+);
+const humanInput = fc.record({
+  kind: fc.constant('human'),
+  tenant_id: fc.constantFrom('acme', 'globex', 'initech'),
+  user_id: fc.constantFrom('alice', 'bob', 'carol', 'erin', 'mallory', 'dave', 'zed'),
+  action: fc.constantFrom(...ACTIONS),
+  resource: fc.record({
+    type: fc.constantFrom('project', 'document', 'invoice', 'repo', ''),
+    id: fc.constantFrom('p1', 'd1', 'i-9', ''),
+  }),
+  context: fc.constantFrom({}, { resource_tenant: 'globex' }, { resource_tenant: 'acme' }, { agent: 'x' }),
+  principal: fc.constant(PRINCIPAL),
+});
+const anyInput = fc.oneof(agentInput, humanInput);
+
+interface PairCase {
+  title: string;
+  /** The live set (the example policies unless given). */
+  live?: Module[];
+  /** The shadow modules, each replacing or adding its name. */
+  shadow: Module[];
+  /** Rules the shadow side must evaluate again (a subset), and rules it must share. */
+  copies?: string[];
+  shares?: string[];
+  extends?: string[];
+  /** Some inputs meet an evaluation error: no clean pair then. */
+  errors?: boolean;
+}
+
+const CASES: PairCase[] = [
+  {
+    title: 'adds a deny rule: only the new rule and the decision module rules reading deny run again',
+    shadow: [
+      {
+        name: 'candidate',
+        rego: 'package authz.agent\n\ndeny contains "reads are off" if input.action == "read"\n',
+      },
+    ],
+    extends: ['authz.agent.deny'],
+    copies: ['authz.deny_reasons', 'authz.base_decision', 'authz.decision'],
+    shares: ['authz.agent.allow', 'authz.agent.require_approval', 'authz.approval_reasons', 'authz.allowed'],
+  },
+  {
+    title: 'edits one require_approval rule of agent.rego',
+    shadow: [
+      editAgent(
+        'require_approval contains "deploy to production requires approval"',
+        'require_approval contains "deploy to prod needs approval"',
+      ),
+    ],
+    copies: ['authz.agent.require_approval', 'authz.approval_reasons'],
+    shares: ['authz.agent.deny', 'authz.agent.allow', 'authz.deny_reasons'],
+  },
+  {
+    title: 'widens a rule that deny, allow and require_approval read (production)',
+    shadow: [
+      editAgent(
+        'production if matches("prod/**", input.resource, "/")',
+        'production if matches("prod/**", input.resource, "/")\n\nproduction if matches("staging/**", input.resource, "/")',
+      ),
+    ],
+    copies: ['authz.agent.production', 'authz.agent.deny', 'authz.agent.require_approval'],
+  },
+  {
+    title: 'changes a confidence threshold (a partial object with reference heads)',
+    shadow: [
+      editAgent(
+        'thresholds["deploy"] := {"deny_below": 0.6, "approval_below": 0.9}',
+        'thresholds["deploy"] := {"deny_below": 0.7, "approval_below": 0.95}',
+      ),
+    ],
+    copies: ['authz.agent.thresholds'],
+    shares: ['authz.agent.deny', 'authz.agent.allow'],
+  },
+  {
+    title: 'removes a deny rule (empty path segments are no longer refused)',
+    shadow: [
+      {
+        name: 'agent',
+        rego: AGENT.replace(
+          'deny contains concat("", ["resource ", str(input.resource), " has an empty path segment"]) if empty_segment\n',
+          '',
+        ),
+      },
+    ],
+    copies: ['authz.agent.deny'],
+  },
+  {
+    title: 'adds a helper package and a deny rule that imports it',
+    shadow: [
+      { name: 'lib-extra', rego: 'package lib.extra\n\nblocked(r) if startswith(r, "repo/")\n' },
+      {
+        name: 'candidate',
+        rego: 'package authz.agent\n\nimport data.lib.extra\n\ndeny contains "repos are frozen" if extra.blocked(input.resource)\n',
+      },
+    ],
+    extends: ['authz.agent.deny'],
+  },
+  {
+    title: 'changes a helper that a live module reads through an import',
+    live: [
+      ...EXAMPLE,
+      { name: 'risk', rego: 'package lib.risk\n\nrisky(a) if a == "drop"\n' },
+      {
+        name: 'risky',
+        rego: 'package authz.agent\n\nimport data.lib.risk as r\n\ndeny contains "risky action" if r.risky(input.action)\n',
+      },
+    ],
+    shadow: [{ name: 'risk', rego: 'package lib.risk\n\nrisky(a) if a in {"drop", "read", "query"}\n' }],
+    copies: ['lib.risk.risky', 'authz.agent.deny'],
+    shares: ['authz.agent.allow'],
+  },
+  {
+    title: 'changes the human rules, which delegated agent requests are also decided by',
+    shadow: [{ name: 'human', rego: HUMAN.replace('is suspended in tenant', 'is on leave in tenant') }],
+    copies: ['authz.human.deny'],
+    shares: ['authz.agent.deny', 'authz.human.allow'],
+  },
+  {
+    title: 'adds a rule that evaluates the live rules with another input (with input)',
+    shadow: [
+      {
+        name: 'candidate',
+        rego:
+          'package authz.agent\n\nrequire_approval contains "data-bot could not" if {\n' +
+          '\tinput.action == "read"\n\tnot data.authz.agent.allow with input.agent_id as "data-bot"\n}\n',
+      },
+    ],
+    extends: ['authz.agent.require_approval'],
+  },
+  { title: 'is the live set itself', shadow: [example('agent')], copies: [], extends: [] },
+  {
+    title: 'adds a package nothing reads: the shadow decision is the live one',
+    shadow: [{ name: 'unused', rego: 'package lib.unused\n\nx := 1\n' }],
+    copies: ['lib.unused.x'],
+    shares: ['authz.decision', 'authz.deny_reasons'],
+  },
+  {
+    title: 'adds a function that meets a conflict on some inputs (no clean pair there)',
+    shadow: [
+      {
+        name: 'candidate',
+        rego:
+          'package authz.agent\n\npick(x) := 1 if x == "read"\n\npick(x) := 2 if startswith(x, "re")\n\n' +
+          'deny contains "picked" if pick(input.action) == 3\n',
+      },
+    ],
+    extends: ['authz.agent.deny'],
+    errors: true,
+  },
+];
+
+onceOnly('Paired evaluation: the live and a shadow set in one pass (ADR 0012)', () => {
+  const compiler = new RegoCompiler(opaBin);
+  before(async () => {
+    await compiler.init();
+  });
+  after(async () => {
+    await compiler.close();
+  });
+
+  const plan = async (live: Module[], shadow: Module[], data = DATA) => {
+    const [l, s] = await Promise.all([compiler.parse(live), compiler.parse(shadowModules(live, shadow))]);
+    return planPaired(l.modules, s.modules, l.builtin, data);
+  };
+
+  for (const c of CASES) {
+    it(`answers exactly as the two sets on their own when the shadow set ${c.title}`, async function () {
+      this.timeout(120_000);
+      const live = c.live ?? EXAMPLE;
+      const shadowSet = shadowModules(live, c.shadow);
+      const p = await plan(live, c.shadow);
+      for (const rule of c.copies ?? []) expect(p.copied, `${rule} is copied`).to.include(rule);
+      for (const rule of c.shares ?? []) expect(p.copied, `${rule} is shared`).to.not.include(rule);
+      if (c.copies?.length === 0) expect(p.copied).to.deep.equal([]);
+      if (c.extends) expect(p.extended).to.deep.equal(c.extends);
+      const [pairedWasm, liveWasm, shadowWasm] = await Promise.all([
+        compiler.compilePaired(live, p.modules),
+        compiler.compile(live),
+        compiler.compile(shadowSet),
+      ]);
+      const [paired, liveSet, shadow] = await Promise.all(
+        [pairedWasm, liveWasm, shadowWasm].map((w) => Evaluator.create(w, DATA, 1, 10_000)),
+      );
+      let unpaired = 0;
+      fc.assert(
+        fc.property(anyInput, (input) => {
+          const both = paired!.evaluatePair(input);
+          const own = { live: liveSet!.evaluate(input), shadow: shadow!.evaluate(input, 'shadow') };
+          if (both === undefined) {
+            // No clean pair only where one of the two fails on its own: the caller then uses them.
+            unpaired++;
+            expect(own.live.error ?? own.shadow.error, JSON.stringify(input)).to.be.a('string');
+            return;
+          }
+          expect(both, JSON.stringify(input)).to.deep.equal(own);
+        }),
+        { numRuns: 400, seed: 20261128 },
+      );
+      if (c.errors) expect(unpaired, 'some inputs meet the error').to.be.greaterThan(0);
+      else expect(unpaired).to.equal(0);
+    });
+  }
+
+  it('copies none of the example policies for a candidate that adds a deny rule: each is an alias of the live rule', async function () {
+    this.timeout(60_000);
+    const p = await plan(EXAMPLE, CASES[0]!.shadow);
+    const rules = p.modules.map((m) => m.rego).join('\n');
+    // Every rule of the example policies is an alias or shared, not copied.
+    expect(rules).to.include('allow := data.authz.agent.allow');
+    expect(rules).to.include(
+      'deny contains arbiter_shadow_v if some arbiter_shadow_v in data.authz.agent.deny',
+    );
+    expect(rules).to.not.include('known_agent if');
+  });
+
+  describe('refuses to pair what the copy could read differently from the shadow set', () => {
+    const refused: {
+      title: string;
+      shadow: Module[];
+      live?: Module[];
+      data?: Record<string, unknown>;
+      why: RegExp;
+    }[] = [
+      {
+        title: 'a rule reading the whole of data',
+        shadow: [{ name: 'c', rego: 'package authz.agent\n\ndeny contains "x" if data[input.action]\n' }],
+        why: /reads the whole of data/,
+      },
+      {
+        title: 'a live rule reading the whole of data (it would see the copy)',
+        live: [...EXAMPLE, { name: 'walker', rego: 'package lib.walk\n\nn := count([x | walk(data, x)])\n' }],
+        shadow: [{ name: 'c', rego: 'package authz.agent\n\ndeny contains "x" if input.action == "read"\n' }],
+        why: /reads the whole of data/,
+      },
+      {
+        title: 'a copied rule reading a whole package the shadow set changes',
+        shadow: [
+          {
+            name: 'c',
+            rego: 'package authz.agent\n\nrequire_approval contains "many" if count(data.authz.agent) > 100\n',
+          },
+        ],
+        why: /reads the whole of package authz\.agent/,
+      },
+      {
+        title: 'a copied rule replacing data with `with`',
+        shadow: [
+          {
+            name: 'c',
+            rego: 'package authz.agent\n\ndeny contains "w" if {\n\tnot data.authz.agent.allow with data.agents as {}\n}\n',
+          },
+        ],
+        why: /uses with on data/,
+      },
+      {
+        title: 'data documents under a package the shadow set changes',
+        shadow: [{ name: 'c', rego: 'package lib.x\n\ny := 1\n' }],
+        live: [...EXAMPLE, { name: 'x', rego: 'package lib.x\n\ny := 2\n' }],
+        data: { ...DATA, lib: { x: { z: 1 } } },
+        why: /data documents lie under package lib\.x/,
+      },
+      {
+        title: 'a package in the copy’s own namespace',
+        shadow: [{ name: 'c', rego: 'package __arbiter_shadow.authz\n\ny := 1\n' }],
+        why: /is reserved/,
+      },
+      {
+        title: 'a data document named like the copy’s namespace',
+        shadow: [{ name: 'c', rego: 'package authz.agent\n\ndeny contains "x" if input.action == "read"\n' }],
+        data: { ...DATA, __arbiter_shadow: {} },
+        why: /data document is named __arbiter_shadow/,
+      },
+    ];
+    for (const r of refused) {
+      it(`refuses ${r.title}`, async () => {
+        let error: unknown;
+        try {
+          await plan(r.live ?? EXAMPLE, r.shadow, r.data);
+        } catch (e) {
+          error = e;
+        }
+        expect(error).to.be.instanceOf(Unsupported);
+        expect((error as Error).message).to.match(r.why);
+      });
+    }
+  });
+});
