@@ -5,16 +5,22 @@
  *
  *   npm run bench:shadow -- [--requests 4000] [--concurrency 16] [--rounds 3]
  *                           [--duration 8]   (then autocannon runs too: 32 connections, and 1 000/s)
+ *                           [--warmup 3] [--candidate add-deny|edit-rule|agree]
  *
  * The first load is a closed loop from this process (fetch, 16 at a time): its throughput follows
  * latency. With --duration, the scenario load of `npm run bench` (autocannon, its request mix)
- * also runs at saturation and at a fixed 1 000 req/s, with and without the shadow set.
+ * also runs at saturation and at a fixed 1 000 req/s, with and without the shadow set, each
+ * configuration after --warmup seconds of unrecorded load: a shadow set is a standing thing, and
+ * what it costs once it stands is measured, not its first seconds (on its own thread while it
+ * proves itself, its paired module compiling: docs/adr/0010, 0012). Each row says where the set
+ * was evaluated at its end and the CPU per decision of the serving and the writer thread.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { arbiterSpec, runLoad, type LoadResult } from './lib/load.js';
+import { byLabel, plain, scrape } from './lib/metrics.js';
 import { processCpuSeconds, stopAll } from './lib/proc.js';
 import { ADMIN_KEY, removeTempDirs, REPO, startArbiter } from './lib/targets.js';
 
@@ -24,15 +30,42 @@ const { values } = parseArgs({
     concurrency: { type: 'string', default: '16' },
     rounds: { type: 'string', default: '3' },
     duration: { type: 'string' },
+    warmup: { type: 'string', default: '3' },
+    candidate: { type: 'string', default: 'add-deny' },
   },
 });
+const warmup = Number(values.warmup);
 const duration = values.duration === undefined ? undefined : Number(values.duration);
 const requests = Number(values.requests);
 const concurrency = Number(values.concurrency);
 const rounds = Number(values.rounds);
 
-/** The candidate: one more deny rule, so that a share of decisions disagree. */
-const CANDIDATE = 'package authz.agent\n\ndeny contains "reads are off" if input.action == "read"\n';
+/**
+ * The candidate. `add-deny` (the default): one more deny rule, so that a share of decisions
+ * disagree (every read: 70% of the autocannon mix). `edit-rule`: the example agent.rego with one
+ * require_approval rule's message changed (a change to a rule every decision evaluates; the
+ * deploys disagree). `agree`: a deny rule that never holds.
+ */
+const CANDIDATES: Record<string, { name: string; rego: () => string }> = {
+  'add-deny': {
+    name: 'bench-candidate',
+    rego: () => 'package authz.agent\n\ndeny contains "reads are off" if input.action == "read"\n',
+  },
+  'edit-rule': {
+    name: 'agent',
+    rego: () =>
+      readFileSync(path.join(REPO, 'policies', 'agent.rego'), 'utf8').replace(
+        'require_approval contains "deploy to production requires approval"',
+        'require_approval contains "deploy to prod needs approval"',
+      ),
+  },
+  agree: {
+    name: 'bench-candidate',
+    rego: () => 'package authz.agent\n\ndeny contains "never" if input.action == "never-sent"\n',
+  },
+};
+const candidate = CANDIDATES[values.candidate];
+if (!candidate) throw new Error(`--candidate: one of ${Object.keys(CANDIDATES).join(', ')}`);
 const BODIES = [
   { agent_id: 'deploy-bot', action: 'read', resource: 'repo/arbiter', confidence: 0.95 },
   { agent_id: 'deploy-bot', action: 'deploy', resource: 'prod/api', confidence: 0.95 },
@@ -76,17 +109,19 @@ async function load(engine: string, key: string, shadow: boolean, pid: number): 
 }
 
 async function setShadow(platform: string, on: boolean): Promise<void> {
-  const res = await fetch(`${platform}/api/v1/policies/bench-candidate?mode=shadow`, {
+  const res = await fetch(`${platform}/api/v1/policies/${candidate!.name}?mode=shadow`, {
     method: on ? 'PUT' : 'DELETE',
     headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'text/plain' },
-    ...(on ? { body: CANDIDATE } : {}),
+    ...(on ? { body: candidate!.rego() } : {}),
   });
   if (res.status >= 300)
     throw new Error(`shadow ${on ? 'put' : 'delete'}: ${res.status} ${await res.text()}`);
 }
 
 async function main(): Promise<void> {
-  console.log(`shadow benchmark: ${requests} decisions × ${rounds} rounds, ${concurrency} concurrent`);
+  console.log(
+    `shadow benchmark: ${requests} decisions × ${rounds} rounds, ${concurrency} concurrent; candidate ${values.candidate}`,
+  );
   const a = await startArbiter();
   try {
     const pid = a.proc.pid;
@@ -112,20 +147,40 @@ async function main(): Promise<void> {
       p99: number;
       errors: number;
       cpu_us: number;
+      thread_cpu_us: Record<string, number>;
+      evaluated: string;
     }[] = [];
     if (duration !== undefined) {
       const spec = arbiterSpec(a.engine, a.agentKey);
       for (let r = 0; r < rounds; r++) {
         for (const shadow of [false, true]) {
           if (shadow) await setShadow(a.platform, true);
+          if (warmup > 0) await runLoad(spec, { connections: 32, duration: warmup, recordLatency: false });
           for (const [run, opts] of [
             ['saturation', { connections: 32 }],
             ['1000/s', { connections: 16, rate: 1000 }],
           ] as const) {
             const cpu0 = processCpuSeconds(pid);
+            const before = await scrape(a.platform);
             const x: LoadResult = await runLoad(spec, { ...opts, duration });
+            const after = await scrape(a.platform);
+            const [t0, t1] = [before, after].map((t) => byLabel(t, 'arbiter_thread_cpu_seconds', 'thread'));
             const row = {
               cpu_us: Math.round(((processCpuSeconds(pid) - cpu0) * 1e6) / Math.max(1, x.requests)),
+              thread_cpu_us: Object.fromEntries(
+                Object.keys(t1!).map((t) => [
+                  t,
+                  Math.round(((t1![t]! - (t0![t] ?? 0)) * 1e6) / Math.max(1, x.requests)),
+                ]),
+              ),
+              // Where the shadow set was evaluated when the run ended.
+              evaluated: !shadow
+                ? '-'
+                : plain(after, 'arbiter_shadow_paired') === 1
+                  ? 'paired'
+                  : plain(after, 'arbiter_shadow_inline') === 1
+                    ? 'inline'
+                    : 'thread',
               run,
               shadow,
               rps: x.rps,
@@ -137,7 +192,8 @@ async function main(): Promise<void> {
             console.log(
               `  autocannon round ${r + 1} ${run.padEnd(10)} ${shadow ? 'with shadow   ' : 'without shadow'}: ` +
                 `${Math.round(row.rps)} req/s, p50 ${row.p50} ms, p99 ${row.p99} ms, errors ${row.errors}, ` +
-                `cpu ${row.cpu_us} µs/decision`,
+                `cpu ${row.cpu_us} µs/decision ${JSON.stringify(row.thread_cpu_us)}` +
+                (shadow ? `, evaluated ${row.evaluated}` : ''),
             );
           }
           if (shadow) await setShadow(a.platform, false);
@@ -149,7 +205,8 @@ async function main(): Promise<void> {
           console.log(
             `  autocannon median ${run.padEnd(10)} ${shadow ? 'with   ' : 'without'}: ${Math.round(median(rs.map((x) => x.rps)))} req/s, ` +
               `p50 ${median(rs.map((x) => x.p50))} ms, p99 ${median(rs.map((x) => x.p99))} ms, ` +
-              `cpu ${median(rs.map((x) => x.cpu_us))} µs/decision`,
+              `cpu ${median(rs.map((x) => x.cpu_us))} µs/decision (serving ${median(rs.map((x) => x.thread_cpu_us.serving ?? NaN))}, ` +
+              `writer ${median(rs.map((x) => x.thread_cpu_us.writer ?? NaN))})`,
           );
         }
       }
@@ -165,6 +222,8 @@ async function main(): Promise<void> {
     };
     const report = {
       kind: 'shadow',
+      candidate: values.candidate,
+      warmup_s: warmup,
       requests,
       concurrency,
       machine: { cpus: os.cpus().length },

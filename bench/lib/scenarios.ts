@@ -3,7 +3,8 @@
 // on its serving thread and its writer thread, and its event-loop delay during the fixed-rate run.
 import { arbiterSpec, opaSpec, runLoad, round, type LoadResult } from './load.js';
 import { stopAll } from './proc.js';
-import { ADMIN_KEY, POLICY_DIR, SMALL_POLICY_DIR, startArbiter, startOpa } from './targets.js';
+import { byLabel, plain, scrape } from './metrics.js';
+import { POLICY_DIR, SMALL_POLICY_DIR, startArbiter, startOpa } from './targets.js';
 
 export interface ScenarioRow {
   scenario: 'example' | 'small';
@@ -84,26 +85,6 @@ function tailOf(before: string, after: string, seconds: number): Tail {
     commitMeanMs: commits > 0 ? round((delta('arbiter_decision_commit_seconds_sum') * 1e3) / commits, 2) : 0,
     commitP99BucketMs: p99 === null ? null : round(p99 * 1e3, 1),
   };
-}
-
-/** The Prometheus text of an Arbiter process, read with the admin key. */
-async function scrape(platform: string): Promise<string> {
-  const r = await fetch(`${platform}/metrics`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
-  if (!r.ok) throw new Error(`GET /metrics answered ${r.status}`);
-  return r.text();
-}
-
-/** `name{label="value"} number` lines of one metric, by the value of `label`. */
-function byLabel(text: string, name: string, label: string): Record<string, number> {
-  const out: Record<string, number> = {};
-  const re = new RegExp(`^${name}\\{[^}]*${label}="([^"]+)"[^}]*\\} ([0-9.e+-]+)$`, 'gm');
-  for (const m of text.matchAll(re)) out[m[1]!] = (out[m[1]!] ?? 0) + Number(m[2]);
-  return out;
-}
-
-function plain(text: string, name: string): number | undefined {
-  const m = new RegExp(`^${name} ([0-9.e+-]+)$`, 'm').exec(text);
-  return m ? Number(m[1]) : undefined;
 }
 
 function row(scenario: ScenarioRow['scenario'], run: ScenarioRow['run'], r: LoadResult): ScenarioRow {
