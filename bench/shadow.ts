@@ -5,7 +5,7 @@
  *
  *   npm run bench:shadow -- [--requests 4000] [--concurrency 16] [--rounds 3]
  *                           [--duration 8]   (then autocannon runs too: 32 connections, and 1 000/s)
- *                           [--warmup 3] [--candidate add-deny|edit-rule|agree]
+ *                           [--warmup 3] [--candidate add-deny|edit-rule|agree] [--paired false]
  *
  * The first load is a closed loop from this process (fetch, 16 at a time): its throughput follows
  * latency. With --duration, the scenario load of `npm run bench` (autocannon, its request mix)
@@ -14,6 +14,7 @@
  * what it costs once it stands is measured, not its first seconds (on its own thread while it
  * proves itself, its paired module compiling: docs/adr/0010, 0012). Each row says where the set
  * was evaluated at its end and the CPU per decision of the serving and the writer thread.
+ * `--paired false` sets ARBITER_SHADOW_PAIRED=false: the set evaluated apart, as before ADR 0012.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -32,6 +33,7 @@ const { values } = parseArgs({
     duration: { type: 'string' },
     warmup: { type: 'string', default: '3' },
     candidate: { type: 'string', default: 'add-deny' },
+    paired: { type: 'string', default: 'true' },
   },
 });
 const warmup = Number(values.warmup);
@@ -120,9 +122,12 @@ async function setShadow(platform: string, on: boolean): Promise<void> {
 
 async function main(): Promise<void> {
   console.log(
-    `shadow benchmark: ${requests} decisions × ${rounds} rounds, ${concurrency} concurrent; candidate ${values.candidate}`,
+    `shadow benchmark: ${requests} decisions × ${rounds} rounds, ${concurrency} concurrent; candidate ${values.candidate}` +
+      (values.paired === 'false' ? ', never paired' : ''),
   );
-  const a = await startArbiter();
+  const a = await startArbiter([], {
+    settings: values.paired === 'false' ? { ARBITER_SHADOW_PAIRED: 'false' } : {},
+  });
   try {
     const pid = a.proc.pid;
     await load(a.engine, a.agentKey, false, pid); // warm-up
@@ -223,6 +228,7 @@ async function main(): Promise<void> {
     const report = {
       kind: 'shadow',
       candidate: values.candidate,
+      paired: values.paired !== 'false',
       warmup_s: warmup,
       requests,
       concurrency,

@@ -32,6 +32,8 @@ export interface Config {
   readonly evalBudgetMs: number;
   /** Whether a shadow set that proved itself on its thread is evaluated on the serving thread (ADR 0010). */
   readonly shadowInline: boolean;
+  /** Whether an inline shadow set is evaluated in one pass with the live set where it can be (ADR 0012). */
+  readonly shadowPaired: boolean;
   /** One evaluation on the serving thread this long ends the process (0: never; ADR 0011). */
   readonly evalStallSeconds: number;
   readonly dbSync: 'full' | 'normal';
@@ -83,6 +85,7 @@ const settings = {
   maxContextBytes: { env: 'ARBITER_MAX_CONTEXT_BYTES', def: '65536', parse: positiveInt },
   evalBudgetMs: { env: 'ARBITER_EVAL_BUDGET_MS', def: '250', parse: positiveInt },
   shadowInline: { env: 'ARBITER_SHADOW_INLINE', def: 'true', parse: bool },
+  shadowPaired: { env: 'ARBITER_SHADOW_PAIRED', def: 'true', parse: bool },
   evalStallSeconds: {
     env: 'ARBITER_EVAL_STALL_SECONDS',
     def: '30',

@@ -65,7 +65,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
         o.log.info({ why }, 'the shadow set is evaluated on its own, not paired with the live set'),
       changed: (revision) => o.policyChanged?.(revision) ?? Promise.resolve(),
     },
-    config.shadowInline,
+    { inline: config.shadowInline, paired: config.shadowPaired },
     // A set about to go live is first run on the latest recorded decision inputs (off the
     // serving thread): one that would not finish on them is refused.
     (n) => recentRecordedInputs(stores.audit, n),

@@ -699,3 +699,39 @@ onceOnly('ARBITER_SHADOW_INLINE=false: the shadow set stays on its own thread', 
     expect(metrics.text).to.match(/^arbiter_shadow_paired 0$/m);
   });
 });
+
+onceOnly('ARBITER_SHADOW_PAIRED=false: a proven shadow set is evaluated beside the live set, apart', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start({ ARBITER_SHADOW_PAIRED: 'false' });
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  it('moves a proven set to the serving thread but never pairs it with the live set', async () => {
+    const gauge = async (name: string) =>
+      Number(new RegExp(`^${name} (\\d+)$`, 'm').exec((await call('GET', `${a.engine}/metrics`)).text)?.[1]);
+    const put = await call('PUT', `${a.platform}/api/v1/policies/deny-read?mode=shadow`, {
+      body: { rego: DENY_READ },
+    });
+    expect(put.status, put.text).to.equal(201);
+    let sent = 0;
+    while (sent < 1000 || (await gauge('arbiter_shadow_inline')) === 0) {
+      expect(sent).to.be.below(10_000);
+      await Promise.all(
+        Array.from({ length: 20 }, async () => {
+          const r = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });
+          expect(r.status, r.text).to.equal(200);
+        }),
+      );
+      sent += 20;
+    }
+    // Long enough for a paired module to have been built, were it built.
+    await new Promise((r) => setTimeout(r, 2000));
+    const r = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });
+    const [e] = await auditEvents(a.platform, { request_id: r.json.request_id, kind: 'decision' });
+    expect(e.details.shadow).to.deep.equal({ status: 'deny', message: 'reads are switched off' });
+    expect(await gauge('arbiter_shadow_paired')).to.equal(0);
+  });
+});

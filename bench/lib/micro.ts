@@ -211,7 +211,7 @@ export async function benchDecideLimits(
       compiler,
       250,
       { compiled: () => undefined, revision: () => undefined },
-      true,
+      { inline: true, paired: true },
     );
     opened.push(policies);
     await policies.start(dir, { actor: 'bench', traceId: newTraceId(), requestId: newId() });

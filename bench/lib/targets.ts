@@ -47,7 +47,13 @@ export interface ArbiterProc {
  */
 export async function startArbiter(
   nodeFlags: string[] = [],
-  opts: { databaseUrl?: string; agentKey?: string; policyDir?: string } = {},
+  opts: {
+    databaseUrl?: string;
+    agentKey?: string;
+    policyDir?: string;
+    /** Settings a benchmark compares (ARBITER_* variables), beside the defaults. */
+    settings?: Record<string, string>;
+  } = {},
 ): Promise<ArbiterProc> {
   const dataDir = tempDir('arbiter-bench-');
   const [enginePort, platformPort] = [await freePort(), await freePort()];
@@ -67,6 +73,7 @@ export async function startArbiter(
   const workers = process.env.ARBITER_WORKERS;
   if (workers) env.ARBITER_WORKERS = workers;
   if (opts.databaseUrl) env.ARBITER_DATABASE_URL = opts.databaseUrl;
+  Object.assign(env, opts.settings ?? {});
 
   // A second process on a shared database uses the key the first one made.
   let agentKey = opts.agentKey;

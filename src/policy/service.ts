@@ -124,24 +124,27 @@ export class PolicyService {
     private readonly compiler: RegoCompiler,
     private readonly evalBudgetMs: number,
     private readonly observer: CompileObserver,
-    /** Whether a proven shadow set moves to the serving thread (ADR 0010). */
-    shadowInline: boolean,
+    /**
+     * Whether a proven shadow set moves to the serving thread (ADR 0010), and whether there it is
+     * evaluated in one pass with the live set where it can be (ADR 0012).
+     */
+    shadow: { inline: boolean; paired: boolean },
     /** The policy inputs of the most recent recorded decisions, newest first (the audit trail). */
     private readonly recentInputs?: (n: number) => Promise<RecordedInput[]>,
   ) {
     this.shadowSet = new ShadowSet({
-      inline: shadowInline,
+      inline: shadow.inline,
       moved: (inline) => observer.shadowInline?.(inline),
       sentBack: () => observer.shadowSentBack?.(),
       paired: (paired) => observer.shadowPaired?.(paired),
       pairDiffered: (detail) => observer.shadowPairDiffered?.(detail),
       unpaired: (why) => observer.shadowUnpaired?.(why),
     });
-    this.shadowInline = shadowInline;
+    this.shadowPaired = shadow.inline && shadow.paired;
   }
 
-  /** Whether a proven shadow set moves to the serving thread (and so is paired, ADR 0012). */
-  private readonly shadowInline: boolean;
+  /** Whether an inline shadow set is paired with the live set (ADR 0012). */
+  private readonly shadowPaired: boolean;
 
   /** The live evaluator; undefined only before start() has loaded a set. */
   get evaluator(): Evaluator | undefined {
@@ -861,7 +864,7 @@ export class PolicyService {
         const modules = shadowModules(snap.policies, shadow);
         return this.prepare(await this.compileToModule(modules), dataTree(snap.data), snap.revision, modules);
       },
-      this.shadowInline ? (shadow) => this.pairedEvaluator(snap, shadow) : undefined,
+      this.shadowPaired ? (shadow) => this.pairedEvaluator(snap, shadow) : undefined,
     );
   }
 

@@ -107,8 +107,8 @@ export class ShadowRunner {
 
   /**
    * The paired module of the set loaded last, built for the live set of its revision (it is used
-   * only while the live set has that revision). `epoch` is what `load` returned: a module built
-   * for an earlier set is ignored.
+   * only while the live set has that revision). `epoch` is `loadedEpoch` as it was right after
+   * that set's `load`: a module built for an earlier set is ignored.
    */
   setPaired(paired: Evaluator, epoch: number): void {
     if (epoch !== this.epoch || !this.local) return;
