@@ -58,6 +58,8 @@ const agentInput = fc.record(
       { amount: 'lots' },
       { emergency: true },
       { payee: 'vendors/sanctioned-co', amount: 10 },
+      { override: 'requested' },
+      { override: 'granted' },
     ),
     principal: fc.constant(PRINCIPAL),
     on_behalf_of: fc.constantFrom(
@@ -198,6 +200,32 @@ const CASES: PairCase[] = [
     ],
     extends: ['authz.agent.require_approval'],
   },
+  {
+    title: 'changes a default rule (its text runs from `default` to the end of its head)',
+    live: [
+      ...EXAMPLE,
+      {
+        name: 'override',
+        rego:
+          'package authz.agent\n\ndefault override_allowed := false\n\n' +
+          'override_allowed if input.context.override == "granted"\n\n' +
+          'require_approval contains "override requested" if {\n\tinput.context.override == "requested"\n' +
+          '\tnot override_allowed\n}\n',
+      },
+    ],
+    shadow: [
+      {
+        name: 'override',
+        rego:
+          'package authz.agent\n\ndefault override_allowed := true\n\n' +
+          'override_allowed if input.context.override == "granted"\n\n' +
+          'require_approval contains "override requested" if {\n\tinput.context.override == "requested"\n' +
+          '\tnot override_allowed\n}\n',
+      },
+    ],
+    copies: ['authz.agent.override_allowed', 'authz.agent.require_approval'],
+    shares: ['authz.agent.deny'],
+  },
   { title: 'is the live set itself', shadow: [example('agent')], copies: [], extends: [] },
   {
     title: 'adds a package nothing reads: the shadow decision is the live one',
@@ -329,6 +357,18 @@ onceOnly('Paired evaluation: the live and a shadow set in one pass (ADR 0012)', 
         live: [...EXAMPLE, { name: 'x', rego: 'package lib.x\n\ny := 2\n' }],
         data: { ...DATA, lib: { x: { z: 1 } } },
         why: /data documents lie under package lib\.x/,
+      },
+      {
+        title: 'a rule of several bodies (each a rule whose text lacks the head)',
+        shadow: [
+          {
+            name: 'c',
+            rego:
+              'package authz.agent\n\nflagged if { input.action == "x" } { input.action == "y" }\n\n' +
+              'deny contains "flagged" if flagged\n',
+          },
+        ],
+        why: /has a body apart from its head/,
       },
       {
         title: 'a package in the copy’s own namespace',

@@ -11,6 +11,10 @@ import { PAIRED_ENTRYPOINT, type ParsedPolicy, type RegoAst } from './paired.js'
 
 /** How many parse trees the compiler keeps (paired.ts reads each module of a set again on every change). */
 const PARSED_KEPT = 512;
+/** At most this many `opa parse` processes at once: a set of hundreds of modules is parsed a few at a time. */
+const PARSES_AT_ONCE = 4;
+/** The niceness of the OPA runs nothing waits for (paired modules, in the background). */
+const BACKGROUND_PRIORITY = 10;
 
 /** The reserved package of the built-in decision module, and the one entrypoint we evaluate. */
 export const RESERVED_PACKAGE = 'data.authz';
@@ -67,6 +71,8 @@ export class RegoCompiler {
   private identity = '';
   /** Parse trees by the text parsed: a set's modules rarely all change at once. */
   private readonly parsed = new Map<string, Promise<RegoAst>>();
+  private parsing = 0;
+  private readonly parseWaiters: (() => void)[] = [];
 
   constructor(private readonly opaBin: string) {}
 
@@ -187,20 +193,21 @@ export class RegoCompiler {
     const digest = createHash('sha256').update(rego).digest('hex');
     let p = this.parsed.get(digest);
     if (p) return p;
-    p = (async () => {
+    p = this.limited(async () => {
       const dir = await mkdtemp(path.join(this.workDir, 'parse-'));
       try {
         await writeFile(path.join(dir, 'm.rego'), rego);
         const r = await this.run(
           ['parse', '--format', 'json', '--json-include', 'locations,-comments', 'm.rego'],
           dir,
+          true,
         );
         if (r.code !== 0) throw new Error(`opa parse failed: ${(r.stderr || r.stdout).trim()}`);
         return JSON.parse(r.stdout) as RegoAst;
       } finally {
         await rm(dir, { recursive: true, force: true });
       }
-    })();
+    });
     p.catch(() => this.parsed.delete(digest));
     this.parsed.set(digest, p);
     if (this.parsed.size > PARSED_KEPT) this.parsed.delete(this.parsed.keys().next().value as string);
@@ -236,6 +243,7 @@ export class RegoCompiler {
           'paired',
         ],
         dir,
+        true,
       );
       if (built.code !== 0)
         throw new Error(`the paired module does not compile: ${(built.stderr || built.stdout).trim()}`);
@@ -302,10 +310,17 @@ export class RegoCompiler {
     return new CompileError(located.join('; ') + more, problems);
   }
 
-  /** Runs the OPA CLI; rejects only when it cannot be started or times out. */
-  private run(args: string[], cwd?: string): Promise<{ code: number; stdout: string; stderr: string }> {
+  /**
+   * Runs the OPA CLI; rejects only when it cannot be started or times out. `background` work (a
+   * paired module: nothing waits for it) runs at a lower CPU priority, so that decisions come first.
+   */
+  private run(
+    args: string[],
+    cwd?: string,
+    background = false,
+  ): Promise<{ code: number; stdout: string; stderr: string }> {
     return new Promise((resolve, reject) => {
-      execFile(
+      const child = execFile(
         this.opaBin,
         args,
         { cwd, maxBuffer: 64 * 1024 * 1024, timeout: 120_000 },
@@ -314,7 +329,26 @@ export class RegoCompiler {
           resolve({ code: err ? (err.code as number) : 0, stdout, stderr });
         },
       );
+      if (background && child.pid !== undefined) {
+        try {
+          os.setPriority(child.pid, BACKGROUND_PRIORITY);
+        } catch {
+          // Not allowed here, or it has exited already: it runs at the usual priority.
+        }
+      }
     });
+  }
+
+  /** Runs `fn` when fewer than PARSES_AT_ONCE parses are running. */
+  private async limited<T>(fn: () => Promise<T>): Promise<T> {
+    while (this.parsing >= PARSES_AT_ONCE) await new Promise<void>((r) => this.parseWaiters.push(r));
+    this.parsing++;
+    try {
+      return await fn();
+    } finally {
+      this.parsing--;
+      this.parseWaiters.shift()?.();
+    }
   }
 }
 

@@ -56,7 +56,14 @@ interface AstImport {
 }
 
 interface AstRule {
-  head: { name?: string; ref?: AstTerm[]; args?: AstTerm[]; key?: AstTerm; value?: AstTerm };
+  head: {
+    name?: string;
+    ref?: AstTerm[];
+    args?: AstTerm[];
+    key?: AstTerm;
+    value?: AstTerm;
+    location?: AstLocation;
+  };
   body?: unknown;
   else?: AstRule;
   default?: boolean;
@@ -394,7 +401,19 @@ function textAt(m: ParsedModule, loc: AstLocation | undefined): { start: number;
 
 function ruleInfo(m: ParsedModule, r: AstRule, packageRules: Set<string>): RuleInfo {
   const group = ruleGroup(r);
-  const { start, text } = textAt(m, r.location);
+  const at = textAt(m, r.location);
+  const start = at.start;
+  let text = at.text;
+  if (r.default) {
+    // A default rule's location covers the keyword only; its head holds the rest.
+    const head = textAt(m, r.head.location);
+    if (text !== 'default' || head.start < start)
+      unsupported(`a default rule of ${m.name} is not where its head is`);
+    text = m.source.slice(start, head.start + head.text.length);
+  } else if (offsetOf(m, r.head.ref?.[0]?.location) !== start) {
+    // A second body of a rule (`p if { … } { … }`) is a rule of its own, without its head's text.
+    unsupported(`a rule of ${m.name} has a body apart from its head`);
+  }
   const aliases = new Map(m.imports.filter((i) => i.root === 'data').map((i) => [i.alias, i.path]));
   const info: RuleInfo = {
     module: m,
