@@ -103,6 +103,8 @@ interface Import {
 
 interface ParsedModule {
   name: string;
+  /** key(pkg) */
+  pkgKey: string;
   source: string;
   rules: AstRule[];
   lineStarts: number[];
@@ -141,7 +143,10 @@ interface RuleInfo {
 }
 
 interface Group {
+  /** key([...pkg, name]) */
+  key: string;
   pkg: string[];
+  pkgKey: string;
   name: string;
   live: RuleInfo[];
   shadow: RuleInfo[];
@@ -150,7 +155,6 @@ interface Group {
 const key = (path: string[]) => path.join('\u0000');
 const isPrefix = (prefix: string[], path: string[]) =>
   prefix.length <= path.length && prefix.every((p, i) => path[i] === p);
-const overlaps = (a: string[], b: string[]) => isPrefix(a, b) || isPrefix(b, a);
 const IDENT = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**
@@ -167,34 +171,55 @@ export function planPaired(
   for (const root of [SHADOW_ROOT, ENTRY_ROOT]) {
     if (Object.hasOwn(data, root)) unsupported(`a data document is named ${root}`);
   }
-  const liveModules = [...live, builtin].map(parseModule);
-  const shadowModules = [...shadow, builtin].map(parseModule);
+  // A module both sets hold (most of them) is read once.
+  const readOnce = new Map<string, ParsedModule>();
+  const read = (p: ParsedPolicy) => {
+    const k = `${p.name}\u0000${p.rego}`;
+    let m = readOnce.get(k);
+    if (!m) {
+      m = parseModule(p);
+      readOnce.set(k, m);
+    }
+    return m;
+  };
+  const liveModules = [...live, builtin].map(read);
+  const shadowModules = [...shadow, builtin].map(read);
   const packages = new Map<string, string[]>();
   const groupNames = new Map<string, Set<string>>();
   for (const m of [...liveModules, ...shadowModules]) {
     if (m.pkg[0] === SHADOW_ROOT || m.pkg[0] === ENTRY_ROOT) {
       unsupported(`package ${m.pkg.join('.')} is reserved`);
     }
-    packages.set(key(m.pkg), m.pkg);
-    const names = groupNames.get(key(m.pkg)) ?? new Set<string>();
+    packages.set(m.pkgKey, m.pkg);
+    const names = groupNames.get(m.pkgKey) ?? new Set<string>();
     for (const r of m.rules) names.add(ruleGroup(r));
-    groupNames.set(key(m.pkg), names);
+    groupNames.set(m.pkgKey, names);
   }
 
   const groups = new Map<string, Group>();
-  const collect = (modules: ParsedModule[], side: 'live' | 'shadow') => {
-    for (const m of modules) {
-      for (const r of m.rules) {
-        const info = ruleInfo(m, r, groupNames.get(key(m.pkg)) ?? new Set());
+  const infos = new Map<ParsedModule, RuleInfo[]>();
+  const infosOf = (m: ParsedModule) => {
+    let list = infos.get(m);
+    if (!list) {
+      list = m.rules.map((r) => ruleInfo(m, r, groupNames.get(m.pkgKey) ?? new Set()));
+      for (const info of list) {
         if (info.readsAllData) unsupported(`a rule of ${m.name} reads the whole of data`);
         if (info.reads.some((p) => p[0] === SHADOW_ROOT || p[0] === ENTRY_ROOT)) {
           unsupported(`a rule of ${m.name} reads data.${SHADOW_ROOT} or data.${ENTRY_ROOT}`);
         }
-        const path = [...m.pkg, info.group];
-        let g = groups.get(key(path));
+      }
+      infos.set(m, list);
+    }
+    return list;
+  };
+  const collect = (modules: ParsedModule[], side: 'live' | 'shadow') => {
+    for (const m of modules) {
+      for (const info of infosOf(m)) {
+        const k = key([...m.pkg, info.group]);
+        let g = groups.get(k);
         if (!g) {
-          g = { pkg: m.pkg, name: info.group, live: [], shadow: [] };
-          groups.set(key(path), g);
+          g = { key: k, pkg: m.pkg, pkgKey: m.pkgKey, name: info.group, live: [], shadow: [] };
+          groups.set(k, g);
         }
         g[side].push(info);
       }
@@ -202,34 +227,68 @@ export function planPaired(
   };
   collect(liveModules, 'live');
   collect(shadowModules, 'shadow');
-  for (const g of groups.values()) {
-    const path = [...g.pkg, g.name];
-    for (const p of packages.values()) {
-      if (isPrefix(path, p)) unsupported(`rule ${path.join('.')} is where package ${p.join('.')} is`);
+  for (const p of packages.values()) {
+    for (let n = 1; n <= p.length; n++) {
+      const rule = key(p.slice(0, n));
+      if (groups.has(rule)) unsupported(`rule ${p.slice(0, n).join('.')} is where package ${p.join('.')} is`);
     }
-    if (g.name.startsWith(FRESH)) unsupported(`rule ${path.join('.')} has a name this planner uses`);
+  }
+  for (const g of groups.values()) {
+    if (g.name.startsWith(FRESH))
+      unsupported(`rule ${[...g.pkg, g.name].join('.')} has a name this planner uses`);
   }
 
-  // The rules the shadow set changes, and every rule that reads one of them, to a fixed point.
-  const affected = new Set<string>();
-  const affectedPaths: string[][] = [];
-  const affect = (k: string, g: Group) => {
-    affected.add(k);
-    affectedPaths.push([...g.pkg, g.name]);
+  // The rules the shadow set changes, and every rule that reads one of them, transitively: a
+  // walk over who reads whom, each read looked up by its path (a set of thousands of rules is
+  // planned on the serving thread, so nothing here is quadratic in rules).
+  const underPath = new Map<string, string[]>();
+  for (const [k, g] of groups) {
+    const path = [...g.pkg, g.name];
+    for (let n = 1; n < path.length; n++) {
+      const list = underPath.get(key(path.slice(0, n))) ?? [];
+      list.push(k);
+      underPath.set(key(path.slice(0, n)), list);
+    }
+  }
+  /** The rules a read of `path` may reach: those at a prefix of it, and those under it. */
+  const reached = (path: string[]): string[] => {
+    const out: string[] = [...(underPath.get(key(path)) ?? [])];
+    for (let n = 1; n <= path.length; n++) {
+      const at = key(path.slice(0, n));
+      if (groups.has(at)) out.push(at);
+    }
+    return out;
   };
-  for (const [k, g] of groups) if (!sameRules(g.live, g.shadow)) affect(k, g);
-  const readsAffected = (rules: RuleInfo[]) =>
-    rules.some((r) => r.reads.some((p) => affectedPaths.some((a) => overlaps(p, a))));
-  let grew: boolean;
-  do {
-    grew = false;
-    for (const [k, g] of groups) {
-      if (!affected.has(k) && readsAffected(g.shadow)) {
-        affect(k, g);
-        grew = true;
+  const readers = new Map<string, Set<string>>();
+  for (const [k, g] of groups) {
+    for (const r of g.shadow) {
+      for (const p of r.reads) {
+        for (const read of reached(p)) {
+          const set = readers.get(read) ?? new Set<string>();
+          set.add(k);
+          readers.set(read, set);
+        }
       }
     }
-  } while (grew);
+  }
+  const affected = new Set<string>();
+  const pending: string[] = [];
+  for (const [k, g] of groups) {
+    if (!sameRules(g.live, g.shadow)) {
+      affected.add(k);
+      pending.push(k);
+    }
+  }
+  for (let k = pending.pop(); k !== undefined; k = pending.pop()) {
+    for (const reader of readers.get(k) ?? []) {
+      if (!affected.has(reader)) {
+        affected.add(reader);
+        pending.push(reader);
+      }
+    }
+  }
+  const readsAffected = (rules: RuleInfo[]) =>
+    rules.some((r) => r.reads.some((p) => reached(p).some((k) => affected.has(k))));
   // A multi-value rule to which the shadow set only adds rules, whose live rules read nothing
   // changed: its live members are the live rule's, shared.
   const extended = new Set<string>();
@@ -249,7 +308,7 @@ export function planPaired(
   const affectedPackages = new Map<string, string[]>();
   for (const k of affected) {
     const g = groups.get(k)!;
-    affectedPackages.set(key(g.pkg), g.pkg);
+    affectedPackages.set(g.pkgKey, g.pkg);
   }
   for (const pkg of affectedPackages.values()) {
     if (!pkg.every((s) => IDENT.test(s)))
@@ -274,15 +333,18 @@ export function planPaired(
   const generated: Module[] = [];
   const copied: string[] = [];
   // One copy module per source module: each keeps its own imports.
-  for (const m of shadowModules) {
-    if (!affectedPackages.has(key(m.pkg))) continue;
-    const rules: RuleInfo[] = [];
-    for (const g of groups.values()) {
-      if (key(g.pkg) !== key(m.pkg) || !affected.has(key([...g.pkg, g.name]))) continue;
-      const own = g.shadow.filter((r) => r.module === m);
-      rules.push(...(extended.has(key([...g.pkg, g.name])) ? added(own, g) : own));
+  const copiedRules = new Map<ParsedModule, RuleInfo[]>();
+  for (const g of groups.values()) {
+    if (!affected.has(g.key)) continue;
+    for (const r of extended.has(g.key) ? added(g) : g.shadow) {
+      const list = copiedRules.get(r.module) ?? [];
+      list.push(r);
+      copiedRules.set(r.module, list);
     }
-    if (rules.length === 0) continue;
+  }
+  for (const m of shadowModules) {
+    const rules = copiedRules.get(m);
+    if (!rules) continue;
     const out: string[] = [`package ${[SHADOW_ROOT, ...m.pkg].join('.')}`, ''];
     out.push(...copyImports(m, rules, route));
     for (const r of rules) {
@@ -293,17 +355,18 @@ export function planPaired(
   }
   // The rest of each changed package: aliases of the live rules, and the live members of the
   // multi-value rules the shadow set extends.
-  for (const pkg of affectedPackages.values()) {
+  const groupsOf = new Map<string, Group[]>();
+  for (const g of groups.values()) groupsOf.set(g.pkgKey, [...(groupsOf.get(g.pkgKey) ?? []), g]);
+  for (const [pkgKey, pkg] of affectedPackages) {
     const out: string[] = [`package ${[SHADOW_ROOT, ...pkg].join('.')}`, ''];
-    for (const g of groups.values()) {
-      if (key(g.pkg) !== key(pkg) || g.shadow.length === 0) continue;
-      const k = key([...g.pkg, g.name]);
+    for (const g of groupsOf.get(pkgKey) ?? []) {
+      if (g.shadow.length === 0) continue;
       const live = `data.${[...pkg, g.name].join('.')}`;
-      if (extended.has(k)) {
+      if (extended.has(g.key)) {
         out.push(`${g.name} contains ${FRESH} if some ${FRESH} in ${live}`);
         continue;
       }
-      if (affected.has(k)) {
+      if (affected.has(g.key)) {
         copied.push([...pkg, g.name].join('.'));
         continue;
       }
@@ -372,7 +435,15 @@ function parseModule(p: ParsedPolicy): ParsedModule {
     const alias = im.alias ?? rest[rest.length - 1] ?? root;
     return { root, path: rest, alias };
   });
-  return { name: p.name, source: p.rego, rules: p.ast.rules ?? [], lineStarts, pkg, imports };
+  return {
+    name: p.name,
+    pkgKey: key(pkg),
+    source: p.rego,
+    rules: p.ast.rules ?? [],
+    lineStarts,
+    pkg,
+    imports,
+  };
 }
 
 /** The string offset of a location (rows from 1, columns counted in code points from 1). */
@@ -515,8 +586,8 @@ function containsAll(outer: RuleInfo[], inner: RuleInfo[]): boolean {
   return true;
 }
 
-/** Of `own` (rules of one module in `g`), those the shadow set adds to the live rules of `g`. */
-function added(own: RuleInfo[], g: Group): RuleInfo[] {
+/** The rules the shadow set adds to the live rules of `g` (a multi-value rule it extends). */
+function added(g: Group): RuleInfo[] {
   const counts = new Map<string, number>();
   for (const r of g.live) counts.set(r.signature, (counts.get(r.signature) ?? 0) + 1);
   const out: RuleInfo[] = [];
@@ -524,7 +595,7 @@ function added(own: RuleInfo[], g: Group): RuleInfo[] {
   for (const r of g.shadow) {
     const n = counts.get(r.signature) ?? 0;
     if (n > 0) counts.set(r.signature, n - 1);
-    else if (own.includes(r)) out.push(r);
+    else out.push(r);
   }
   return out;
 }
