@@ -60,6 +60,8 @@ const agentInput = fc.record(
       { payee: 'vendors/sanctioned-co', amount: 10 },
       { override: 'requested' },
       { override: 'granted' },
+      { k: 'deny' },
+      { k: 'allow' },
     ),
     principal: fc.constant(PRINCIPAL),
     on_behalf_of: fc.constantFrom(
@@ -226,6 +228,81 @@ const CASES: PairCase[] = [
     copies: ['authz.agent.override_allowed', 'authz.agent.require_approval'],
     shares: ['authz.agent.deny'],
   },
+  // Found by an adversarial probe (2026-11-28), each once answered wrongly by the shadow side.
+  {
+    title: 'changes what an input import names (rules of the same text then mean another thing)',
+    live: [
+      ...EXAMPLE,
+      {
+        name: 'imp',
+        rego: 'package authz.agent\n\nimport input.action as act\n\ndeny contains "act" if act == "deploy-bot"\n',
+      },
+    ],
+    shadow: [
+      {
+        name: 'imp',
+        rego: 'package authz.agent\n\nimport input.agent_id as act\n\ndeny contains "act" if act == "deploy-bot"\n',
+      },
+    ],
+    copies: ['authz.agent.deny'],
+  },
+  {
+    title: 'adds a rule reading an unchanged package under a changed one',
+    live: [...EXAMPLE, { name: 'sub', rego: 'package authz.agent.sub\n\ny := 1\n' }],
+    shadow: [
+      {
+        name: 'candidate',
+        rego: 'package authz.agent\n\ndeny contains "sub" if {\n\tinput.action == "read"\n\tcount(data.authz.agent.sub) > 0\n}\n',
+      },
+    ],
+    extends: ['authz.agent.deny'],
+  },
+  {
+    title: 'adds a rule reading an unchanged package by a dynamic key, under the changed decision module',
+    shadow: [
+      {
+        name: 'candidate',
+        rego: 'package authz.agent\n\ndeny contains "h" if {\n\tx := data.authz.human[input.context.k]\n\tis_set(x)\n}\n',
+      },
+    ],
+    extends: ['authz.agent.deny'],
+  },
+  {
+    title: 'changes a helper that reads a package nested in its own',
+    live: [
+      ...EXAMPLE,
+      { name: 'x', rego: 'package lib.x\n\nok := true\n' },
+      { name: 'y', rego: 'package lib.x.y\n\nz := 1\n' },
+      {
+        name: 'uses-x',
+        rego: 'package authz.agent\n\nimport data.lib.x\n\ndeny contains "x is ok" if {\n\tx.ok\n\tinput.action == "read"\n}\n',
+      },
+    ],
+    shadow: [{ name: 'x', rego: 'package lib.x\n\nok if data.lib.x.y == {"z": 2}\n' }],
+    copies: ['lib.x.ok', 'authz.agent.deny'],
+  },
+  {
+    title: 'adds a partial object whose key is a data reference',
+    shadow: [
+      {
+        name: 'candidate',
+        rego:
+          'package authz.agent\n\nprimary := "drop"\n\nlabel[data.authz.agent.primary] := "bad"\n\n' +
+          'deny contains "labelled" if label[input.action] == "bad"\n',
+      },
+    ],
+    extends: ['authz.agent.deny'],
+  },
+  {
+    title: 'adds a rule in a module that imports input',
+    shadow: [
+      {
+        name: 'candidate',
+        rego: 'package authz.agent\n\nimport input\n\ndeny contains "dropped" if input.action == "drop"\n',
+      },
+    ],
+    extends: ['authz.agent.deny'],
+  },
   { title: 'is the live set itself', shadow: [example('agent')], copies: [], extends: [] },
   {
     title: 'adds a package nothing reads: the shadow decision is the live one',
@@ -369,6 +446,17 @@ onceOnly('Paired evaluation: the live and a shadow set in one pass (ADR 0012)', 
           },
         ],
         why: /has a body apart from its head/,
+      },
+      {
+        // Its name once ran into lib.a.b's in the planner's keys: nothing was copied.
+        title: 'a changed package whose quoted name is not made of names (a NUL in it)',
+        live: [
+          ...EXAMPLE,
+          { name: 'p1', rego: 'package lib.a.b\n\nx := 1\n' },
+          { name: 'reads', rego: 'package authz.agent\n\ndeny contains "x is set" if data.lib.a.b.x == 1\n' },
+        ],
+        shadow: [{ name: 'p1', rego: 'package lib["a\\u0000b"]\n\nx := 1\n' }],
+        why: /has a segment that is not a name/,
       },
       {
         title: 'a package in the copy’s own namespace',

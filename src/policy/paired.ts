@@ -98,6 +98,8 @@ interface Import {
   /** `data`, `input`, or another root (`rego`, `future`): only `data` imports are resolved here. */
   root: string;
   path: string[];
+  /** Whether the import names its alias (`as x`); `import input` may not name `input`. */
+  explicit: boolean;
   alias: string;
 }
 
@@ -152,7 +154,8 @@ interface Group {
   shadow: RuleInfo[];
 }
 
-const key = (path: string[]) => path.join('\u0000');
+/** A path as a map key: JSON, so that no segment (a quoted one may hold any text) can run into the next. */
+const key = (path: string[]) => JSON.stringify(path);
 const isPrefix = (prefix: string[], path: string[]) =>
   prefix.length <= path.length && prefix.every((p, i) => path[i] === p);
 const IDENT = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -238,57 +241,49 @@ export function planPaired(
       unsupported(`rule ${[...g.pkg, g.name].join('.')} has a name this planner uses`);
   }
 
-  // The rules the shadow set changes, and every rule that reads one of them, transitively: a
-  // walk over who reads whom, each read looked up by its path (a set of thousands of rules is
-  // planned on the serving thread, so nothing here is quadratic in rules).
-  const underPath = new Map<string, string[]>();
-  for (const [k, g] of groups) {
-    const path = [...g.pkg, g.name];
-    for (let n = 1; n < path.length; n++) {
-      const list = underPath.get(key(path.slice(0, n))) ?? [];
-      list.push(k);
-      underPath.set(key(path.slice(0, n)), list);
-    }
-  }
-  /** The rules a read of `path` may reach: those at a prefix of it, and those under it. */
-  const reached = (path: string[]): string[] => {
-    const out: string[] = [...(underPath.get(key(path)) ?? [])];
-    for (let n = 1; n <= path.length; n++) {
-      const at = key(path.slice(0, n));
-      if (groups.has(at)) out.push(at);
-    }
-    return out;
+  // The rules the shadow set changes, and every rule that reads one of them, transitively. A read
+  // of path p reaches rule g when one path starts with the other (p reads g's value or a document
+  // holding g). Reads are indexed by path and by each shorter prefix of it, and changed rules by
+  // each prefix of theirs, so that every step is a few lookups: thousands of rules are planned
+  // on the serving thread, and nothing here may grow with their square.
+  const prefixes = (path: string[]) => path.map((_, n) => key(path.slice(0, n + 1)));
+  const readersAt = new Map<string, Set<Group>>();
+  const readersUnder = new Map<string, Set<Group>>();
+  const register = (index: Map<string, Set<Group>>, at: string, g: Group) => {
+    const set = index.get(at) ?? new Set<Group>();
+    set.add(g);
+    index.set(at, set);
   };
-  const readers = new Map<string, Set<string>>();
-  for (const [k, g] of groups) {
+  for (const g of groups.values()) {
     for (const r of g.shadow) {
       for (const p of r.reads) {
-        for (const read of reached(p)) {
-          const set = readers.get(read) ?? new Set<string>();
-          set.add(k);
-          readers.set(read, set);
-        }
+        const ps = prefixes(p);
+        register(readersAt, key(p), g);
+        for (const q of ps.slice(0, -1)) register(readersUnder, q, g);
       }
     }
   }
   const affected = new Set<string>();
-  const pending: string[] = [];
-  for (const [k, g] of groups) {
-    if (!sameRules(g.live, g.shadow)) {
-      affected.add(k);
-      pending.push(k);
-    }
+  const affectedAt = new Set<string>();
+  const affectedUnder = new Set<string>();
+  const pending: Group[] = [];
+  const affect = (g: Group) => {
+    if (affected.has(g.key)) return;
+    affected.add(g.key);
+    affectedAt.add(g.key);
+    for (const q of prefixes([...g.pkg, g.name]).slice(0, -1)) affectedUnder.add(q);
+    pending.push(g);
+  };
+  for (const g of groups.values()) if (!sameRules(g.live, g.shadow)) affect(g);
+  for (let g = pending.pop(); g !== undefined; g = pending.pop()) {
+    // Readers of a document holding g (a prefix of its path, or the path), and readers inside it.
+    for (const q of prefixes([...g.pkg, g.name])) for (const reader of readersAt.get(q) ?? []) affect(reader);
+    for (const reader of readersUnder.get(g.key) ?? []) affect(reader);
   }
-  for (let k = pending.pop(); k !== undefined; k = pending.pop()) {
-    for (const reader of readers.get(k) ?? []) {
-      if (!affected.has(reader)) {
-        affected.add(reader);
-        pending.push(reader);
-      }
-    }
-  }
-  const readsAffected = (rules: RuleInfo[]) =>
-    rules.some((r) => r.reads.some((p) => reached(p).some((k) => affected.has(k))));
+  /** Whether a read of `p` reaches a changed rule: one at a prefix of it, or one under it. */
+  const readsChanged = (p: string[]) =>
+    affectedUnder.has(key(p)) || prefixes(p).some((q) => affectedAt.has(q));
+  const readsAffected = (rules: RuleInfo[]) => rules.some((r) => r.reads.some(readsChanged));
   // A multi-value rule to which the shadow set only adds rules, whose live rules read nothing
   // changed: its live members are the live rule's, shared.
   const extended = new Set<string>();
@@ -323,9 +318,11 @@ export function planPaired(
     for (const pkg of affectedPackages.values()) {
       if (isPrefix(path, pkg)) unsupported(`a copied rule reads the whole of package ${pkg.join('.')}`);
     }
+    // The package the path is in: the longest one it starts with (it may be that package itself,
+    // read whole, when no package the shadow set changes lies in it: then the live one).
     let longest: string[] | undefined;
     for (const p of packages.values()) {
-      if (isPrefix(p, path) && p.length < path.length && (!longest || p.length > longest.length)) longest = p;
+      if (isPrefix(p, path) && (!longest || p.length > longest.length)) longest = p;
     }
     return longest && affectedPackages.has(key(longest)) ? 'copy' : 'live';
   };
@@ -396,7 +393,7 @@ export function planPaired(
   return {
     modules: generated,
     copied: copied.sort(),
-    extended: [...extended].map((k) => k.split('\u0000').join('.')).sort(),
+    extended: [...extended].map((k) => (JSON.parse(k) as string[]).join('.')).sort(),
   };
 }
 
@@ -433,7 +430,7 @@ function parseModule(p: ParsedPolicy): ParsedModule {
           : unsupported(`an import of ${p.name} is not static`),
       );
     const alias = im.alias ?? rest[rest.length - 1] ?? root;
-    return { root, path: rest, alias };
+    return { root, path: rest, alias, explicit: im.alias !== undefined };
   });
   return {
     name: p.name,
@@ -486,6 +483,7 @@ function ruleInfo(m: ParsedModule, r: AstRule, packageRules: Set<string>): RuleI
     unsupported(`a rule of ${m.name} has a body apart from its head`);
   }
   const aliases = new Map(m.imports.filter((i) => i.root === 'data').map((i) => [i.alias, i.path]));
+  const otherAliases = new Set(m.imports.filter((i) => i.root !== 'data').map((i) => i.alias));
   const info: RuleInfo = {
     module: m,
     group,
@@ -514,7 +512,10 @@ function ruleInfo(m: ParsedModule, r: AstRule, packageRules: Set<string>): RuleI
       if (statics.length === 0) info.readsAllData = true;
       const at = textAt(m, head.location);
       if (at.text !== 'data') unsupported(`the parse tree of ${m.name} does not match its text`);
-      info.dataRefs.push({ after: at.start + 4 - start, path: statics });
+      // OPA's tree holds a reference head's key twice (in the head's ref and as its key): once here.
+      if (!info.dataRefs.some((d) => d.after === at.start + 4 - start)) {
+        info.dataRefs.push({ after: at.start + 4 - start, path: statics });
+      }
       info.reads.push(statics);
     } else if (aliases.has(name)) {
       usedAliases.add(name);
@@ -523,6 +524,8 @@ function ruleInfo(m: ParsedModule, r: AstRule, packageRules: Set<string>): RuleI
       const list = info.aliasReads.get(name) ?? [];
       list.push(path);
       info.aliasReads.set(name, list);
+    } else if (otherAliases.has(name)) {
+      usedAliases.add(name);
     } else if (packageRules.has(name)) {
       info.reads.push([...m.pkg, name]);
     }
@@ -562,8 +565,9 @@ function ruleInfo(m: ParsedModule, r: AstRule, packageRules: Set<string>): RuleI
   };
   walkRule(r);
   const imports = m.imports
-    .filter((i) => i.root === 'data' && usedAliases.has(i.alias))
-    .map((i) => `${i.alias}=${key(i.path)}`)
+    // What the rule's names mean: the imports it uses, and the language switches (rego.v1).
+    .filter((i) => usedAliases.has(i.alias) || i.root === 'rego' || i.root === 'future')
+    .map((i) => `${i.alias}=${key([i.root, ...i.path])}`)
     .sort();
   info.signature = `${key(m.pkg)}\u0001${imports.join('\u0001')}\u0001${text}`;
   return info;
@@ -624,7 +628,7 @@ function copyImports(m: ParsedModule, rules: RuleInfo[], route: (p: string[]) =>
       continue;
     }
     if (im.root !== 'data') {
-      out.push(`import ${refText(im.root, im.path)} as ${im.alias}`);
+      out.push(`import ${refText(im.root, im.path)}${im.explicit ? ` as ${im.alias}` : ''}`);
       continue;
     }
     const uses = rules.flatMap((r) => r.aliasReads.get(im.alias) ?? []);
