@@ -448,6 +448,12 @@ function offsetOf(m: ParsedModule, loc: AstLocation | undefined): number {
   if (!loc) return unsupported(`a node of ${m.name} has no location`);
   const start = m.lineStarts[loc.row - 1];
   if (start === undefined) return unsupported(`a location of ${m.name} is outside its text`);
+  const end = m.lineStarts[loc.row] ?? m.source.length + 1;
+  // Columns count code points: a line without surrogate pairs (most) counts as its UTF-16 units.
+  if (!/[\uD800-\uDFFF]/.test(m.source.slice(start, end))) {
+    if (start + loc.col - 1 >= end) return unsupported(`a location of ${m.name} is outside its line`);
+    return start + loc.col - 1;
+  }
   let off = start;
   for (let c = 1; c < loc.col; c++) {
     const cp = m.source.codePointAt(off);
@@ -553,7 +559,8 @@ function ruleInfo(m: ParsedModule, r: AstRule, packageRules: Set<string>): RuleI
       ref([t as AstTerm]);
       return;
     }
-    for (const [k, v] of Object.entries(node)) if (k !== 'location') walk(v);
+    const o = node as Record<string, unknown>;
+    for (const k in o) if (k !== 'location' && k !== 'text') walk(o[k]);
   };
   const walkRule = (x: AstRule) => {
     walk(x.head.ref?.slice(1));
