@@ -294,6 +294,19 @@ const CASES: PairCase[] = [
     extends: ['authz.agent.deny'],
   },
   {
+    title: 'changes a rule that another reads into by a longer path (data.lib.cfg.limit.max)',
+    live: [
+      ...EXAMPLE,
+      { name: 'cfg', rego: 'package lib.cfg\n\nlimit := {"max": 3}\n' },
+      {
+        name: 'over',
+        rego: 'package authz.agent\n\ndeny contains "over" if input.context.amount > data.lib.cfg.limit.max\n',
+      },
+    ],
+    shadow: [{ name: 'cfg', rego: 'package lib.cfg\n\nlimit := {"max": 1000}\n' }],
+    copies: ['lib.cfg.limit', 'authz.agent.deny'],
+  },
+  {
     title: 'adds a rule in a module that imports input',
     shadow: [
       {
@@ -416,7 +429,7 @@ onceOnly('Paired evaluation: the live and a shadow set in one pass (ADR 0012)', 
             rego: 'package authz.agent\n\nrequire_approval contains "many" if count(data.authz.agent) > 100\n',
           },
         ],
-        why: /reads the whole of package authz\.agent/,
+        why: /reads the whole of data\.authz\.agent, which holds a changed package/,
       },
       {
         title: 'a copied rule replacing data with `with`',
@@ -457,6 +470,28 @@ onceOnly('Paired evaluation: the live and a shadow set in one pass (ADR 0012)', 
         ],
         shadow: [{ name: 'p1', rego: 'package lib["a\\u0000b"]\n\nx := 1\n' }],
         why: /has a segment that is not a name/,
+      },
+      {
+        // Were deny taken as only extended, its live members would be the old limit's.
+        title: 'a rule the shadow set adds to, whose live rules read a whole package it changes',
+        live: [
+          ...EXAMPLE,
+          { name: 'cfg', rego: 'package lib.cfg\n\nlimit := {"max": 3}\n' },
+          {
+            name: 'over',
+            rego:
+              'package authz.agent\n\ndeny contains "over" if {\n\tcfg := data.lib.cfg\n' +
+              '\tinput.context.amount > cfg.limit.max\n}\n',
+          },
+        ],
+        shadow: [
+          { name: 'cfg', rego: 'package lib.cfg\n\nlimit := {"max": 1000}\n' },
+          {
+            name: 'c',
+            rego: 'package authz.agent\n\ndeny contains "reads are off" if input.action == "read"\n',
+          },
+        ],
+        why: /reads the whole of data\.lib\.cfg, which holds a changed package/,
       },
       {
         title: 'a package in the copy’s own namespace',

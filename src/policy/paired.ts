@@ -156,8 +156,6 @@ interface Group {
 
 /** A path as a map key: JSON, so that no segment (a quoted one may hold any text) can run into the next. */
 const key = (path: string[]) => JSON.stringify(path);
-const isPrefix = (prefix: string[], path: string[]) =>
-  prefix.length <= path.length && prefix.every((p, i) => path[i] === p);
 const IDENT = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**
@@ -174,6 +172,48 @@ export function planPaired(
   for (const root of [SHADOW_ROOT, ENTRY_ROOT]) {
     if (Object.hasOwn(data, root)) unsupported(`a data document is named ${root}`);
   }
+  const set = groupRules(live, shadow, builtin);
+  const { affected, readsAffected } = affectedGroups(set.groups);
+  const extended = extendedGroups(set.groups, affected, readsAffected);
+  const affectedPackages = new Map<string, string[]>();
+  for (const k of affected) {
+    const g = set.groups.get(k)!;
+    affectedPackages.set(g.pkgKey, g.pkg);
+  }
+  for (const pkg of affectedPackages.values()) {
+    if (!pkg.every((s) => IDENT.test(s)))
+      unsupported(`package ${JSON.stringify(pkg)} has a segment that is not a name`);
+    if (dataBeneath(data, pkg))
+      unsupported(`data documents lie under package ${pkg.join('.')}, which the shadow set changes`);
+  }
+  const route = router(set.packages, affectedPackages);
+  const copies = copyModules(set, affected, extended, route);
+  const shared = sharedModules(set.groups, affectedPackages, affected, extended);
+  const shadowDecision = route(DECISION_PATH) === 'copy' ? `data.${SHADOW_ROOT}.` : 'data.';
+  const entry = {
+    name: 'entry',
+    rego:
+      `package ${ENTRY_ROOT}\n\n` +
+      `both["live"] := data.${DECISION_PATH.join('.')}\n\n` +
+      `both["shadow"] := ${shadowDecision}${DECISION_PATH.join('.')}\n`,
+  };
+  return {
+    modules: [...copies, ...shared.modules, entry],
+    copied: shared.copied.sort(),
+    extended: [...extended].map((k) => (JSON.parse(k) as string[]).join('.')).sort(),
+  };
+}
+
+/** Both sets' modules read, and their rules grouped by package and name. */
+interface RuleSets {
+  shadowModules: ParsedModule[];
+  /** Every package either set declares, by key. */
+  packages: Map<string, string[]>;
+  /** Rule groups by key([...pkg, name]). */
+  groups: Map<string, Group>;
+}
+
+function groupRules(live: ParsedPolicy[], shadow: ParsedPolicy[], builtin: ParsedPolicy): RuleSets {
   // A module both sets hold (most of them) is read once.
   const readOnce = new Map<string, ParsedModule>();
   const read = (p: ParsedPolicy) => {
@@ -188,6 +228,7 @@ export function planPaired(
   const liveModules = [...live, builtin].map(read);
   const shadowModules = [...shadow, builtin].map(read);
   const packages = new Map<string, string[]>();
+  // The rule names of each package in either set: a bare name in a rule may mean any of them.
   const groupNames = new Map<string, Set<string>>();
   for (const m of [...liveModules, ...shadowModules]) {
     if (m.pkg[0] === SHADOW_ROOT || m.pkg[0] === ENTRY_ROOT) {
@@ -198,7 +239,6 @@ export function planPaired(
     for (const r of m.rules) names.add(ruleGroup(r));
     groupNames.set(m.pkgKey, names);
   }
-
   const groups = new Map<string, Group>();
   const infos = new Map<ParsedModule, RuleInfo[]>();
   const infosOf = (m: ParsedModule) => {
@@ -215,7 +255,10 @@ export function planPaired(
     }
     return list;
   };
-  const collect = (modules: ParsedModule[], side: 'live' | 'shadow') => {
+  for (const [modules, side] of [
+    [liveModules, 'live'],
+    [shadowModules, 'shadow'],
+  ] as const) {
     for (const m of modules) {
       for (const info of infosOf(m)) {
         const k = key([...m.pkg, info.group]);
@@ -227,26 +270,36 @@ export function planPaired(
         g[side].push(info);
       }
     }
-  };
-  collect(liveModules, 'live');
-  collect(shadowModules, 'shadow');
+  }
   for (const p of packages.values()) {
     for (let n = 1; n <= p.length; n++) {
-      const rule = key(p.slice(0, n));
-      if (groups.has(rule)) unsupported(`rule ${p.slice(0, n).join('.')} is where package ${p.join('.')} is`);
+      if (groups.has(key(p.slice(0, n)))) {
+        unsupported(`rule ${p.slice(0, n).join('.')} is where package ${p.join('.')} is`);
+      }
     }
   }
   for (const g of groups.values()) {
     if (g.name.startsWith(FRESH))
       unsupported(`rule ${[...g.pkg, g.name].join('.')} has a name this planner uses`);
   }
+  return { shadowModules, packages, groups };
+}
 
-  // The rules the shadow set changes, and every rule that reads one of them, transitively. A read
-  // of path p reaches rule g when one path starts with the other (p reads g's value or a document
-  // holding g). Reads are indexed by path and by each shorter prefix of it, and changed rules by
-  // each prefix of theirs, so that every step is a few lookups: thousands of rules are planned
-  // on the serving thread, and nothing here may grow with their square.
-  const prefixes = (path: string[]) => path.map((_, n) => key(path.slice(0, n + 1)));
+/** The keys of a path's prefixes, shortest first, the path itself last. */
+const prefixes = (path: string[]) => path.map((_, n) => key(path.slice(0, n + 1)));
+
+/**
+ * The rules the shadow set changes, and every rule that reads one of them, transitively. A read
+ * of path p reaches rule g when one path starts with the other (p reads g's value or a document
+ * holding g). Reads are indexed by path and by each shorter prefix of it, and changed rules by
+ * each prefix of theirs, so that every step is a few lookups: thousands of rules are planned on
+ * the serving thread, and nothing here may grow with their square.
+ */
+function affectedGroups(groups: Map<string, Group>): {
+  affected: Set<string>;
+  /** Whether any of `rules` reads a changed rule. */
+  readsAffected: (rules: RuleInfo[]) => boolean;
+} {
   const readersAt = new Map<string, Set<Group>>();
   const readersUnder = new Map<string, Set<Group>>();
   const register = (index: Map<string, Set<Group>>, at: string, g: Group) => {
@@ -257,20 +310,17 @@ export function planPaired(
   for (const g of groups.values()) {
     for (const r of g.shadow) {
       for (const p of r.reads) {
-        const ps = prefixes(p);
         register(readersAt, key(p), g);
-        for (const q of ps.slice(0, -1)) register(readersUnder, q, g);
+        for (const q of prefixes(p).slice(0, -1)) register(readersUnder, q, g);
       }
     }
   }
   const affected = new Set<string>();
-  const affectedAt = new Set<string>();
   const affectedUnder = new Set<string>();
   const pending: Group[] = [];
   const affect = (g: Group) => {
     if (affected.has(g.key)) return;
     affected.add(g.key);
-    affectedAt.add(g.key);
     for (const q of prefixes([...g.pkg, g.name]).slice(0, -1)) affectedUnder.add(q);
     pending.push(g);
   };
@@ -281,11 +331,19 @@ export function planPaired(
     for (const reader of readersUnder.get(g.key) ?? []) affect(reader);
   }
   /** Whether a read of `p` reaches a changed rule: one at a prefix of it, or one under it. */
-  const readsChanged = (p: string[]) =>
-    affectedUnder.has(key(p)) || prefixes(p).some((q) => affectedAt.has(q));
-  const readsAffected = (rules: RuleInfo[]) => rules.some((r) => r.reads.some(readsChanged));
-  // A multi-value rule to which the shadow set only adds rules, whose live rules read nothing
-  // changed: its live members are the live rule's, shared.
+  const readsChanged = (p: string[]) => affectedUnder.has(key(p)) || prefixes(p).some((q) => affected.has(q));
+  return { affected, readsAffected: (rules) => rules.some((r) => r.reads.some(readsChanged)) };
+}
+
+/**
+ * The changed multi-value rules to which the shadow set only adds rules, and whose live rules read
+ * nothing changed: their live members are the live rule's, shared.
+ */
+function extendedGroups(
+  groups: Map<string, Group>,
+  affected: Set<string>,
+  readsAffected: (rules: RuleInfo[]) => boolean,
+): Set<string> {
   const extended = new Set<string>();
   for (const k of affected) {
     const g = groups.get(k)!;
@@ -299,39 +357,43 @@ export function planPaired(
       extended.add(k);
     }
   }
+  return extended;
+}
 
-  const affectedPackages = new Map<string, string[]>();
-  for (const k of affected) {
-    const g = groups.get(k)!;
-    affectedPackages.set(g.pkgKey, g.pkg);
-  }
-  for (const pkg of affectedPackages.values()) {
-    if (!pkg.every((s) => IDENT.test(s)))
-      unsupported(`package ${JSON.stringify(pkg)} has a segment that is not a name`);
-    if (dataBeneath(data, pkg))
-      unsupported(`data documents lie under package ${pkg.join('.')}, which the shadow set changes`);
-  }
-
-  /** Where a path read by a copied rule is read from: the copy, the live set, or nowhere safe. */
-  const route = (path: string[]): 'copy' | 'live' => {
+/**
+ * Where a path read by a copied rule is read from: the copy when the package it is in changed,
+ * else the live set; refused when it reads data, or a changed package, whole.
+ */
+function router(
+  packages: Map<string, string[]>,
+  affectedPackages: Map<string, string[]>,
+): (path: string[]) => 'copy' | 'live' {
+  const holdsChanged = new Set<string>();
+  for (const pkg of affectedPackages.values()) for (const q of prefixes(pkg)) holdsChanged.add(q);
+  return (path) => {
     if (path.length === 0) unsupported('a copied rule reads the whole of data');
-    for (const pkg of affectedPackages.values()) {
-      if (isPrefix(path, pkg)) unsupported(`a copied rule reads the whole of package ${pkg.join('.')}`);
+    if (holdsChanged.has(key(path))) {
+      unsupported(`a copied rule reads the whole of data.${path.join('.')}, which holds a changed package`);
     }
-    // The package the path is in: the longest one it starts with (it may be that package itself,
-    // read whole, when no package the shadow set changes lies in it: then the live one).
-    let longest: string[] | undefined;
-    for (const p of packages.values()) {
-      if (isPrefix(p, path) && (!longest || p.length > longest.length)) longest = p;
+    // The package the path is in: the longest one it starts with. It may be that package itself,
+    // read whole, when it is not changed and holds no changed package: then the live one.
+    for (let n = path.length; n > 0; n--) {
+      const at = key(path.slice(0, n));
+      if (packages.has(at)) return affectedPackages.has(at) ? 'copy' : 'live';
     }
-    return longest && affectedPackages.has(key(longest)) ? 'copy' : 'live';
+    return 'live';
   };
+}
 
-  const generated: Module[] = [];
-  const copied: string[] = [];
-  // One copy module per source module: each keeps its own imports.
+/** One copy module per shadow-set module with copied rules: each keeps its own imports. */
+function copyModules(
+  set: RuleSets,
+  affected: Set<string>,
+  extended: Set<string>,
+  route: (path: string[]) => 'copy' | 'live',
+): Module[] {
   const copiedRules = new Map<ParsedModule, RuleInfo[]>();
-  for (const g of groups.values()) {
+  for (const g of set.groups.values()) {
     if (!affected.has(g.key)) continue;
     for (const r of extended.has(g.key) ? added(g) : g.shadow) {
       const list = copiedRules.get(r.module) ?? [];
@@ -339,62 +401,62 @@ export function planPaired(
       copiedRules.set(r.module, list);
     }
   }
-  for (const m of shadowModules) {
+  const out: Module[] = [];
+  for (const m of set.shadowModules) {
     const rules = copiedRules.get(m);
     if (!rules) continue;
-    const out: string[] = [`package ${[SHADOW_ROOT, ...m.pkg].join('.')}`, ''];
-    out.push(...copyImports(m, rules, route));
+    const lines: string[] = [`package ${[SHADOW_ROOT, ...m.pkg].join('.')}`, ''];
+    lines.push(...copyImports(m, rules, route));
     for (const r of rules) {
       if (r.withData) unsupported(`a copied rule of ${m.name} uses with on data`);
-      out.push('', rewrite(r, route));
+      lines.push('', rewrite(r, route));
     }
-    generated.push({ name: `copy-${generated.length}-${m.name}`, rego: out.join('\n') + '\n' });
+    out.push({ name: `copy-${out.length}-${m.name}`, rego: lines.join('\n') + '\n' });
   }
-  // The rest of each changed package: aliases of the live rules, and the live members of the
-  // multi-value rules the shadow set extends.
+  return out;
+}
+
+/**
+ * The rest of each changed package: aliases of the live rules it does not change, and the live
+ * members of the multi-value rules it extends. `copied` names the rules copied instead.
+ */
+function sharedModules(
+  groups: Map<string, Group>,
+  affectedPackages: Map<string, string[]>,
+  affected: Set<string>,
+  extended: Set<string>,
+): { modules: Module[]; copied: string[] } {
   const groupsOf = new Map<string, Group[]>();
   for (const g of groups.values()) groupsOf.set(g.pkgKey, [...(groupsOf.get(g.pkgKey) ?? []), g]);
+  const modules: Module[] = [];
+  const copied: string[] = [];
   for (const [pkgKey, pkg] of affectedPackages) {
-    const out: string[] = [`package ${[SHADOW_ROOT, ...pkg].join('.')}`, ''];
+    const lines: string[] = [`package ${[SHADOW_ROOT, ...pkg].join('.')}`, ''];
     for (const g of groupsOf.get(pkgKey) ?? []) {
       if (g.shadow.length === 0) continue;
-      const live = `data.${[...pkg, g.name].join('.')}`;
+      const path = [...pkg, g.name].join('.');
       if (extended.has(g.key)) {
-        out.push(`${g.name} contains ${FRESH} if some ${FRESH} in ${live}`);
-        continue;
-      }
-      if (affected.has(g.key)) {
-        copied.push([...pkg, g.name].join('.'));
-        continue;
-      }
-      const arities = new Set(g.shadow.map((r) => r.arity));
-      if (arities.size !== 1)
-        unsupported(`rule ${[...pkg, g.name].join('.')} is both a function and a document`);
-      const arity = g.shadow[0]!.arity;
-      if (arity === undefined) {
-        out.push(`${g.name} := ${live}`);
+        lines.push(`${g.name} contains ${FRESH} if some ${FRESH} in data.${path}`);
+      } else if (affected.has(g.key)) {
+        copied.push(path);
       } else {
-        if (g.shadow.some((r) => r.refHead))
-          unsupported(`function ${[...pkg, g.name].join('.')} has a reference head`);
-        const args = Array.from({ length: arity }, (_, i) => `${FRESH}${i}`).join(', ');
-        out.push(`${g.name}(${args}) := ${live}(${args})`);
+        lines.push(aliasOf(g, path));
       }
     }
-    generated.push({ name: `shared-${generated.length}`, rego: out.join('\n') + '\n' });
+    modules.push({ name: `shared-${modules.length}`, rego: lines.join('\n') + '\n' });
   }
-  const shadowDecision = route(DECISION_PATH) === 'copy' ? `data.${SHADOW_ROOT}.` : 'data.';
-  generated.push({
-    name: 'entry',
-    rego:
-      `package ${ENTRY_ROOT}\n\n` +
-      `both["live"] := data.${DECISION_PATH.join('.')}\n\n` +
-      `both["shadow"] := ${shadowDecision}${DECISION_PATH.join('.')}\n`,
-  });
-  return {
-    modules: generated,
-    copied: copied.sort(),
-    extended: [...extended].map((k) => (JSON.parse(k) as string[]).join('.')).sort(),
-  };
+  return { modules, copied };
+}
+
+/** `g := data.path`, or for a function `g(a, b) := data.path(a, b)`. */
+function aliasOf(g: Group, path: string): string {
+  const arities = new Set(g.shadow.map((r) => r.arity));
+  if (arities.size !== 1) unsupported(`rule ${path} is both a function and a document`);
+  const arity = g.shadow[0]!.arity;
+  if (arity === undefined) return `${g.name} := data.${path}`;
+  if (g.shadow.some((r) => r.refHead)) unsupported(`function ${path} has a reference head`);
+  const args = Array.from({ length: arity }, (_, i) => `${FRESH}${i}`).join(', ');
+  return `${g.name}(${args}) := data.${path}(${args})`;
 }
 
 /** The group a rule defines: the first term of its head. */
