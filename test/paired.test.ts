@@ -306,6 +306,60 @@ const CASES: PairCase[] = [
     shadow: [{ name: 'cfg', rego: 'package lib.cfg\n\nlimit := {"max": 1000}\n' }],
     copies: ['lib.cfg.limit', 'authz.agent.deny'],
   },
+  // Found by a second probe (2026-11-28): reads inside a reference that starts with a literal.
+  {
+    title: 'changes a helper read inside an array literal ([data.lib.x.v][0])',
+    live: [
+      ...EXAMPLE,
+      { name: 'x', rego: 'package lib.x\n\nv := "read"\n' },
+      {
+        name: 'u',
+        rego: 'package authz.agent\n\ndeny contains "arr" if [data.lib.x.v][0] == input.action\n',
+      },
+    ],
+    shadow: [{ name: 'x', rego: 'package lib.x\n\nv := "list"\n' }],
+    copies: ['lib.x.v', 'authz.agent.deny'],
+  },
+  {
+    title:
+      'changes a rule its own package reads inside a literal and a call ([watched][0], object.keys({…}))',
+    live: [
+      ...EXAMPLE,
+      {
+        name: 'w',
+        rego:
+          'package authz.agent\n\nwatched := "read"\n\n' +
+          'require_approval contains "w" if [watched][0] == input.action\n\n' +
+          'require_approval contains "k" if object.keys({watched: 1})[input.action]\n',
+      },
+    ],
+    shadow: [
+      {
+        name: 'w',
+        rego:
+          'package authz.agent\n\nwatched := "list"\n\n' +
+          'require_approval contains "w" if [watched][0] == input.action\n\n' +
+          'require_approval contains "k" if object.keys({watched: 1})[input.action]\n',
+      },
+    ],
+    copies: ['authz.agent.watched', 'authz.agent.require_approval'],
+  },
+  {
+    title:
+      'adds a rule reading a changed helper both inside a literal and plainly, after an emoji on its line',
+    live: [...EXAMPLE, { name: 'x', rego: 'package lib.x\n\nv := "read"\n\nw := "query"\n' }],
+    shadow: [
+      { name: 'x', rego: 'package lib.x\n\nv := "list"\n\nw := "export"\n' },
+      {
+        name: 'c',
+        rego:
+          'package authz.agent\n\ndeny contains "both" if { "🛑" != ""; [data.lib.x.v][0] == input.action }\n\n' +
+          'deny contains "w" if { x := "🛑🛑"; count(x) == 2; data.lib.x.w == input.action }\n',
+      },
+    ],
+    copies: ['lib.x.v', 'lib.x.w'],
+    extends: ['authz.agent.deny'],
+  },
   {
     title: 'adds a rule in a module that imports input',
     shadow: [

@@ -110,6 +110,11 @@ interface ParsedModule {
   source: string;
   rules: AstRule[];
   lineStarts: number[];
+  /**
+   * By row, read once per line: the offset of each of its code points where it holds surrogate
+   * pairs, null where it holds none (offsetOf).
+   */
+  astralLines: Map<number, number[] | null>;
   pkg: string[];
   imports: Import[];
 }
@@ -500,6 +505,7 @@ function parseModule(p: ParsedPolicy): ParsedModule {
     source: p.rego,
     rules: p.ast.rules ?? [],
     lineStarts,
+    astralLines: new Map(),
     pkg,
     imports,
   };
@@ -511,18 +517,26 @@ function offsetOf(m: ParsedModule, loc: AstLocation | undefined): number {
   const start = m.lineStarts[loc.row - 1];
   if (start === undefined) return unsupported(`a location of ${m.name} is outside its text`);
   const end = m.lineStarts[loc.row] ?? m.source.length + 1;
-  // Columns count code points: a line without surrogate pairs (most) counts as its UTF-16 units.
-  if (!/[\uD800-\uDFFF]/.test(m.source.slice(start, end))) {
+  // Columns count code points. A line without surrogate pairs (most) counts them as its UTF-16
+  // units; a line with some has its code points' offsets listed once, not counted per location.
+  let points = m.astralLines.get(loc.row);
+  if (points === undefined) {
+    const line = m.source.slice(start, end);
+    points = null;
+    if (/[\uD800-\uDFFF]/.test(line)) {
+      points = [];
+      for (let off = 0; off < line.length; off += line.codePointAt(off)! > 0xffff ? 2 : 1) {
+        points.push(start + off);
+      }
+    }
+    m.astralLines.set(loc.row, points);
+  }
+  if (points === null) {
     if (start + loc.col - 1 >= end) return unsupported(`a location of ${m.name} is outside its line`);
     return start + loc.col - 1;
   }
-  let off = start;
-  for (let c = 1; c < loc.col; c++) {
-    const cp = m.source.codePointAt(off);
-    if (cp === undefined || cp === 0x0a) return unsupported(`a location of ${m.name} is outside its line`);
-    off += cp > 0xffff ? 2 : 1;
-  }
-  return off;
+  const at = points[loc.col - 1];
+  return at === undefined ? unsupported(`a location of ${m.name} is outside its line`) : at;
 }
 
 /** The source text at a location, checked against the text the parser recorded. */
@@ -613,8 +627,11 @@ function ruleInfo(m: ParsedModule, r: AstRule, packageRules: Set<string>): RuleI
       }
     }
     if (t.type === 'ref' && Array.isArray(t.value)) {
-      ref(t.value as AstTerm[]);
-      walk((t.value as AstTerm[]).slice(1));
+      const terms = t.value as AstTerm[];
+      ref(terms);
+      // A reference may start with a literal, a comprehension or a call ([data.x.v][0], f(x).y):
+      // what that holds is read too. A var at its head is the reference's own name.
+      walk(terms[0]?.type === 'var' ? terms.slice(1) : terms);
       return;
     }
     if (t.type === 'var' && typeof t.value === 'string') {
