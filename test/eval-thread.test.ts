@@ -9,6 +9,7 @@ import {
   INLINE_MAX_MS,
   MAX_PROVING_DECISIONS,
   PAIR_CHECKED_DECISIONS,
+  PAIR_SAMPLED_EVERY,
   PROVING_DECISIONS,
 } from '../src/policy/shadow-limits.js';
 import { ShadowRunner, type ShadowThread } from '../src/policy/shadow-runner.js';
@@ -364,7 +365,7 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
     await runner.close();
   });
 
-  it('answers both from one pass once paired: checked against the two sets on their own first, dropped on a difference, sent back when slow', async () => {
+  it('answers both from one pass once paired: checked against the two sets on their own first and then one in 1 000, dropped on a difference, sent back when slow', async () => {
     // The live set, the shadow set and the paired module are fakes whose answers and timings the
     // test chooses; the thread answers at once, quickly.
     const ALLOW = { status: 'allow' as const, message: 'ok', reasons: [] };
@@ -426,7 +427,14 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
         shadow: PAIR_CHECKED_DECISIONS,
         paired: PAIR_CHECKED_DECISIONS,
       });
-      // Then one pass alone.
+      // Then one pass alone, but for one in PAIR_SAMPLED_EVERY, checked as before.
+      reset();
+      for (let i = 1; i < PAIR_SAMPLED_EVERY; i++) {
+        expect(runner.pair(READ, live)).to.deep.equal({ live: ALLOW, shadow: DENY });
+      }
+      expect(calls).to.deep.equal({ live: 0, shadow: 0, paired: PAIR_SAMPLED_EVERY - 1 });
+      expect(runner.pair(READ, live)).to.deep.equal({ live: ALLOW, shadow: DENY });
+      expect(calls).to.deep.equal({ live: 1, shadow: 1, paired: PAIR_SAMPLED_EVERY });
       reset();
       expect(runner.pair(READ, live)).to.deep.equal({ live: ALLOW, shadow: DENY });
       expect(calls).to.deep.equal({ live: 0, shadow: 0, paired: 1 });
@@ -458,6 +466,22 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
       expect(pairing.at(-1)).to.equal(false);
       expect(runner.pair(READ, live)).to.equal(undefined);
       expect(runner.evaluatedInline).to.equal(true);
+      // A difference met by a sampled check, once the first ones passed, drops the pair too; the
+      // answers before it were the pair's.
+      await runner.load(set, local);
+      await prove();
+      runner.setPaired(paired, runner.loadedEpoch);
+      pairedShadow = DENY;
+      for (let i = 0; i < PAIR_CHECKED_DECISIONS; i++) runner.pair(READ, live);
+      pairedShadow = ALLOW;
+      let unchecked = 0;
+      while (differed.length === 1 && unchecked < 2 * PAIR_SAMPLED_EVERY) {
+        const both = runner.pair(READ, live);
+        if (both?.shadow.status === 'allow') unchecked++;
+      }
+      expect(unchecked).to.equal(PAIR_SAMPLED_EVERY - 1);
+      expect(differed).to.have.length(2);
+      expect(runner.pair(READ, live)).to.equal(undefined);
     } finally {
       await runner.close();
     }

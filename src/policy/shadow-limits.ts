@@ -29,3 +29,5 @@ export const MAX_SKIP_MS = 60_000;
  * the live and the shadow set evaluated on their own (shadow-runner.ts).
  */
 export const PAIR_CHECKED_DECISIONS = 1_000;
+/** After those, one paired answer in this many is checked too, for as long as the pair is used. */
+export const PAIR_SAMPLED_EVERY = 1_000;

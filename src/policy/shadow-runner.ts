@@ -5,6 +5,7 @@ import {
   MAX_PROVING_DECISIONS,
   MAX_SKIP_MS,
   PAIR_CHECKED_DECISIONS,
+  PAIR_SAMPLED_EVERY,
   PROVING_DECISIONS,
   SKIP_MS,
 } from './shadow-limits.js';
@@ -39,8 +40,9 @@ export type ShadowThread = Pick<
  *
  * Once inline, a set with a paired module (paired.ts, ADR 0012) is evaluated in one pass with the
  * live set (`pair`), sharing every rule it does not change. The first PAIR_CHECKED_DECISIONS
- * paired answers are checked against the two sets evaluated on their own, and those answers
- * stand; one difference and the pair is not used again for this set.
+ * paired answers, and then one in PAIR_SAMPLED_EVERY, are checked against the two sets evaluated
+ * on their own, and those answers stand; one difference and the pair is not used again for this
+ * set.
  */
 export class ShadowRunner {
   private readonly thread: ShadowThread;
@@ -56,7 +58,8 @@ export class ShadowRunner {
   private waitMs = 0;
   /** The set's paired module (paired.ts), evaluated instead of both sets once the set is inline. */
   private paired: Evaluator | undefined;
-  /** Paired answers checked against the two sets' own so far (PAIR_CHECKED_DECISIONS). */
+  /** Paired answers given, and checked against the two sets' own, so far (shadow-limits.ts). */
+  private pairAnswered = 0;
   private pairChecked = 0;
   /** Whether `pair` answers now (told through `options.paired`). */
   private pairing = false;
@@ -113,6 +116,7 @@ export class ShadowRunner {
   setPaired(paired: Evaluator, epoch: number): void {
     if (epoch !== this.epoch || !this.local) return;
     this.paired = paired;
+    this.pairAnswered = 0;
     this.pairChecked = 0;
     this.notePairing();
   }
@@ -148,7 +152,10 @@ export class ShadowRunner {
       both = undefined;
     }
     if (paired.lastMs > INLINE_MAX_MS) this.slowInline();
-    if (!both || this.pairChecked >= PAIR_CHECKED_DECISIONS) return both;
+    if (!both) return undefined;
+    this.pairAnswered++;
+    const check = this.pairChecked < PAIR_CHECKED_DECISIONS || this.pairAnswered % PAIR_SAMPLED_EVERY === 0;
+    if (!check) return both;
     const own = { live: live.evaluate(input), shadow: local.evaluate(input, 'shadow') };
     if (JSON.stringify(own) === JSON.stringify(both)) {
       this.pairChecked++;
@@ -272,6 +279,7 @@ export class ShadowRunner {
   private reset(local: Evaluator | undefined): void {
     this.epoch++;
     this.paired = undefined;
+    this.pairAnswered = 0;
     this.pairChecked = 0;
     // Switched off, the set never moves: no copy of it is kept here.
     this.local = this.options.inline ? local : undefined;
