@@ -15,6 +15,12 @@
  * proves itself, its paired module compiling: docs/adr/0010, 0012). Each row says where the set
  * was evaluated at its end and the CPU per decision of the serving and the writer thread.
  * `--paired false` sets ARBITER_SHADOW_PAIRED=false: the set evaluated apart, as before ADR 0012.
+ *
+ * Within a round the two configurations run in turn, and the order alternates from round to round
+ * (without → with, then with → without): every run appends to the same database and heap, so a
+ * fixed order would charge the later configuration with whatever grows (the audit table, the
+ * WAL, the heap) and call it the shadow set's cost. `--candidate none` is the control: the "with"
+ * runs put no shadow set at all, so what it reports is the bench's own spread and bias.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -66,8 +72,13 @@ const CANDIDATES: Record<string, { name: string; rego: () => string }> = {
     rego: () => 'package authz.agent\n\ndeny contains "never" if input.action == "never-sent"\n',
   },
 };
-const candidate = CANDIDATES[values.candidate];
-if (!candidate) throw new Error(`--candidate: one of ${Object.keys(CANDIDATES).join(', ')}`);
+const control = values.candidate === 'none';
+const candidate = control ? undefined : CANDIDATES[values.candidate];
+if (!control && !candidate) {
+  throw new Error(`--candidate: one of ${[...Object.keys(CANDIDATES), 'none'].join(', ')}`);
+}
+/** Round r's configurations in the order they run: without first in even rounds, with first in odd. */
+const order = (r: number): boolean[] => (r % 2 === 0 ? [false, true] : [true, false]);
 const BODIES = [
   { agent_id: 'deploy-bot', action: 'read', resource: 'repo/arbiter', confidence: 0.95 },
   { agent_id: 'deploy-bot', action: 'deploy', resource: 'prod/api', confidence: 0.95 },
@@ -111,6 +122,7 @@ async function load(engine: string, key: string, shadow: boolean, pid: number): 
 }
 
 async function setShadow(platform: string, on: boolean): Promise<void> {
+  if (!candidate) return; // --candidate none: the control
   const res = await fetch(`${platform}/api/v1/policies/${candidate!.name}?mode=shadow`, {
     method: on ? 'PUT' : 'DELETE',
     headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'text/plain' },
@@ -133,7 +145,7 @@ async function main(): Promise<void> {
     await load(a.engine, a.agentKey, false, pid); // warm-up
     const runs: Run[] = [];
     for (let r = 0; r < rounds; r++) {
-      for (const shadow of [false, true]) {
+      for (const shadow of order(r)) {
         if (shadow) await setShadow(a.platform, true);
         const run = await load(a.engine, a.agentKey, shadow, pid);
         runs.push(run);
@@ -158,7 +170,7 @@ async function main(): Promise<void> {
     if (duration !== undefined) {
       const spec = arbiterSpec(a.engine, a.agentKey);
       for (let r = 0; r < rounds; r++) {
-        for (const shadow of [false, true]) {
+        for (const shadow of order(r)) {
           if (shadow) await setShadow(a.platform, true);
           if (warmup > 0) await runLoad(spec, { connections: 32, duration: warmup, recordLatency: false });
           for (const [run, opts] of [
@@ -181,11 +193,13 @@ async function main(): Promise<void> {
               // Where the shadow set was evaluated when the run ended.
               evaluated: !shadow
                 ? '-'
-                : plain(after, 'arbiter_shadow_paired') === 1
-                  ? 'paired'
-                  : plain(after, 'arbiter_shadow_inline') === 1
-                    ? 'inline'
-                    : 'thread',
+                : control
+                  ? 'none (control)'
+                  : plain(after, 'arbiter_shadow_paired') === 1
+                    ? 'paired'
+                    : plain(after, 'arbiter_shadow_inline') === 1
+                      ? 'inline'
+                      : 'thread',
               run,
               shadow,
               rps: x.rps,
