@@ -150,7 +150,9 @@ export class Evaluator {
     const both = (result[0] as { result?: unknown }).result as Record<string, unknown> | undefined;
     if (!both || typeof both !== 'object') return undefined;
     const live = decisionOf(both.live);
-    const shadow = decisionOf(both.shadow);
+    // `same`: every rule the shadow set changes has its live value here, so its decision is the
+    // live one, which the pass did not write out twice (paired.ts).
+    const shadow = decisionOf(both.same === true ? both.live : both.shadow);
     return live.error === undefined && shadow.error === undefined ? { live, shadow } : undefined;
   }
 

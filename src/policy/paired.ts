@@ -27,6 +27,10 @@ const SHADOW_ROOT = '__arbiter_shadow';
 const ENTRY_ROOT = '__arbiter_paired';
 /** The decision both sides answer: data.authz.decision. */
 const DECISION_PATH = ['authz', 'decision'];
+/** The builtin module's package, and its rules deciding an agent's request as its user's. */
+const BUILTIN_PACKAGE = ['authz'];
+const DELEGATED = 'delegated';
+const DELEGATED_INPUT = 'delegated_input';
 /** Fresh variable names of the generated rules; a package defining a rule of such a name is refused. */
 const FRESH = 'arbiter_shadow_v';
 
@@ -85,6 +89,12 @@ export interface PairedPlan {
   copied: string[];
   /** Multi-value rules the shadow side extends: the live members plus its own rules. */
   extended: string[];
+  /**
+   * The changed rules held against their live rules first: where all have their live values, the
+   * shadow side answers the live decision (`same`) without evaluating the copy. Empty when they
+   * cannot all be compared, and when the decision reads nothing changed (always `same`).
+   */
+  compared: string[];
 }
 
 /** A set this planner cannot pair; the shadow set is then evaluated on its own. */
@@ -145,6 +155,11 @@ interface RuleInfo {
   refHead: boolean;
   /** A `with` whose target is not `input`. */
   withData: boolean;
+  /**
+   * Each `with` of the rule (what it reads is then evaluated with another input or document): the
+   * name of the rule it sets the whole input to (`with input as delegated_input`), else `?`.
+   */
+  withs: string[];
   /** Whether the rule reads `data` as a whole (`data[x]`, `walk(data, …)`). */
   readsAllData: boolean;
 }
@@ -194,24 +209,87 @@ export function planPaired(
   const route = router(set.packages, affectedPackages);
   const copies = copyModules(set, affected, extended, route);
   const shared = sharedModules(set.groups, affectedPackages, affected, extended);
-  const shadowDecision = route(DECISION_PATH) === 'copy' ? `data.${SHADOW_ROOT}.` : 'data.';
-  const entry = {
-    name: 'entry',
-    rego:
-      `package ${ENTRY_ROOT}\n\n` +
-      `both["live"] := data.${DECISION_PATH.join('.')}\n\n` +
-      `both["shadow"] := ${shadowDecision}${DECISION_PATH.join('.')}\n`,
-  };
+  const decision = DECISION_PATH.join('.');
+  const copied = route(DECISION_PATH) === 'copy';
+  const { compared, delegated } = copied ? comparable(set, affected) : { compared: [], delegated: false };
+  const entry = [`package ${ENTRY_ROOT}`, '', `both["live"] := data.${decision}`, ''];
+  if (!copied) {
+    // The decision reads nothing the shadow set changes: the live decision is the shadow's too.
+    entry.push('both["same"] := true');
+  } else if (compared.length === 0) {
+    entry.push(`both["shadow"] := data.${SHADOW_ROOT}.${decision}`);
+  } else {
+    // Where every changed rule has the value its live rule has, with the input and with each
+    // input a rule between them and the decision evaluates them with, every rule reading them
+    // does too (Rego has no recursion), and so does the decision: the copy is not evaluated.
+    const equal = (path: string) => `data.${SHADOW_ROOT}.${path} == data.${path}`;
+    entry.push('same if {', ...compared.map((p) => `\t${equal(p)}`));
+    if (delegated) entry.push(`\t${FRESH}_delegated_same`);
+    entry.push('}', '');
+    if (delegated) {
+      // The builtin module's delegated decision evaluates them as the delegating user's.
+      const [d, di] = [DELEGATED, DELEGATED_INPUT].map((r) => `data.${[...BUILTIN_PACKAGE, r].join('.')}`);
+      entry.push(
+        `${FRESH}_delegated_same if not ${d}`,
+        '',
+        `${FRESH}_delegated_same if {`,
+        `\t${d}`,
+        ...compared.map((p) => `\t${equal(p)} with input as ${di}`),
+        '}',
+        '',
+      );
+    }
+    entry.push(
+      'both["same"] := true if same',
+      '',
+      `both["shadow"] := data.${SHADOW_ROOT}.${decision} if not same`,
+    );
+  }
   return {
-    modules: [...copies, ...shared.modules, entry],
+    modules: [...copies, ...shared.modules, { name: 'entry', rego: entry.join('\n') + '\n' }],
     copied: shared.copied.sort(),
     extended: [...extended].map((k) => (JSON.parse(k) as string[]).join('.')).sort(),
+    compared,
   };
+}
+
+/**
+ * The changed rules, as `package.rule`, when each one's value can be held against its live rule's
+ * (`==`) before the copy is evaluated; empty when any cannot: a function (a value per argument),
+ * a rule only one side defines, a rule with a reference head, or one whose name is not a name.
+ * Empty too when a rule of the copy uses `with`, which may evaluate a changed rule with another
+ * input than the one its value was compared at; except the builtin module's delegated decision
+ * (`with input as delegated_input`, `delegated`): they are then compared with that input too.
+ */
+function comparable(set: RuleSets, affected: Set<string>): { compared: string[]; delegated: boolean } {
+  const none = { compared: [], delegated: false };
+  const copy = [...affected].map((k) => set.groups.get(k)!);
+  let delegated = false;
+  for (const r of copy.flatMap((g) => g.shadow)) {
+    if (r.withs.length === 0) continue;
+    if (r.module !== set.builtin || r.withs.some((w) => w !== DELEGATED_INPUT)) return none;
+    delegated = true;
+  }
+  // What the delegated decision evaluates them with is the same on both sides.
+  if (delegated && [DELEGATED, DELEGATED_INPUT].some((r) => affected.has(key([...BUILTIN_PACKAGE, r])))) {
+    return none;
+  }
+  const changed = copy.filter((g) => !sameRules(g.live, g.shadow));
+  const ok = (g: Group) =>
+    g.live.length > 0 &&
+    g.shadow.length > 0 &&
+    IDENT.test(g.name) &&
+    g.pkg.every((s) => IDENT.test(s)) &&
+    [...g.live, ...g.shadow].every((r) => r.arity === undefined && !r.refHead);
+  if (changed.length === 0 || !changed.every(ok)) return none;
+  return { compared: changed.map((g) => [...g.pkg, g.name].join('.')).sort(), delegated };
 }
 
 /** Both sets' modules read, and their rules grouped by package and name. */
 interface RuleSets {
   shadowModules: ParsedModule[];
+  /** The builtin decision module, as both sets hold it. */
+  builtin: ParsedModule;
   /** Every package either set declares, by key. */
   packages: Map<string, string[]>;
   /** Rule groups by key([...pkg, name]). */
@@ -287,7 +365,7 @@ function groupRules(live: ParsedPolicy[], shadow: ParsedPolicy[], builtin: Parse
     if (g.name.startsWith(FRESH))
       unsupported(`rule ${[...g.pkg, g.name].join('.')} has a name this planner uses`);
   }
-  return { shadowModules, packages, groups };
+  return { shadowModules, builtin: read(builtin), packages, groups };
 }
 
 /** The keys of a path's prefixes, shortest first, the path itself last. */
@@ -578,6 +656,7 @@ function ruleInfo(m: ParsedModule, r: AstRule, packageRules: Set<string>): RuleI
     multiValue: r.head.key !== undefined && r.head.value === undefined,
     refHead: (r.head.ref?.length ?? 1) > 1,
     withData: false,
+    withs: [],
     readsAllData: false,
   };
   const usedAliases = new Set<string>();
@@ -618,12 +697,14 @@ function ruleInfo(m: ParsedModule, r: AstRule, packageRules: Set<string>): RuleI
       return;
     }
     if (!node || typeof node !== 'object') return;
-    const t = node as Partial<AstTerm> & { with?: { target?: AstTerm }[] };
+    const t = node as Partial<AstTerm> & { with?: { target?: AstTerm; value?: AstTerm }[] };
     if (Array.isArray(t.with)) {
       for (const w of t.with) {
         const target = w.target;
         const root = target?.type === 'ref' ? (target.value as AstTerm[])[0]?.value : target?.value;
         if (root !== 'input') info.withData = true;
+        const whole = target?.type === 'ref' && (target.value as AstTerm[]).length === 1 && root === 'input';
+        info.withs.push(whole && w.value?.type === 'var' ? String(w.value.value) : '?');
       }
     }
     if (t.type === 'ref' && Array.isArray(t.value)) {
