@@ -21,6 +21,8 @@ const DATA = JSON.parse(readFileSync(path.join(REPO, 'policies', 'data.json'), '
 >;
 const AGENT = EXAMPLE[0]!.rego;
 const HUMAN = EXAMPLE[3]!.rego;
+const DELEGATION = EXAMPLE[2]!.rego;
+expect(DELEGATION).to.include('"max": data.delegation.calls_per_user_per_hour,');
 
 /** A module whose deny reads `flagged` (defined by `when`) with another action than the input's. */
 const probe = (when: string) =>
@@ -213,6 +215,18 @@ const CASES: PairCase[] = [
     shares: ['authz.agent.deny', 'authz.human.allow'],
     // Compared with the request's input and with the delegating user's (delegated_input).
     compares: ['authz.human.deny'],
+  },
+  {
+    title: 'changes a delegated budget, which the decision reads with the delegating user’s input',
+    shadow: [
+      {
+        name: 'delegation',
+        rego: DELEGATION.replace('"max": data.delegation.calls_per_user_per_hour,', '"max": 10,'),
+      },
+    ],
+    copies: ['authz.human.limits', 'authz.decision_limits'],
+    // Equal for every request's own input (no tenant_id in an agent's), unequal as the user's.
+    compares: ['authz.human.limits'],
   },
   {
     title: 'changes a rule that another reads with another input (with input.action): never compared',
