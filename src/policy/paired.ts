@@ -31,6 +31,13 @@ const DECISION_PATH = ['authz', 'decision'];
 const BUILTIN_PACKAGE = ['authz'];
 const DELEGATED = 'delegated';
 const DELEGATED_INPUT = 'delegated_input';
+/** Which changed rules the paired entrypoint compares first (comparable). */
+interface Comparison {
+  compared: string[];
+  /** Whether they are compared with the builtin module's delegated_input too. */
+  delegated: boolean;
+}
+const NOT_COMPARED: Comparison = { compared: [], delegated: false };
 /** Fresh variable names of the generated rules; a package defining a rule of such a name is refused. */
 const FRESH = 'arbiter_shadow_v';
 
@@ -193,7 +200,7 @@ export function planPaired(
     if (Object.hasOwn(data, root)) unsupported(`a data document is named ${root}`);
   }
   const set = groupRules(live, shadow, builtin);
-  const { affected, readsAffected } = affectedGroups(set.groups);
+  const { changed, affected, readsAffected } = affectedGroups(set.groups);
   const extended = extendedGroups(set.groups, affected, readsAffected);
   const affectedPackages = new Map<string, string[]>();
   for (const k of affected) {
@@ -211,7 +218,7 @@ export function planPaired(
   const shared = sharedModules(set.groups, affectedPackages, affected, extended);
   const decision = DECISION_PATH.join('.');
   const copied = route(DECISION_PATH) === 'copy';
-  const { compared, delegated } = copied ? comparable(set, affected) : { compared: [], delegated: false };
+  const { compared, delegated } = copied ? comparable(set, changed, affected) : NOT_COMPARED;
   const entry = [`package ${ENTRY_ROOT}`, '', `both["live"] := data.${decision}`, ''];
   if (!copied) {
     // The decision reads nothing the shadow set changes: the live decision is the shadow's too.
@@ -249,7 +256,7 @@ export function planPaired(
     modules: [...copies, ...shared.modules, { name: 'entry', rego: entry.join('\n') + '\n' }],
     copied: shared.copied.sort(),
     extended: [...extended].map((k) => (JSON.parse(k) as string[]).join('.')).sort(),
-    compared,
+    compared: [...compared],
   };
 }
 
@@ -261,27 +268,26 @@ export function planPaired(
  * input than the one its value was compared at; except the builtin module's delegated decision
  * (`with input as delegated_input`, `delegated`): they are then compared with that input too.
  */
-function comparable(set: RuleSets, affected: Set<string>): { compared: string[]; delegated: boolean } {
-  const none = { compared: [], delegated: false };
-  const copy = [...affected].map((k) => set.groups.get(k)!);
+function comparable(set: RuleSets, changed: Group[], affected: Set<string>): Comparison {
   let delegated = false;
-  for (const r of copy.flatMap((g) => g.shadow)) {
-    if (r.withs.length === 0) continue;
-    if (r.module !== set.builtin || r.withs.some((w) => w !== DELEGATED_INPUT)) return none;
-    delegated = true;
+  for (const k of affected) {
+    for (const r of set.groups.get(k)!.shadow) {
+      if (r.withs.length === 0) continue;
+      if (r.module !== set.builtin || r.withs.some((w) => w !== DELEGATED_INPUT)) return NOT_COMPARED;
+      delegated = true;
+    }
   }
   // What the delegated decision evaluates them with is the same on both sides.
   if (delegated && [DELEGATED, DELEGATED_INPUT].some((r) => affected.has(key([...BUILTIN_PACKAGE, r])))) {
-    return none;
+    return NOT_COMPARED;
   }
-  const changed = copy.filter((g) => !sameRules(g.live, g.shadow));
+  // (The changed packages' segments are names: planPaired refuses the rest.)
   const ok = (g: Group) =>
     g.live.length > 0 &&
     g.shadow.length > 0 &&
     IDENT.test(g.name) &&
-    g.pkg.every((s) => IDENT.test(s)) &&
     [...g.live, ...g.shadow].every((r) => r.arity === undefined && !r.refHead);
-  if (changed.length === 0 || !changed.every(ok)) return none;
+  if (changed.length === 0 || !changed.every(ok)) return NOT_COMPARED;
   return { compared: changed.map((g) => [...g.pkg, g.name].join('.')).sort(), delegated };
 }
 
@@ -379,6 +385,8 @@ const prefixes = (path: string[]) => path.map((_, n) => key(path.slice(0, n + 1)
  * the serving thread, and nothing here may grow with their square.
  */
 function affectedGroups(groups: Map<string, Group>): {
+  /** The groups whose rules differ between the two sets. */
+  changed: Group[];
   affected: Set<string>;
   /** Whether any of `rules` reads a changed rule. */
   readsAffected: (rules: RuleInfo[]) => boolean;
@@ -407,7 +415,8 @@ function affectedGroups(groups: Map<string, Group>): {
     for (const q of prefixes([...g.pkg, g.name]).slice(0, -1)) affectedUnder.add(q);
     pending.push(g);
   };
-  for (const g of groups.values()) if (!sameRules(g.live, g.shadow)) affect(g);
+  const changed = [...groups.values()].filter((g) => !sameRules(g.live, g.shadow));
+  for (const g of changed) affect(g);
   for (let g = pending.pop(); g !== undefined; g = pending.pop()) {
     // Readers of a document holding g (a prefix of its path, or the path), and readers inside it.
     for (const q of prefixes([...g.pkg, g.name])) for (const reader of readersAt.get(q) ?? []) affect(reader);
@@ -415,7 +424,7 @@ function affectedGroups(groups: Map<string, Group>): {
   }
   /** Whether a read of `p` reaches a changed rule: one at a prefix of it, or one under it. */
   const readsChanged = (p: string[]) => affectedUnder.has(key(p)) || prefixes(p).some((q) => affected.has(q));
-  return { affected, readsAffected: (rules) => rules.some((r) => r.reads.some(readsChanged)) };
+  return { changed, affected, readsAffected: (rules) => rules.some((r) => r.reads.some(readsChanged)) };
 }
 
 /**
@@ -510,7 +519,11 @@ function sharedModules(
   extended: Set<string>,
 ): { modules: Module[]; copied: string[] } {
   const groupsOf = new Map<string, Group[]>();
-  for (const g of groups.values()) groupsOf.set(g.pkgKey, [...(groupsOf.get(g.pkgKey) ?? []), g]);
+  for (const g of groups.values()) {
+    const list = groupsOf.get(g.pkgKey);
+    if (list) list.push(g);
+    else groupsOf.set(g.pkgKey, [g]);
+  }
   const modules: Module[] = [];
   const copied: string[] = [];
   for (const [pkgKey, pkg] of affectedPackages) {
