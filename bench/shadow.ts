@@ -13,7 +13,8 @@
  * configuration after --warmup seconds of unrecorded load: a shadow set is a standing thing, and
  * what it costs once it stands is measured, not its first seconds (on its own thread while it
  * proves itself, its paired module compiling: docs/adr/0010, 0012). Each row says where the set
- * was evaluated at its end and the CPU per decision of the serving and the writer thread.
+ * was evaluated at its start and end, how often a slow evaluation sent it back to its thread or
+ * was found quick there (kept), and the CPU per decision of the serving and the writer thread.
  * `--paired false` sets ARBITER_SHADOW_PAIRED=false: the set evaluated apart, as before ADR 0012.
  *
  * Within a round the two configurations run in turn, and the order alternates from round to round
@@ -77,6 +78,15 @@ const candidate = control ? undefined : CANDIDATES[values.candidate];
 if (!control && !candidate) {
   throw new Error(`--candidate: one of ${[...Object.keys(CANDIDATES), 'none'].join(', ')}`);
 }
+const SENT_BACK = 'arbiter_shadow_sent_back_total';
+const SLOW_KEPT = 'arbiter_shadow_slow_kept_total';
+/** Where the shadow set is evaluated, by the metrics' text. */
+const where = (metrics: string): string =>
+  plain(metrics, 'arbiter_shadow_paired') === 1
+    ? 'paired'
+    : plain(metrics, 'arbiter_shadow_inline') === 1
+      ? 'inline'
+      : 'thread';
 /** Round r's configurations in the order they run: without first in even rounds, with first in odd. */
 const order = (r: number): boolean[] => (r % 2 === 0 ? [false, true] : [true, false]);
 const BODIES = [
@@ -166,6 +176,8 @@ async function main(): Promise<void> {
       cpu_us: number;
       thread_cpu_us: Record<string, number>;
       evaluated: string;
+      sent_back: number;
+      slow_kept: number;
     }[] = [];
     if (duration !== undefined) {
       const spec = arbiterSpec(a.engine, a.agentKey);
@@ -190,16 +202,18 @@ async function main(): Promise<void> {
                   Math.round(((t1![t]! - (t0![t] ?? 0)) * 1e6) / Math.max(1, x.requests)),
                 ]),
               ),
-              // Where the shadow set was evaluated when the run ended.
+              // Where the shadow set was evaluated when the run began and when it ended, and how
+              // often a slow pass sent it back to its thread in between (ADR 0010).
               evaluated: !shadow
                 ? '-'
                 : control
                   ? 'none (control)'
-                  : plain(after, 'arbiter_shadow_paired') === 1
-                    ? 'paired'
-                    : plain(after, 'arbiter_shadow_inline') === 1
-                      ? 'inline'
-                      : 'thread',
+                  : where(before) === where(after)
+                    ? where(after)
+                    : `${where(before)} → ${where(after)}`,
+              sent_back: (plain(after, SENT_BACK) ?? 0) - (plain(before, SENT_BACK) ?? 0),
+              // Slow evaluations beside the live set that its thread found quick: the set stayed.
+              slow_kept: (plain(after, SLOW_KEPT) ?? 0) - (plain(before, SLOW_KEPT) ?? 0),
               run,
               shadow,
               rps: x.rps,
@@ -212,7 +226,9 @@ async function main(): Promise<void> {
               `  autocannon round ${r + 1} ${run.padEnd(10)} ${shadow ? 'with shadow   ' : 'without shadow'}: ` +
                 `${Math.round(row.rps)} req/s, p50 ${row.p50} ms, p99 ${row.p99} ms, errors ${row.errors}, ` +
                 `cpu ${row.cpu_us} µs/decision ${JSON.stringify(row.thread_cpu_us)}` +
-                (shadow ? `, evaluated ${row.evaluated}` : ''),
+                (shadow ? `, evaluated ${row.evaluated}` : '') +
+                (row.sent_back > 0 ? `, sent back ${row.sent_back}×` : '') +
+                (row.slow_kept > 0 ? `, slow but kept ${row.slow_kept}×` : ''),
             );
           }
           if (shadow) await setShadow(a.platform, false);

@@ -53,6 +53,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
       revision: (r) => m?.revision.set(r),
       shadowInline: (inline) => m?.shadowInline.set(inline ? 1 : 0),
       shadowSentBack: () => m?.shadowSentBack.inc(),
+      shadowSlowKept: () => m?.shadowSlowKept.inc(),
       shadowPaired: (paired) => m?.shadowPaired.set(paired ? 1 : 0),
       shadowPairDiffered: (detail) => {
         m?.shadowPairDiffered.inc();

@@ -20,6 +20,25 @@ const denying = (reason: string) =>
   `package authz.agent\n\ndeny contains "${reason}" if input.action == "read"\n`;
 const READ = { kind: 'agent', agent_id: 'x', action: 'read', resource: 'r', confidence: 1, context: {} };
 
+/**
+ * A set's thread whose answers and timings the test chooses (`evaluateTimed`); `restart` is told.
+ * It is active once a set was loaded, until cleared or closed.
+ */
+function fakeThread(
+  evaluateTimed: ShadowThread['evaluateTimed'],
+  restart: () => void = () => {},
+): ShadowThread {
+  const thread = {
+    active: false,
+    load: () => ((thread.active = true), Promise.resolve(undefined)),
+    clear: () => void (thread.active = false),
+    close: () => ((thread.active = false), Promise.resolve()),
+    restart,
+    evaluateTimed,
+  };
+  return thread;
+}
+
 // The shadow thread on its own, with the real compiler: no storage involved.
 onceOnly('Shadow thread: ordering of set changes and evaluations', () => {
   const compiler = new RegoCompiler(opaBin);
@@ -186,12 +205,14 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
       const inline = runner.evaluate(READ);
       if (runner.evaluatedInline) expect(inline).to.not.be.instanceOf(Promise);
       expect((await inline).message).to.equal('reads are off');
-      // A slow evaluation there is still answered, and sends the set back to its thread.
+      // A slow evaluation there is still answered, and once its thread has found the input slow
+      // too, sends the set back to its thread.
       await proving(runner);
       expect(runner.evaluatedInline).to.equal(true);
       const slow = runner.evaluate(SLOW);
       expect(slow).to.not.be.instanceOf(Promise);
       expect((slow as { message: string }).message).to.equal('reads are off');
+      for (let i = 0; i < 500 && runner.evaluatedInline; i++) await new Promise((r) => setTimeout(r, 10));
       expect(runner.evaluatedInline).to.equal(false);
       expect(moves.slice(-2)).to.deep.equal([true, false]);
       expect(sentBack).to.be.at.least(1);
@@ -244,22 +265,9 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
     // machine's pauses. `ms` is what the thread says an evaluation took (undefined: no timing).
     const ALLOW = { status: 'allow' as const, message: 'ok', reasons: [] };
     let ms: number | undefined = 0;
-    const thread: ShadowThread = {
-      active: false,
-      load() {
-        (this as { active: boolean }).active = true;
-        return Promise.resolve(undefined);
-      },
-      clear() {
-        (this as { active: boolean }).active = false;
-      },
-      close() {
-        (this as { active: boolean }).active = false;
-        return Promise.resolve();
-      },
-      restart() {},
-      evaluateTimed: () => Promise.resolve({ decision: ALLOW, ...(ms === undefined ? {} : { ms }) }),
-    };
+    const thread = fakeThread(() =>
+      Promise.resolve({ decision: ALLOW, ...(ms === undefined ? {} : { ms }) }),
+    );
     const local = { lastMs: 0, evaluate: () => ALLOW } as unknown as Evaluator & { lastMs: number };
     const runner = new ShadowRunner({ inline: true, thread });
     /** Quick answers on the thread until the set moves; how many it took. */
@@ -272,11 +280,14 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
       }
       return n;
     };
-    /** One inline evaluation slower than the limit. */
-    const sendBack = () => {
+    /** One inline evaluation slower than the limit, which the thread then finds slow too. */
+    const sendBack = async () => {
       local.lastMs = INLINE_MAX_MS + 1;
+      ms = INLINE_MAX_MS + 1;
       expect(runner.evaluate(READ)).to.not.be.instanceOf(Promise);
       local.lastMs = 0;
+      expect(runner.evaluatedInline).to.equal(true);
+      await new Promise((r) => setImmediate(r));
       expect(runner.evaluatedInline).to.equal(false);
     };
     await runner.load(set, local);
@@ -295,7 +306,7 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
     expect(runner.evaluatedInline).to.equal(true);
     const needed: number[] = [];
     for (let i = 0; i < 7; i++) {
-      sendBack();
+      await sendBack();
       needed.push(await untilMoved());
     }
     expect(needed).to.deep.equal([2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 64_000]);
@@ -304,7 +315,7 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
     expect(runner.evaluatedInline).to.equal(false);
     expect(await untilMoved()).to.equal(PROVING_DECISIONS);
     // Answers of the earlier set that arrive after a new one was loaded prove nothing.
-    sendBack();
+    await sendBack();
     ms = 0;
     const stale = Array.from({ length: PROVING_DECISIONS }, () => runner.evaluate(READ));
     await runner.load(set, local);
@@ -314,25 +325,111 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
     await runner.close();
   });
 
+  it('keeps a set whose slow inline evaluation its thread finds quick; sends it back when the thread finds it slow, gives no timing or no answer in time, or a second is slow first', async () => {
+    // A thread that answers at once while the set proves itself, and afterwards when the test
+    // says, with the timing the test chooses; an evaluator whose time the test chooses.
+    const ALLOW = { status: 'allow' as const, message: 'ok', reasons: [] };
+    const asked: ((ms: number | undefined) => void)[] = [];
+    let holding = false;
+    const thread = fakeThread(() =>
+      holding
+        ? new Promise((resolve) =>
+            asked.push((ms) => resolve({ decision: ALLOW, ...(ms === undefined ? {} : { ms }) })),
+          )
+        : Promise.resolve({ decision: ALLOW, ms: 0 }),
+    );
+    const local = { lastMs: 0, evaluate: () => ALLOW } as unknown as Evaluator & { lastMs: number };
+    let kept = 0;
+    let sentBack = 0;
+    const runner = new ShadowRunner({
+      inline: true,
+      thread,
+      waitMs: 50,
+      slowKept: () => kept++,
+      sentBack: () => sentBack++,
+    });
+    const prove = async () => {
+      holding = false;
+      while (!runner.evaluatedInline) await runner.evaluate(READ);
+      holding = true;
+    };
+    /** One inline evaluation slower than the limit: answered at once all the same. */
+    const slow = () => {
+      local.lastMs = INLINE_MAX_MS + 1;
+      expect(runner.evaluate(READ)).to.deep.equal(ALLOW);
+      local.lastMs = 0;
+    };
+    const answer = async (ms: number | undefined) => {
+      expect(asked).to.have.length(1);
+      asked.shift()!(ms);
+      await new Promise((r) => setImmediate(r));
+    };
+    const state = () => ({ kept, sentBack, inline: runner.evaluatedInline });
+    try {
+      await runner.load(set, local);
+      await prove();
+      // The thread evaluates the input again; meanwhile the set stays, and quick evaluations
+      // change nothing. Within the limit there (exactly the limit counts): the machine's pause.
+      slow();
+      expect(runner.evaluate(READ)).to.deep.equal(ALLOW);
+      expect(state()).to.deep.equal({ kept: 0, sentBack: 0, inline: true });
+      await answer(INLINE_MAX_MS);
+      expect(state()).to.deep.equal({ kept: 1, sentBack: 0, inline: true });
+      // A later slow evaluation is timed again; slow on the thread too: sent back.
+      slow();
+      await answer(INLINE_MAX_MS + 0.5);
+      expect(state()).to.deep.equal({ kept: 1, sentBack: 1, inline: false });
+      // A second slow evaluation before the thread answers: sent back at once; the late answer,
+      // once the set has proven itself again, changes nothing.
+      await prove();
+      slow();
+      expect(state()).to.deep.equal({ kept: 1, sentBack: 1, inline: true });
+      slow();
+      expect(state()).to.deep.equal({ kept: 1, sentBack: 2, inline: false });
+      await prove();
+      await answer(INLINE_MAX_MS + 1);
+      expect(state()).to.deep.equal({ kept: 1, sentBack: 2, inline: true });
+      // The thread gave no timing (it failed): sent back.
+      slow();
+      await answer(undefined);
+      expect(state()).to.deep.equal({ kept: 1, sentBack: 3, inline: false });
+      // No answer within the wait: sent back when it ends; the late answer changes nothing.
+      await prove();
+      slow();
+      await new Promise((r) => setTimeout(r, 150));
+      expect(state()).to.deep.equal({ kept: 1, sentBack: 4, inline: false });
+      await prove();
+      await answer(INLINE_MAX_MS + 1);
+      expect(state()).to.deep.equal({ kept: 1, sentBack: 4, inline: true });
+      // A new set while the thread times the old one's input: that answer is about the old set.
+      slow();
+      await runner.load(set, local);
+      await prove();
+      await answer(INLINE_MAX_MS + 1);
+      expect(state()).to.deep.equal({ kept: 1, sentBack: 4, inline: true });
+      // The new set's first slow evaluation is timed afresh, not taken for a second one.
+      slow();
+      expect(runner.evaluatedInline).to.equal(true);
+      await answer(1);
+      expect(state()).to.deep.equal({ kept: 2, sentBack: 4, inline: true });
+    } finally {
+      await runner.close();
+    }
+  });
+
   it('waits for the thread at most the wait, counted from asking, then skips the set for 1 s, 2 s, … while it keeps timing out', async () => {
     const ALLOW = { status: 'allow' as const, message: 'ok', reasons: [] };
     // A thread that answers at once, or never (a stuck or slow set with evaluations queued).
     let hang = true;
     let asked = 0;
     let restarts = 0;
-    const thread: ShadowThread = {
-      active: true,
-      load: () => Promise.resolve(undefined),
-      clear() {},
-      close: () => Promise.resolve(),
-      restart: () => {
-        restarts++;
-      },
-      evaluateTimed: () => {
+    const thread = fakeThread(
+      () => {
         asked++;
         return hang ? new Promise(() => {}) : Promise.resolve({ decision: ALLOW, ms: 0 });
       },
-    };
+      () => restarts++,
+    );
     const local = { lastMs: 0, evaluate: () => ALLOW } as unknown as Evaluator;
     const runner = new ShadowRunner({ inline: true, thread, waitMs: 50 });
     await runner.load(set, local);
@@ -367,20 +464,11 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
 
   it('answers both from one pass once paired: checked against the two sets on their own first and then one in 1 000, dropped on a difference, sent back when slow', async () => {
     // The live set, the shadow set and the paired module are fakes whose answers and timings the
-    // test chooses; the thread answers at once, quickly.
+    // test chooses; the thread answers at once, in `threadMs`.
+    let threadMs = 0;
     const ALLOW = { status: 'allow' as const, message: 'ok', reasons: [] };
     const DENY = { status: 'deny' as const, message: 'reads are off', reasons: ['reads are off'] };
-    const thread: ShadowThread = {
-      active: false,
-      load() {
-        (this as { active: boolean }).active = true;
-        return Promise.resolve(undefined);
-      },
-      clear() {},
-      close: () => Promise.resolve(),
-      restart() {},
-      evaluateTimed: () => Promise.resolve({ decision: DENY, ms: 0 }),
-    };
+    const thread = fakeThread(() => Promise.resolve({ decision: DENY, ms: threadMs }));
     const calls = { live: 0, shadow: 0, paired: 0 };
     const live = { revision: 7, evaluate: () => (calls.live++, ALLOW) } as unknown as Evaluator;
     const local = {
@@ -440,10 +528,19 @@ onceOnly('Shadow runner: on its thread until proven, then beside the live set', 
       expect(calls).to.deep.equal({ live: 0, shadow: 0, paired: 1 });
       // Another live revision than the pair was built for: no pair.
       expect(runner.pair(READ, { ...live, revision: 8 } as unknown as Evaluator)).to.equal(undefined);
-      // A slow pass is answered, and sends the set back to its thread (no pair there).
+      // A slow pass is answered, and its input evaluated again on the thread: quick there, the
+      // pair stays; slow there too, the set goes back to its thread (no pair there).
       paired.lastMs = INLINE_MAX_MS + 1;
       expect(runner.pair(READ, live)).to.deep.equal({ live: ALLOW, shadow: DENY });
+      await new Promise((r) => setImmediate(r));
+      expect(sentBack).to.equal(0);
+      expect(pairing).to.deep.equal([true]);
+      threadMs = INLINE_MAX_MS + 1;
+      expect(runner.pair(READ, live)).to.deep.equal({ live: ALLOW, shadow: DENY });
       paired.lastMs = 0;
+      expect(pairing).to.deep.equal([true]);
+      await new Promise((r) => setImmediate(r));
+      threadMs = 0;
       expect(sentBack).to.equal(1);
       expect(runner.evaluatedInline).to.equal(false);
       expect(pairing).to.deep.equal([true, false]);

@@ -425,16 +425,21 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
       expect((await decisionEvent(await authorize(AGENT.approval, 202))).details.shadow_result).to.equal(
         'agree',
       );
-      // One slow evaluation on the serving thread: back to its own thread, its answer recorded.
-      // (Should a pause of this machine have sent it back meanwhile, it proves itself again first.)
+      // One slow evaluation on the serving thread, its answer recorded: its thread evaluates the
+      // input again, finds it slow too, and the set goes back there. (Should a pause of this
+      // machine have sent it back meanwhile, it proves itself again first.)
       await untilInline(0);
       const sentBackBefore = await sentBackMetric();
+      const keptBefore = await metric('arbiter_shadow_slow_kept_total');
       const slow = { ...AGENT.allow, resource: 'repo/slow' };
       const first = await decisionEvent(await authorize(slow, 200));
       expect(first.details.shadow).to.deep.equal({ status: 'deny', message: 'reads are switched off' });
+      for (let i = 0; i < 200 && (await inlineMetric()) !== 0; i++)
+        await new Promise((r) => setTimeout(r, 25));
       expect(await inlineMetric()).to.equal(0);
       // Exactly one: the only evaluation between the two reads is the slow one, made inline.
       expect(await sentBackMetric()).to.equal(sentBackBefore + 1);
+      expect(await metric('arbiter_shadow_slow_kept_total')).to.equal(keptBefore);
       expect((await decisionEvent(await authorize(slow, 200))).details.shadow_result).to.equal('disagree');
       expect(await inlineMetric()).to.equal(0);
       expect(await report()).to.deep.include({

@@ -62,7 +62,12 @@ export function createMetrics() {
     }),
     shadowSentBack: new Counter({
       name: 'arbiter_shadow_sent_back_total',
-      help: `Times a proven shadow set was sent back to its own thread because one evaluation beside the live set took longer than ${INLINE_MAX_MS} ms.`,
+      help: `Times a proven shadow set was sent back to its own thread because an evaluation beside the live set took longer than ${INLINE_MAX_MS} ms and its own thread confirmed it (slow there too, no answer in time, or a second slow evaluation before it answered).`,
+      registers: [registry],
+    }),
+    shadowSlowKept: new Counter({
+      name: 'arbiter_shadow_slow_kept_total',
+      help: `Times an evaluation of the shadow set beside the live set took longer than ${INLINE_MAX_MS} ms, but its own thread evaluated the same input within ${INLINE_MAX_MS} ms (a pause of the machine, not the set): the set stayed beside the live set.`,
       registers: [registry],
     }),
     evaluation: new Histogram({

@@ -47,6 +47,8 @@ export interface CompileObserver {
   shadowInline?(inline: boolean): void;
   /** A slow evaluation on the serving thread sent the shadow set back to its own thread. */
   shadowSentBack?(): void;
+  /** A slow evaluation on the serving thread was the machine's, not the set's: the set stayed. */
+  shadowSlowKept?(): void;
   /** The shadow set started (true) or stopped (false) being evaluated in one pass with the live set. */
   shadowPaired?(paired: boolean): void;
   /** A paired answer differed from the two sets' own (the pair was dropped); `detail` shows both. */
@@ -136,6 +138,7 @@ export class PolicyService {
       inline: shadow.inline,
       moved: (inline) => observer.shadowInline?.(inline),
       sentBack: () => observer.shadowSentBack?.(),
+      slowKept: () => observer.shadowSlowKept?.(),
       paired: (paired) => observer.shadowPaired?.(paired),
       pairDiffered: (detail) => observer.shadowPairDiffered?.(detail),
       unpaired: (why) => observer.shadowUnpaired?.(why),

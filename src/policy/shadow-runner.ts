@@ -22,9 +22,13 @@ export type ShadowThread = Pick<
  * and the serving thread never waits for it. Once the set has answered PROVING_DECISIONS
  * decisions in a row there, each within INLINE_MAX_MS, it is evaluated on the serving thread,
  * right after the live set, like the live set: a thread hop costs the decision path more than the
- * evaluation itself (docs/performance.md). An inline evaluation slower than INLINE_MAX_MS sends it
- * back to the thread, to prove itself again over twice as many decisions. A new set (any shadow
- * or live change rebuilds it) starts over on the thread, with the first count.
+ * evaluation itself (docs/performance.md). An inline evaluation slower than INLINE_MAX_MS has its
+ * input evaluated again on the thread, off the decision path: if the set takes longer than
+ * INLINE_MAX_MS there too, or gives no answer in time, or a second inline evaluation is slow before
+ * the thread answers, the set goes back to the thread, to prove itself again over twice as many
+ * decisions. A thread that answers within INLINE_MAX_MS says the slowness was the machine's (a
+ * pause, a garbage collection): the set stays (ADR 0010, amended 2026-11-28). A new set (any
+ * shadow or live change rebuilds it) starts over on the thread, with the first count.
  *
  * On the thread, a decision waits for its shadow answer at most the thread's own allowance (the
  * eval budget plus EVAL_TIMEOUT_MARGIN_MS), counted from when it asked, however many evaluations
@@ -63,6 +67,11 @@ export class ShadowRunner {
   private pairChecked = 0;
   /** Whether `pair` answers now (told through `options.paired`). */
   private pairing = false;
+  /**
+   * The epoch of the set whose slow inline evaluation its thread is timing again (slowInline);
+   * undefined when none is.
+   */
+  private confirming: number | undefined;
   /** The current skip period after a timeout (ms; 0: none), and when it ends (performance.now()). */
   private skipMs = 0;
   private skipUntil = 0;
@@ -75,6 +84,11 @@ export class ShadowRunner {
       moved?: (inline: boolean) => void;
       /** Told when a slow evaluation on the serving thread sent the set back (after `moved`). */
       sentBack?: () => void;
+      /**
+       * Told when a slow evaluation on the serving thread was not the set's: its thread evaluated
+       * the same input within INLINE_MAX_MS, and the set stayed.
+       */
+      slowKept?: () => void;
       /** Told each time the set starts or stops being evaluated in one pass with the live set. */
       paired?: (paired: boolean) => void;
       /** Told when a paired answer differed from the two sets' own: the pair is dropped. */
@@ -151,7 +165,7 @@ export class ShadowRunner {
     } catch {
       both = undefined;
     }
-    if (paired.lastMs > INLINE_MAX_MS) this.slowInline();
+    if (paired.lastMs > INLINE_MAX_MS) this.slowInline(input);
     if (!both) return undefined;
     this.pairAnswered++;
     const check = this.pairChecked < PAIR_CHECKED_DECISIONS || this.pairAnswered % PAIR_SAMPLED_EVERY === 0;
@@ -195,7 +209,7 @@ export class ShadowRunner {
         // Evaluator.evaluate never throws; should it, the shadow counts an error, never the decision.
         d = failClosed(`shadow evaluation failed: ${e instanceof Error ? e.message : String(e)}`);
       }
-      if (ms > INLINE_MAX_MS) this.slowInline();
+      if (ms > INLINE_MAX_MS) this.slowInline(input);
       return d;
     }
     if (performance.now() < this.skipUntil) {
@@ -245,8 +259,45 @@ export class ShadowRunner {
     if (this.proven >= this.required && this.local) this.setInline(true);
   }
 
-  /** An evaluation on the serving thread took too long: back to the thread, to prove itself again. */
-  private slowInline(): void {
+  /**
+   * An evaluation of `input` on the serving thread took longer than INLINE_MAX_MS (wall time,
+   * which a pause of the machine or a garbage collection can stretch). Its thread evaluates the
+   * input again, off the decision path, and the set goes back there when the set is slow on it
+   * there too, gives no answer within the wait, or when another inline evaluation is slow before
+   * the thread answers. While the thread times it, the set stays inline: a set slow on some input
+   * costs the serving thread at most two slow evaluations, where before it cost one.
+   */
+  private slowInline(input: unknown): void {
+    if (!this.inline) return;
+    const epoch = this.epoch;
+    if (this.confirming === epoch) {
+      this.sendBack();
+      return;
+    }
+    this.confirming = epoch;
+    let waiting = true;
+    const settle = (ms: number | undefined) => {
+      if (this.confirming !== epoch || this.epoch !== epoch) return;
+      this.confirming = undefined;
+      if (!this.inline) return;
+      if (ms !== undefined && ms <= INLINE_MAX_MS) this.tell(() => this.options.slowKept?.());
+      else this.sendBack();
+    };
+    const timer = setTimeout(() => {
+      waiting = false;
+      settle(undefined);
+    }, this.waitMs);
+    timer.unref();
+    void this.thread.evaluateTimed(input).then(({ ms }) => {
+      if (!waiting) return;
+      clearTimeout(timer);
+      settle(ms);
+    });
+  }
+
+  /** Back to the thread, to prove itself again over twice as many decisions. */
+  private sendBack(): void {
+    this.confirming = undefined;
     this.setInline(false);
     this.proven = 0;
     this.required = Math.min(this.required * 2, MAX_PROVING_DECISIONS);
@@ -278,6 +329,7 @@ export class ShadowRunner {
 
   private reset(local: Evaluator | undefined): void {
     this.epoch++;
+    this.confirming = undefined;
     this.paired = undefined;
     this.pairAnswered = 0;
     this.pairChecked = 0;
