@@ -117,6 +117,11 @@ interface PairCase {
    * copy (PairedPlan.compared); [] when it always evaluates the copy.
    */
   compares?: string[];
+  /**
+   * Of those, the multi-value rules compared by the members of only the rules that differ
+   * between the two sides (PairedPlan.comparedByChanges).
+   */
+  comparesByChanges?: string[];
   /** Some inputs meet an evaluation error: no clean pair then. */
   errors?: boolean;
 }
@@ -132,6 +137,7 @@ const CASES: PairCase[] = [
     ],
     extends: ['authz.agent.deny'],
     compares: ['authz.agent.deny'],
+    comparesByChanges: ['authz.agent.deny'],
     copies: ['authz.deny_reasons', 'authz.base_decision', 'authz.decision'],
     shares: ['authz.agent.allow', 'authz.agent.require_approval', 'authz.approval_reasons', 'authz.allowed'],
   },
@@ -145,6 +151,8 @@ const CASES: PairCase[] = [
     ],
     copies: ['authz.agent.require_approval', 'authz.approval_reasons'],
     compares: ['authz.agent.require_approval'],
+    // The edited rule's members against the live rule's, not the whole of require_approval.
+    comparesByChanges: ['authz.agent.require_approval'],
     shares: ['authz.agent.deny', 'authz.agent.allow', 'authz.deny_reasons'],
   },
   {
@@ -181,6 +189,48 @@ const CASES: PairCase[] = [
       },
     ],
     copies: ['authz.agent.deny'],
+    // The removed rule's members against none.
+    compares: ['authz.agent.deny'],
+    comparesByChanges: ['authz.agent.deny'],
+  },
+  {
+    title:
+      'edits a deny rule and adds a require_approval rule reading deny: each compared by its changed rules',
+    shadow: [
+      {
+        name: 'agent',
+        rego: AGENT.replace(
+          'deny contains "production deploys are frozen" if {',
+          'deny contains "production is frozen" if {',
+        ).replace(
+          'require_approval contains "access to PII requires approval" if {',
+          'require_approval contains "a denied read" if {\n\tinput.action == "read"\n\tcount(deny) > 0\n}\n\n' +
+            'require_approval contains "access to PII requires approval" if {',
+        ),
+      },
+    ],
+    copies: ['authz.agent.deny'],
+    extends: ['authz.agent.require_approval'],
+    // The added rule reads deny by name: in its own package, the copy's deny, not its changed rules.
+    compares: ['authz.agent.deny', 'authz.agent.require_approval'],
+    comparesByChanges: ['authz.agent.deny', 'authz.agent.require_approval'],
+  },
+  {
+    title: 'widens production and edits a deny rule: unchanged deny rules read the changed production',
+    shadow: [
+      {
+        name: 'agent',
+        rego: AGENT.replace(
+          'production if matches("prod/**", input.resource, "/")',
+          'production if matches("prod/**", input.resource, "/")\n\nproduction if matches("staging/**", input.resource, "/")',
+        ).replace(
+          'deny contains "production deploys are frozen" if {',
+          'deny contains "production is frozen" if {',
+        ),
+      },
+    ],
+    compares: ['authz.agent.deny', 'authz.agent.production'],
+    comparesByChanges: ['authz.agent.deny'],
   },
   {
     title: 'adds a helper package and a deny rule that imports it',
@@ -215,6 +265,7 @@ const CASES: PairCase[] = [
     shares: ['authz.agent.deny', 'authz.human.allow'],
     // Compared with the request's input and with the delegating user's (delegated_input).
     compares: ['authz.human.deny'],
+    comparesByChanges: ['authz.human.deny'],
   },
   {
     title: 'changes a delegated budget, which the decision reads with the delegating user’s input',
@@ -227,6 +278,7 @@ const CASES: PairCase[] = [
     copies: ['authz.human.limits', 'authz.decision_limits'],
     // Equal for every request's own input (no tenant_id in an agent's), unequal as the user's.
     compares: ['authz.human.limits'],
+    comparesByChanges: ['authz.human.limits'],
   },
   {
     title: 'changes a rule that another reads with another input (with input.action): never compared',
@@ -463,6 +515,7 @@ onceOnly('Paired evaluation: the live and a shadow set in one pass (ADR 0012)', 
       if (c.copies?.length === 0) expect(p.copied).to.deep.equal([]);
       if (c.extends) expect(p.extended).to.deep.equal(c.extends);
       if (c.compares) expect(p.compared).to.deep.equal(c.compares);
+      if (c.comparesByChanges) expect(p.comparedByChanges).to.deep.equal(c.comparesByChanges);
       const [pairedWasm, liveWasm, shadowWasm] = await Promise.all([
         compiler.compilePaired(live, p.modules),
         compiler.compile(live),

@@ -33,11 +33,13 @@ const DELEGATED = 'delegated';
 const DELEGATED_INPUT = 'delegated_input';
 /** Which changed rules the paired entrypoint compares first (comparable). */
 interface Comparison {
-  compared: string[];
+  compared: Group[];
   /** Whether they are compared with the builtin module's delegated_input too. */
   delegated: boolean;
 }
 const NOT_COMPARED: Comparison = { compared: [], delegated: false };
+/** Under the entry's package: each side's differing rules of a compared multi-value rule (deltaOf). */
+const DELTA = 'changed';
 /** Fresh variable names of the generated rules; a package defining a rule of such a name is refused. */
 const FRESH = 'arbiter_shadow_v';
 
@@ -102,6 +104,12 @@ export interface PairedPlan {
    * cannot all be compared, and when the decision reads nothing changed (always `same`).
    */
   compared: string[];
+  /**
+   * Of those, the multi-value rules held by the members of only the rules that differ between
+   * the two sides (the rest of the rule is the same text over the same values, when every
+   * changed rule is equal: see deltaOf).
+   */
+  comparedByChanges: string[];
 }
 
 /** A set this planner cannot pair; the shadow set is then evaluated on its own. */
@@ -219,6 +227,7 @@ export function planPaired(
   const decision = DECISION_PATH.join('.');
   const copied = route(DECISION_PATH) === 'copy';
   const { compared, delegated } = copied ? comparable(set, changed, affected) : NOT_COMPARED;
+  const deltas = compared.map((g, i) => deltaOf(set, g, i, route));
   const entry = [`package ${ENTRY_ROOT}`, '', `both["live"] := data.${decision}`, ''];
   if (!copied) {
     // The decision reads nothing the shadow set changes: the live decision is the shadow's too.
@@ -229,8 +238,8 @@ export function planPaired(
     // Where every changed rule has the value its live rule has, with the input and with each
     // input a rule between them and the decision evaluates them with, every rule reading them
     // does too (Rego has no recursion), and so does the decision: the copy is not evaluated.
-    const equal = (path: string) => `data.${SHADOW_ROOT}.${path} == data.${path}`;
-    entry.push('same if {', ...compared.map((p) => `\t${equal(p)}`));
+    const equal = (d: Delta) => `${d.shadow} == ${d.live}`;
+    entry.push('same if {', ...deltas.map((d) => `\t${equal(d)}`));
     if (delegated) entry.push(`\t${FRESH}_delegated_same`);
     entry.push('}', '');
     if (delegated) {
@@ -241,7 +250,7 @@ export function planPaired(
         '',
         `${FRESH}_delegated_same if {`,
         `\t${d}`,
-        ...compared.map((p) => `\t${equal(p)} with input as ${di}`),
+        ...deltas.map((d) => `\t${equal(d)} with input as ${di}`),
         '}',
         '',
       );
@@ -252,11 +261,95 @@ export function planPaired(
       `both["shadow"] := data.${SHADOW_ROOT}.${decision} if not same`,
     );
   }
+  const name = (g: Group) => [...g.pkg, g.name].join('.');
   return {
-    modules: [...copies, ...shared.modules, { name: 'entry', rego: entry.join('\n') + '\n' }],
+    modules: [
+      ...copies,
+      ...shared.modules,
+      ...deltas.flatMap((d) => d.modules),
+      { name: 'entry', rego: entry.join('\n') + '\n' },
+    ],
     copied: shared.copied.sort(),
     extended: [...extended].map((k) => (JSON.parse(k) as string[]).join('.')).sort(),
-    compared: [...compared],
+    compared: compared.map(name).sort(),
+    comparedByChanges: compared
+      .filter((_, i) => deltas[i]!.modules.length > 0)
+      .map(name)
+      .sort(),
+  };
+}
+
+/** How `same` holds a changed rule against its live rule: two expressions, and what they need. */
+interface Delta {
+  shadow: string;
+  live: string;
+  modules: Module[];
+}
+
+/**
+ * A changed rule's comparison. A multi-value rule (`g contains x if …`) is the union of its rules'
+ * members, and the rules both sides hold (same text, same imports) give the same members where
+ * everything they read has its live value. Rego has no recursion, so that is so once every
+ * changed rule read on the way is equal: the rule is then equal on both sides when the rules only
+ * the shadow side holds give the members of the rules only the live side holds. Those are
+ * evaluated on their own, each side's in a package of its own under the entry's (`n` keeps the
+ * rules of several changed rules of one package apart), where the names of their package mean
+ * what they mean on that side: aliases of the copy's rules, or of the live ones. A rule of a
+ * side without such rules is the empty set. Any other rule, and a multi-value rule whose live
+ * rules use `with`, is compared whole.
+ */
+function deltaOf(set: RuleSets, g: Group, n: number, route: (path: string[]) => 'copy' | 'live'): Delta {
+  const path = [...g.pkg, g.name].join('.');
+  const whole = { shadow: `data.${SHADOW_ROOT}.${path}`, live: `data.${path}`, modules: [] };
+  const all = [...g.live, ...g.shadow];
+  if (!all.every((r) => r.multiValue) || g.live.some((r) => r.withs.length > 0)) return whole;
+  const modules: Module[] = [];
+  const side = (which: 'shadow' | 'live', rules: RuleInfo[]): string => {
+    if (rules.length === 0) return 'set()';
+    const pkg = [ENTRY_ROOT, DELTA, `d${n}`, which, ...g.pkg].join('.');
+    const routeOf = which === 'shadow' ? route : () => 'live' as const;
+    const byModule = new Map<ParsedModule, RuleInfo[]>();
+    for (const r of rules) {
+      const list = byModule.get(r.module);
+      if (list) list.push(r);
+      else byModule.set(r.module, [r]);
+    }
+    for (const [m, list] of byModule) {
+      const lines = [`package ${pkg}`, '', ...copyImports(m, list, routeOf)];
+      for (const r of list) lines.push('', which === 'shadow' ? rewrite(r, route) : r.text);
+      modules.push({
+        name: `${DELTA}-${n}-${which}-${modules.length}-${m.name}`,
+        rego: lines.join('\n') + '\n',
+      });
+    }
+    // The package's rules these may read by name, as this side has them: the names they use that
+    // are rules of the package on either side (and the rules they read by path, which then read
+    // no alias). A name only the other side has a rule of stays a variable, as on this side.
+    const names = new Set<string>();
+    for (const r of rules) {
+      for (const p of r.reads) {
+        const name = p.at(-1)!;
+        if (p.length === g.pkg.length + 1 && key(p.slice(0, -1)) === g.pkgKey && IDENT.test(name)) {
+          names.add(name);
+        }
+      }
+    }
+    names.delete(g.name);
+    const aliases = [`package ${pkg}`, ''];
+    for (const name of [...names].sort()) {
+      const read = set.groups.get(key([...g.pkg, name]))?.[which];
+      if (!read || read.length === 0) continue;
+      const target =
+        which === 'shadow' ? `${SHADOW_ROOT}.${g.pkg.join('.')}.${name}` : `${g.pkg.join('.')}.${name}`;
+      aliases.push(aliasOf(read, name, target));
+    }
+    modules.push({ name: `${DELTA}-${n}-${which}-names`, rego: aliases.join('\n') + '\n' });
+    return `data.${pkg}.${g.name}`;
+  };
+  return {
+    shadow: side('shadow', difference(g.shadow, g.live)),
+    live: side('live', difference(g.live, g.shadow)),
+    modules,
   };
 }
 
@@ -288,7 +381,7 @@ function comparable(set: RuleSets, changed: Group[], affected: Set<string>): Com
     IDENT.test(g.name) &&
     [...g.live, ...g.shadow].every((r) => r.arity === undefined && !r.refHead);
   if (changed.length === 0 || !changed.every(ok)) return NOT_COMPARED;
-  return { compared: changed.map((g) => [...g.pkg, g.name].join('.')).sort(), delegated };
+  return { compared: changed, delegated };
 }
 
 /** Both sets' modules read, and their rules grouped by package and name. */
@@ -536,7 +629,7 @@ function sharedModules(
       } else if (affected.has(g.key)) {
         copied.push(path);
       } else {
-        lines.push(aliasOf(g, path));
+        lines.push(aliasOf(g.shadow, g.name, path));
       }
     }
     modules.push({ name: `shared-${modules.length}`, rego: lines.join('\n') + '\n' });
@@ -544,15 +637,15 @@ function sharedModules(
   return { modules, copied };
 }
 
-/** `g := data.path`, or for a function `g(a, b) := data.path(a, b)`. */
-function aliasOf(g: Group, path: string): string {
-  const arities = new Set(g.shadow.map((r) => r.arity));
+/** `name := data.path`, or for a function `name(a, b) := data.path(a, b)`, of the rules `rules`. */
+function aliasOf(rules: RuleInfo[], name: string, path: string): string {
+  const arities = new Set(rules.map((r) => r.arity));
   if (arities.size !== 1) unsupported(`rule ${path} is both a function and a document`);
-  const arity = g.shadow[0]!.arity;
-  if (arity === undefined) return `${g.name} := data.${path}`;
-  if (g.shadow.some((r) => r.refHead)) unsupported(`function ${path} has a reference head`);
+  const arity = rules[0]!.arity;
+  if (arity === undefined) return `${name} := data.${path}`;
+  if (rules.some((r) => r.refHead)) unsupported(`function ${path} has a reference head`);
   const args = Array.from({ length: arity }, (_, i) => `${FRESH}${i}`).join(', ');
-  return `${g.name}(${args}) := data.${path}(${args})`;
+  return `${name}(${args}) := data.${path}(${args})`;
 }
 
 /** The group a rule defines: the first term of its head. */
@@ -771,12 +864,15 @@ function containsAll(outer: RuleInfo[], inner: RuleInfo[]): boolean {
 }
 
 /** The rules the shadow set adds to the live rules of `g` (a multi-value rule it extends). */
-function added(g: Group): RuleInfo[] {
+const added = (g: Group): RuleInfo[] => difference(g.shadow, g.live);
+
+/** The rules of `a` that `b` does not hold, each as many times more as `a` holds it. */
+function difference(a: RuleInfo[], b: RuleInfo[]): RuleInfo[] {
   const counts = new Map<string, number>();
-  for (const r of g.live) counts.set(r.signature, (counts.get(r.signature) ?? 0) + 1);
+  for (const r of b) counts.set(r.signature, (counts.get(r.signature) ?? 0) + 1);
   const out: RuleInfo[] = [];
-  // Matched in the order of the whole group, so each live rule is matched once.
-  for (const r of g.shadow) {
+  // Matched in the order of `a`, so each rule of `b` is matched once.
+  for (const r of a) {
     const n = counts.get(r.signature) ?? 0;
     if (n > 0) counts.set(r.signature, n - 1);
     else out.push(r);
