@@ -301,20 +301,15 @@ interface Delta {
 function deltaOf(set: RuleSets, g: Group, n: number, route: (path: string[]) => 'copy' | 'live'): Delta {
   const path = [...g.pkg, g.name].join('.');
   const whole = { shadow: `data.${SHADOW_ROOT}.${path}`, live: `data.${path}`, modules: [] };
-  const all = [...g.live, ...g.shadow];
-  if (!all.every((r) => r.multiValue) || g.live.some((r) => r.withs.length > 0)) return whole;
+  if (![...g.live, ...g.shadow].every((r) => r.multiValue) || g.live.some((r) => r.withs.length > 0)) {
+    return whole;
+  }
   const modules: Module[] = [];
   const side = (which: 'shadow' | 'live', rules: RuleInfo[]): string => {
     if (rules.length === 0) return 'set()';
     const pkg = [ENTRY_ROOT, DELTA, `d${n}`, which, ...g.pkg].join('.');
     const routeOf = which === 'shadow' ? route : () => 'live' as const;
-    const byModule = new Map<ParsedModule, RuleInfo[]>();
-    for (const r of rules) {
-      const list = byModule.get(r.module);
-      if (list) list.push(r);
-      else byModule.set(r.module, [r]);
-    }
-    for (const [m, list] of byModule) {
+    for (const [m, list] of groupBy(rules, (r) => r.module)) {
       const lines = [`package ${pkg}`, '', ...copyImports(m, list, routeOf)];
       for (const r of list) lines.push('', which === 'shadow' ? rewrite(r, route) : r.text);
       modules.push({
@@ -577,15 +572,12 @@ function copyModules(
   extended: Set<string>,
   route: (path: string[]) => 'copy' | 'live',
 ): Module[] {
-  const copiedRules = new Map<ParsedModule, RuleInfo[]>();
-  for (const g of set.groups.values()) {
-    if (!affected.has(g.key)) continue;
-    for (const r of extended.has(g.key) ? added(g) : g.shadow) {
-      const list = copiedRules.get(r.module) ?? [];
-      list.push(r);
-      copiedRules.set(r.module, list);
-    }
-  }
+  const copiedRules = groupBy(
+    [...set.groups.values()]
+      .filter((g) => affected.has(g.key))
+      .flatMap((g) => (extended.has(g.key) ? added(g) : g.shadow)),
+    (r) => r.module,
+  );
   const out: Module[] = [];
   for (const m of set.shadowModules) {
     const rules = copiedRules.get(m);
@@ -611,12 +603,7 @@ function sharedModules(
   affected: Set<string>,
   extended: Set<string>,
 ): { modules: Module[]; copied: string[] } {
-  const groupsOf = new Map<string, Group[]>();
-  for (const g of groups.values()) {
-    const list = groupsOf.get(g.pkgKey);
-    if (list) list.push(g);
-    else groupsOf.set(g.pkgKey, [g]);
-  }
+  const groupsOf = groupBy(groups.values(), (g) => g.pkgKey);
   const modules: Module[] = [];
   const copied: string[] = [];
   for (const [pkgKey, pkg] of affectedPackages) {
@@ -844,6 +831,17 @@ function ruleInfo(m: ParsedModule, r: AstRule, packageRules: Set<string>): RuleI
     .sort();
   info.signature = `${key(m.pkg)}\u0001${imports.join('\u0001')}\u0001${text}`;
   return info;
+}
+
+/** `items` by `by`, each list in the order of `items` (linear: planning runs on the serving thread). */
+function groupBy<K, V>(items: Iterable<V>, by: (v: V) => K): Map<K, V[]> {
+  const out = new Map<K, V[]>();
+  for (const v of items) {
+    const list = out.get(by(v));
+    if (list) list.push(v);
+    else out.set(by(v), [v]);
+  }
+  return out;
 }
 
 /** Whether two lists hold the same rules, as many times each. */

@@ -216,24 +216,39 @@ export class ShadowRunner {
       return skipped(`not evaluated: the shadow set timed out and is skipped for ${this.skipMs / 1000} s`);
     }
     const epoch = this.epoch;
+    return this.askThread(input, () => this.timedOut(epoch)).then((answer) => {
+      if (!answer) return skipped(`the shadow set did not answer within ${this.waitMs} ms`);
+      if (epoch === this.epoch) {
+        // The set answered in time: a later timeout skips for the first period again. (A thread
+        // failure is no answer of the set's, e.g. the waiters the restart below failed.)
+        if (answer.ms !== undefined) this.skipMs = 0;
+        if (!this.inline) this.prove(answer.ms);
+      }
+      return answer.decision;
+    });
+  }
+
+  /**
+   * The thread's answer to `input` (with how long the set took, as evaluateTimed), or undefined
+   * when none came within the wait, counted from now: `late` is then told at once, and an answer
+   * after it is dropped. Never rejects.
+   */
+  private askThread(
+    input: unknown,
+    late: () => void = () => {},
+  ): Promise<{ decision: PolicyDecision; ms?: number } | undefined> {
     return new Promise((resolve) => {
       let waiting = true;
       const timer = setTimeout(() => {
         waiting = false;
-        this.timedOut(epoch);
-        resolve(skipped(`the shadow set did not answer within ${this.waitMs} ms`));
+        late();
+        resolve(undefined);
       }, this.waitMs);
       timer.unref();
-      void this.thread.evaluateTimed(input).then(({ decision, ms }) => {
+      void this.thread.evaluateTimed(input).then((answer) => {
         if (!waiting) return;
         clearTimeout(timer);
-        if (epoch === this.epoch) {
-          // The set answered in time: a later timeout skips for the first period again. (A thread
-          // failure is no answer of the set's, e.g. the waiters the restart below failed.)
-          if (ms !== undefined) this.skipMs = 0;
-          if (!this.inline) this.prove(ms);
-        }
-        resolve(decision);
+        resolve(answer);
       });
     });
   }
@@ -275,23 +290,14 @@ export class ShadowRunner {
       return;
     }
     this.confirming = epoch;
-    let waiting = true;
-    const settle = (ms: number | undefined) => {
+    void this.askThread(input).then((answer) => {
+      // An answer about an earlier set, or after a second slow evaluation sent this one back.
       if (this.confirming !== epoch || this.epoch !== epoch) return;
       this.confirming = undefined;
       if (!this.inline) return;
+      const ms = answer?.ms;
       if (ms !== undefined && ms <= INLINE_MAX_MS) this.tell(() => this.options.slowKept?.());
       else this.sendBack();
-    };
-    const timer = setTimeout(() => {
-      waiting = false;
-      settle(undefined);
-    }, this.waitMs);
-    timer.unref();
-    void this.thread.evaluateTimed(input).then(({ ms }) => {
-      if (!waiting) return;
-      clearTimeout(timer);
-      settle(ms);
     });
   }
 
