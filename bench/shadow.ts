@@ -234,6 +234,7 @@ async function main(): Promise<void> {
           if (shadow) await setShadow(a.platform, false);
         }
       }
+      compareRounds(scenario);
       for (const run of ['saturation', '1000/s']) {
         for (const shadow of [false, true]) {
           const rs = scenario.filter((x) => x.run === run && x.shadow === shadow);
@@ -279,6 +280,60 @@ async function main(): Promise<void> {
     await stopAll();
     removeTempDirs();
   }
+}
+
+/** The value at quantile q of xs (nearest rank, as the medians above). */
+function quantile(xs: number[], q: number): number {
+  const sorted = [...xs].sort((x, y) => x - y);
+  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * q))] as number;
+}
+
+/**
+ * Each round's run with the shadow set against its run without, in the same round: throughput
+ * at saturation as with ÷ without − 1, p50 at 1 000/s as with − without, and the serving and
+ * writer thread's CPU per decision at saturation. Their medians and quartiles over the rounds are
+ * what docs/performance.md reports, and what `--candidate none` gives as the bench's own spread.
+ */
+function compareRounds(
+  scenario: {
+    run: string;
+    shadow: boolean;
+    rps: number;
+    p50: number;
+    thread_cpu_us: Record<string, number>;
+  }[],
+): void {
+  const pairs = (run: string) => {
+    const rs = scenario.filter((x) => x.run === run);
+    const out: { without: (typeof rs)[number]; with: (typeof rs)[number] }[] = [];
+    // Two runs per round, in either order.
+    for (let i = 0; i + 1 < rs.length; i += 2) {
+      const [x, y] = [rs[i]!, rs[i + 1]!];
+      out.push(x.shadow ? { with: x, without: y } : { with: y, without: x });
+    }
+    return out;
+  };
+  const spread = (xs: number[], fmt: (x: number) => string) =>
+    `${fmt(quantile(xs, 0.5))} (${fmt(quantile(xs, 0.25))} … ${fmt(quantile(xs, 0.75))})`;
+  const pct = (x: number) => `${x >= 0 ? '+' : ''}${(x * 100).toFixed(1)}%`;
+  const ms = (x: number) => `${x >= 0 ? '+' : ''}${x.toFixed(2)} ms`;
+  const sat = pairs('saturation');
+  const ratios = sat.map((p) => p.with.rps / p.without.rps - 1);
+  const cpu = (side: 'with' | 'without', thread: string) =>
+    quantile(
+      sat.map((p) => p[side].thread_cpu_us[thread] ?? NaN),
+      0.5,
+    );
+  console.log(
+    `  per round, with against without: saturation ${spread(ratios, pct)}, slower in ` +
+      `${ratios.filter((x) => x < 0).length}/${ratios.length} rounds; ` +
+      `1000/s p50 ${spread(
+        pairs('1000/s').map((p) => p.with.p50 - p.without.p50),
+        ms,
+      )}; ` +
+      `cpu µs/decision at saturation serving ${cpu('without', 'serving')} → ${cpu('with', 'serving')}, ` +
+      `writer ${cpu('without', 'writer')} → ${cpu('with', 'writer')} (medians; quartiles in brackets)`,
+  );
 }
 
 main().catch(async (e: unknown) => {
