@@ -5,7 +5,8 @@
  *
  *   npm run bench:shadow -- [--requests 4000] [--concurrency 16] [--rounds 3]
  *                           [--duration 8]   (then autocannon runs too: 32 connections, and 1 000/s)
- *                           [--warmup 3] [--candidate add-deny|edit-rule|agree] [--paired false]
+ *                           [--warmup 3] [--candidate add-deny|edit-rule|agree|none] [--paired false]
+ *                           [--inprocess 30000]
  *
  * The first load is a closed loop from this process (fetch, 16 at a time): its throughput follows
  * latency. With --duration, the scenario load of `npm run bench` (autocannon, its request mix)
@@ -16,6 +17,8 @@
  * was evaluated at its start and end, how often a slow evaluation sent it back to its thread or
  * was found quick there (kept), and the CPU per decision of the serving and the writer thread.
  * `--paired false` sets ARBITER_SHADOW_PAIRED=false: the set evaluated apart, as before ADR 0012.
+ * First, unless `--inprocess 0`, the evaluation alone is timed in this process (lib/paired-micro.ts):
+ * the live set, the two sets apart and their paired pass, `--inprocess` calls each, 4 runs.
  *
  * Within a round the two configurations run in turn, and the order alternates from round to round
  * (without → with, then with → without): every run appends to the same database and heap, so a
@@ -29,6 +32,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { arbiterSpec, runLoad, type LoadResult } from './lib/load.js';
 import { byLabel, plain, scrape } from './lib/metrics.js';
+import { pairedMicro } from './lib/paired-micro.js';
 import { processCpuSeconds, stopAll } from './lib/proc.js';
 import { ADMIN_KEY, removeTempDirs, REPO, startArbiter } from './lib/targets.js';
 
@@ -41,6 +45,7 @@ const { values } = parseArgs({
     warmup: { type: 'string', default: '3' },
     candidate: { type: 'string', default: 'add-deny' },
     paired: { type: 'string', default: 'true' },
+    inprocess: { type: 'string', default: '30000' },
   },
 });
 const warmup = Number(values.warmup);
@@ -147,6 +152,19 @@ async function main(): Promise<void> {
     `shadow benchmark: ${requests} decisions × ${rounds} rounds, ${concurrency} concurrent; candidate ${values.candidate}` +
       (values.paired === 'false' ? ', never paired' : ''),
   );
+  const calls = Number(values.inprocess);
+  if (candidate && calls > 0) {
+    const m = await pairedMicro({ name: candidate.name, rego: candidate.rego() }, calls, 4);
+    const range = (xs: number[]) => `${Math.min(...xs)}–${Math.max(...xs)} µs`;
+    console.log(
+      `  in-process, µs per evaluation (${calls} calls × 4 runs, the bench's mix): live set alone ` +
+        `${range(m.live)}, live then shadow set apart ${range(m.apart)}, paired pass ${range(m.paired)}; ` +
+        `copied ${m.plan.copied.length} rules, compared ${JSON.stringify(m.plan.compared)}` +
+        (m.plan.comparedByChanges.length > 0
+          ? ` (by changes: ${JSON.stringify(m.plan.comparedByChanges)})`
+          : ''),
+    );
+  }
   const a = await startArbiter([], {
     settings: values.paired === 'false' ? { ARBITER_SHADOW_PAIRED: 'false' } : {},
   });
