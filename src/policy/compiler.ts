@@ -7,7 +7,7 @@ import { gunzipSync } from 'node:zlib';
 import { repoRoot } from '../config.js';
 import { ALLOWED_BUILTINS, restrictCapabilities } from './capabilities.js';
 import { type LocatedError, type ParsedModule, relocateContractErrors, ruleSites } from './contract.js';
-import { PAIRED_ENTRYPOINT, type ParsedPolicy, type RegoAst } from './paired.js';
+import { PAIRED_ENTRYPOINT, parsedPolicy, type ParsedPolicy } from './paired.js';
 
 /** How many parse trees the compiler keeps (paired.ts reads each module of a set again on every change). */
 const PARSED_KEPT = 512;
@@ -33,6 +33,11 @@ export const BUILTIN_MODULE_PATH = path.join(repoRoot, 'src', 'policy', 'rego', 
 export interface Module {
   name: string;
   rego: string;
+}
+
+/** A module and its parse tree as the JSON `opa parse --json-include locations,-comments` printed. */
+export interface ParsedJson extends Module {
+  json: string;
 }
 
 /** One located complaint of the compiler: the policy (undefined for the built-in module) and where. */
@@ -69,8 +74,11 @@ export class RegoCompiler {
   private allBuiltins = new Set<string>();
   private builtinRego = '';
   private identity = '';
-  /** Parse trees by the text parsed: a set's modules rarely all change at once. */
-  private readonly parsed = new Map<string, Promise<RegoAst>>();
+  /**
+   * Parse trees, as the JSON `opa parse` printed, by the text parsed: a set's modules rarely all
+   * change at once. Kept as text so that another thread can read them (plan-thread.ts).
+   */
+  private readonly parsed = new Map<string, Promise<string>>();
   private parsing = 0;
   private readonly parseWaiters: (() => void)[] = [];
 
@@ -182,14 +190,20 @@ export class RegoCompiler {
    * `builtin`. Rejects when one does not parse (a set that compiled always does).
    */
   async parse(modules: Module[]): Promise<{ modules: ParsedPolicy[]; builtin: ParsedPolicy }> {
-    const one = async (m: Module): Promise<ParsedPolicy> => ({ ...m, ast: await this.parseText(m.rego) });
+    const { modules: ms, builtin } = await this.parseJson(modules);
+    return { modules: ms.map(parsedPolicy), builtin: parsedPolicy(builtin) };
+  }
+
+  /** As `parse`, each tree left as the JSON `opa parse` printed (for plan-thread.ts). */
+  async parseJson(modules: Module[]): Promise<{ modules: ParsedJson[]; builtin: ParsedJson }> {
+    const one = async (m: Module): Promise<ParsedJson> => ({ ...m, json: await this.parseText(m.rego) });
     return {
       modules: await Promise.all(modules.map(one)),
       builtin: await one({ name: 'builtin-authz', rego: this.builtinRego }),
     };
   }
 
-  private parseText(rego: string): Promise<RegoAst> {
+  private parseText(rego: string): Promise<string> {
     const digest = createHash('sha256').update(rego).digest('hex');
     let p = this.parsed.get(digest);
     if (p) return p;
@@ -203,7 +217,7 @@ export class RegoCompiler {
           true,
         );
         if (r.code !== 0) throw new Error(`opa parse failed: ${(r.stderr || r.stdout).trim()}`);
-        return JSON.parse(r.stdout) as RegoAst;
+        return r.stdout;
       } finally {
         await rm(dir, { recursive: true, force: true });
       }

@@ -18,7 +18,7 @@
  * package is, text whose positions do not match the tree. A refused plan leaves the shadow set
  * evaluated as before, on its own.
  */
-import type { Module } from './compiler.js';
+import type { Module, ParsedJson } from './compiler.js';
 
 /** The entrypoint of a paired module: `{"live": decision, "shadow": decision}`. */
 export const PAIRED_ENTRYPOINT = '__arbiter_paired/both';
@@ -89,6 +89,12 @@ export interface ParsedPolicy {
   rego: string;
   ast: RegoAst;
 }
+
+/** A module whose tree is still the JSON `opa parse` printed (compiler.ts parseJson), read. */
+export const parsedPolicy = ({ json, ...m }: ParsedJson): ParsedPolicy => ({
+  ...m,
+  ast: JSON.parse(json) as RegoAst,
+});
 
 /** What a plan generates, and how much the shadow side shares with the live side. */
 export interface PairedPlan {
@@ -204,9 +210,36 @@ export function planPaired(
   builtin: ParsedPolicy,
   data: Record<string, unknown>,
 ): PairedPlan {
+  const { plan, changedPackages } = planRules(live, shadow, builtin);
+  checkPairedData(data, changedPackages);
+  return plan;
+}
+
+/**
+ * Refuses (Unsupported) a plan whose copy would meet data documents: one named like the copy's
+ * or the entry's root, or one under a package whose rules the copy holds (`changedPackages`, as
+ * planRules gives them). Apart from planRules so that the rules can be planned on another thread
+ * (plan-thread.ts) while the data, which can be large, stays on this one.
+ */
+export function checkPairedData(data: Record<string, unknown>, changedPackages: string[][]): void {
   for (const root of [SHADOW_ROOT, ENTRY_ROOT]) {
     if (Object.hasOwn(data, root)) unsupported(`a data document is named ${root}`);
   }
+  for (const pkg of changedPackages) {
+    if (dataBeneath(data, pkg))
+      unsupported(`data documents lie under package ${pkg.join('.')}, which the shadow set changes`);
+  }
+}
+
+/**
+ * planPaired without the data: the plan, and the packages whose rules the copy holds, which
+ * checkPairedData holds against the data before the plan may be used. Throws Unsupported.
+ */
+export function planRules(
+  live: ParsedPolicy[],
+  shadow: ParsedPolicy[],
+  builtin: ParsedPolicy,
+): { plan: PairedPlan; changedPackages: string[][] } {
   const set = groupRules(live, shadow, builtin);
   const { changed, affected, readsAffected } = affectedGroups(set.groups);
   const extended = extendedGroups(set.groups, affected, readsAffected);
@@ -218,8 +251,6 @@ export function planPaired(
   for (const pkg of affectedPackages.values()) {
     if (!pkg.every((s) => IDENT.test(s)))
       unsupported(`package ${JSON.stringify(pkg)} has a segment that is not a name`);
-    if (dataBeneath(data, pkg))
-      unsupported(`data documents lie under package ${pkg.join('.')}, which the shadow set changes`);
   }
   const route = router(set.packages, affectedPackages);
   const copies = copyModules(set, affected, extended, route);
@@ -262,7 +293,7 @@ export function planPaired(
     );
   }
   const name = (g: Group) => [...g.pkg, g.name].join('.');
-  return {
+  const plan: PairedPlan = {
     modules: [
       ...copies,
       ...shared.modules,
@@ -277,6 +308,7 @@ export function planPaired(
       .map(name)
       .sort(),
   };
+  return { plan, changedPackages: [...affectedPackages.values()] };
 }
 
 /** How `same` holds a changed rule against its live rule: two expressions, and what they need. */

@@ -14,7 +14,8 @@ import { blobOf } from './history.js';
 import { readPolicyDir } from './policy-dir.js';
 import { evaluationConflict, Evaluator } from './evaluator.js';
 import { EvaluationThread, THREAD_FAILURE, thresholdErrorsOn } from './eval-thread.js';
-import { planPaired } from './paired.js';
+import { checkPairedData } from './paired.js';
+import { planOnThread } from './plan-thread.js';
 import { ShadowSet, shadowModules } from './shadow-set.js';
 import { thresholdErrorMessage } from './thresholds.js';
 import type {
@@ -880,11 +881,17 @@ export class PolicyService {
     if (!snap) throw new Error('no live set');
     const live = snap.policies.map(({ name, rego }) => ({ name, rego }));
     const [l, s] = await Promise.all([
-      this.compiler.parse(live),
-      this.compiler.parse(shadowModules(live, shadow)),
+      this.compiler.parseJson(live),
+      this.compiler.parseJson(shadowModules(live, shadow)),
     ]);
+    // Planned on a thread of its own: a large set's plan would hold up decisions here.
+    const { plan, changedPackages } = await planOnThread({
+      live: l.modules,
+      shadow: s.modules,
+      builtin: l.builtin,
+    });
     const data = dataTree(snap.data);
-    const plan = planPaired(l.modules, s.modules, l.builtin, data);
+    checkPairedData(data, changedPackages);
     // Generated modules are named with a "/", which no policy name has: their hash is theirs alone.
     const setHash = this.compiler.setHash([
       ...live,
