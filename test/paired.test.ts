@@ -7,7 +7,7 @@ import { REPO } from './helpers/harness.js';
 import { type Module, RegoCompiler } from '../src/policy/compiler.js';
 import { Evaluator } from '../src/policy/evaluator.js';
 import { checkPairedData, planPaired, planRules, Unsupported } from '../src/policy/paired.js';
-import { planOnThread } from '../src/policy/plan-thread.js';
+import { PlanThread } from '../src/policy/plan-thread.js';
 import { shadowModules } from '../src/policy/shadow-set.js';
 
 const opaBin = process.env.ARBITER_OPA_BIN || path.join(REPO, '.opa-bin', 'opa');
@@ -673,64 +673,89 @@ onceOnly('Paired evaluation: the live and a shadow set in one pass (ADR 0012)', 
       });
     }
 
-    it('refuses each of them just the same when planned on a thread of its own, the data checked here', async () => {
-      for (const r of refused) {
-        const live = r.live ?? EXAMPLE;
-        const [l, s] = await Promise.all([
-          compiler.parseJson(live),
-          compiler.parseJson(shadowModules(live, r.shadow)),
-        ]);
-        let error: unknown;
-        try {
-          const { changedPackages } = await planOnThread({
-            live: l.modules,
-            shadow: s.modules,
-            builtin: l.builtin,
-          });
-          checkPairedData(r.data ?? DATA, changedPackages);
-        } catch (e) {
-          error = e;
+    it('refuses each of them just the same when planned on a thread of its own, the data checked here', async function () {
+      this.timeout(120_000);
+      const planner = new PlanThread(opaBin);
+      try {
+        for (const r of refused) {
+          const live = r.live ?? EXAMPLE;
+          let error: unknown;
+          try {
+            const { changedPackages } = await planner.plan(live, shadowModules(live, r.shadow));
+            checkPairedData(r.data ?? DATA, changedPackages);
+          } catch (e) {
+            error = e;
+          }
+          expect(error, r.title).to.be.instanceOf(Unsupported);
+          expect((error as Error).message, r.title).to.match(r.why);
         }
-        expect(error, r.title).to.be.instanceOf(Unsupported);
-        expect((error as Error).message, r.title).to.match(r.why);
+      } finally {
+        await planner.close();
       }
     });
   });
 
   describe('planned on a thread of its own (plan-thread.ts)', () => {
-    it('plans exactly what planRules plans on this thread, for every case above', async function () {
+    it('plans exactly what planRules plans on this thread, for every case above, one thread for all', async function () {
       this.timeout(120_000);
-      for (const c of CASES) {
-        const live = c.live ?? EXAMPLE;
-        const shadow = shadowModules(live, c.shadow);
-        const [l, s] = await Promise.all([compiler.parseJson(live), compiler.parseJson(shadow)]);
-        const [lt, st] = await Promise.all([compiler.parse(live), compiler.parse(shadow)]);
-        const here = planRules(lt.modules, st.modules, lt.builtin);
-        const there = await planOnThread({ live: l.modules, shadow: s.modules, builtin: l.builtin });
-        expect(there, c.title).to.deep.equal(here);
-        expect(there.plan.modules.length, c.title).to.be.greaterThan(0);
+      const planner = new PlanThread(opaBin);
+      try {
+        for (const c of CASES) {
+          const live = c.live ?? EXAMPLE;
+          const shadow = shadowModules(live, c.shadow);
+          const [l, s] = await Promise.all([compiler.parse(live), compiler.parse(shadow)]);
+          const here = planRules(l.modules, s.modules, l.builtin);
+          const there = await planner.plan(live, shadow);
+          expect(there, c.title).to.deep.equal(here);
+          expect(there.plan.modules.length, c.title).to.be.greaterThan(0);
+        }
+      } finally {
+        await planner.close();
       }
     });
 
-    it('rejects, and is not Unsupported, when a tree is not JSON or the thread takes too long', async () => {
-      const [l, s] = await Promise.all([compiler.parseJson(EXAMPLE), compiler.parseJson(EXAMPLE)]);
-      const broken = { ...s.modules[0]!, json: '{"package": ' };
+    it('rejects a module that does not parse, and is not Unsupported; the thread goes on planning', async function () {
+      this.timeout(60_000);
+      const planner = new PlanThread(opaBin);
+      try {
+        let error: unknown;
+        try {
+          await planner.plan(EXAMPLE, [
+            ...EXAMPLE,
+            { name: 'broken', rego: 'package authz.agent\n\ndeny contains {\n' },
+          ]);
+        } catch (e) {
+          error = e;
+        }
+        expect(error).to.be.instanceOf(Error).and.not.instanceOf(Unsupported);
+        expect((error as Error).message).to.match(/^planning the paired module failed: opa parse failed/);
+        const ok = await planner.plan(EXAMPLE, shadowModules(EXAMPLE, CASES[0]!.shadow));
+        expect(ok.plan.copied).to.include('authz.deny_reasons');
+      } finally {
+        await planner.close();
+      }
+    });
+
+    it('stops a plan that takes longer than its time, says so, and closes without waiting for it', async function () {
+      this.timeout(60_000);
+      // Starting a thread and its compiler takes far longer than a millisecond.
+      const planner = new PlanThread(opaBin, 1);
       let error: unknown;
       try {
-        await planOnThread({ live: l.modules, shadow: [broken, ...s.modules.slice(1)], builtin: l.builtin });
-      } catch (e) {
-        error = e;
-      }
-      expect(error).to.be.instanceOf(Error).and.not.instanceOf(Unsupported);
-      expect((error as Error).message).to.match(/^planning the paired module failed: .*JSON/);
-      // A thread takes longer than a millisecond to start: it is stopped, and says so.
-      error = undefined;
-      try {
-        await planOnThread({ live: l.modules, shadow: s.modules, builtin: l.builtin }, 1);
+        await planner.plan(EXAMPLE, EXAMPLE);
       } catch (e) {
         error = e;
       }
       expect((error as Error).message).to.equal('planning the paired module took longer than 1 ms');
+      await planner.close();
+      // Closed while a plan waits: the plan fails at once, the close ends.
+      const slow = new PlanThread(opaBin);
+      const waiting = slow.plan(EXAMPLE, EXAMPLE).then(
+        () => 'planned',
+        (e: Error) => e.message,
+      );
+      await slow.close();
+      expect(await waiting).to.equal('the planning thread was closed');
     });
   });
 });

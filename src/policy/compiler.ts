@@ -7,7 +7,7 @@ import { gunzipSync } from 'node:zlib';
 import { repoRoot } from '../config.js';
 import { ALLOWED_BUILTINS, restrictCapabilities } from './capabilities.js';
 import { type LocatedError, type ParsedModule, relocateContractErrors, ruleSites } from './contract.js';
-import { PAIRED_ENTRYPOINT, parsedPolicy, type ParsedPolicy } from './paired.js';
+import { PAIRED_ENTRYPOINT, type ParsedPolicy, type RegoAst } from './paired.js';
 
 /** How many parse trees the compiler keeps (paired.ts reads each module of a set again on every change). */
 const PARSED_KEPT = 512;
@@ -33,11 +33,6 @@ export const BUILTIN_MODULE_PATH = path.join(repoRoot, 'src', 'policy', 'rego', 
 export interface Module {
   name: string;
   rego: string;
-}
-
-/** A module and its parse tree as the JSON `opa parse --json-include locations,-comments` printed. */
-export interface ParsedJson extends Module {
-  json: string;
 }
 
 /** One located complaint of the compiler: the policy (undefined for the built-in module) and where. */
@@ -74,15 +69,13 @@ export class RegoCompiler {
   private allBuiltins = new Set<string>();
   private builtinRego = '';
   private identity = '';
-  /**
-   * Parse trees, as the JSON `opa parse` printed, by the text parsed: a set's modules rarely all
-   * change at once. Kept as text so that another thread can read them (plan-thread.ts).
-   */
-  private readonly parsed = new Map<string, Promise<string>>();
+  /** Parse trees by the text parsed: a set's modules rarely all change at once. */
+  private readonly parsed = new Map<string, Promise<RegoAst>>();
   private parsing = 0;
   private readonly parseWaiters: (() => void)[] = [];
 
-  constructor(private readonly opaBin: string) {}
+  /** `opaBin`: the `opa` binary (ARBITER_OPA_BIN, or the one `npm ci` built). */
+  constructor(readonly opaBin: string) {}
 
   async init(): Promise<void> {
     this.workDir = await mkdtemp(path.join(os.tmpdir(), 'arbiter-opa-'));
@@ -190,20 +183,14 @@ export class RegoCompiler {
    * `builtin`. Rejects when one does not parse (a set that compiled always does).
    */
   async parse(modules: Module[]): Promise<{ modules: ParsedPolicy[]; builtin: ParsedPolicy }> {
-    const { modules: ms, builtin } = await this.parseJson(modules);
-    return { modules: ms.map(parsedPolicy), builtin: parsedPolicy(builtin) };
-  }
-
-  /** As `parse`, each tree left as the JSON `opa parse` printed (for plan-thread.ts). */
-  async parseJson(modules: Module[]): Promise<{ modules: ParsedJson[]; builtin: ParsedJson }> {
-    const one = async (m: Module): Promise<ParsedJson> => ({ ...m, json: await this.parseText(m.rego) });
+    const one = async (m: Module): Promise<ParsedPolicy> => ({ ...m, ast: await this.parseText(m.rego) });
     return {
       modules: await Promise.all(modules.map(one)),
       builtin: await one({ name: 'builtin-authz', rego: this.builtinRego }),
     };
   }
 
-  private parseText(rego: string): Promise<string> {
+  private parseText(rego: string): Promise<RegoAst> {
     const digest = createHash('sha256').update(rego).digest('hex');
     let p = this.parsed.get(digest);
     if (p) return p;
@@ -217,7 +204,7 @@ export class RegoCompiler {
           true,
         );
         if (r.code !== 0) throw new Error(`opa parse failed: ${(r.stderr || r.stdout).trim()}`);
-        return r.stdout;
+        return JSON.parse(r.stdout) as RegoAst;
       } finally {
         await rm(dir, { recursive: true, force: true });
       }

@@ -18,7 +18,7 @@
  * package is, text whose positions do not match the tree. A refused plan leaves the shadow set
  * evaluated as before, on its own.
  */
-import type { Module, ParsedJson } from './compiler.js';
+import type { Module } from './compiler.js';
 
 /** The entrypoint of a paired module: `{"live": decision, "shadow": decision}`. */
 export const PAIRED_ENTRYPOINT = '__arbiter_paired/both';
@@ -89,12 +89,6 @@ export interface ParsedPolicy {
   rego: string;
   ast: RegoAst;
 }
-
-/** A module whose tree is still the JSON `opa parse` printed (compiler.ts parseJson), read. */
-export const parsedPolicy = ({ json, ...m }: ParsedJson): ParsedPolicy => ({
-  ...m,
-  ast: JSON.parse(json) as RegoAst,
-});
 
 /** What a plan generates, and how much the shadow side shares with the live side. */
 export interface PairedPlan {
@@ -219,7 +213,7 @@ export function planPaired(
  * Refuses (Unsupported) a plan whose copy would meet data documents: one named like the copy's
  * or the entry's root, or one under a package whose rules the copy holds (`changedPackages`, as
  * planRules gives them). Apart from planRules so that the rules can be planned on another thread
- * (plan-thread.ts) while the data, which can be large, stays on this one.
+ * (plan-thread.ts) while the data, which can be large, stays where it is.
  */
 export function checkPairedData(data: Record<string, unknown>, changedPackages: string[][]): void {
   for (const root of [SHADOW_ROOT, ENTRY_ROOT]) {

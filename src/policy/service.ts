@@ -15,7 +15,7 @@ import { readPolicyDir } from './policy-dir.js';
 import { evaluationConflict, Evaluator } from './evaluator.js';
 import { EvaluationThread, THREAD_FAILURE, thresholdErrorsOn } from './eval-thread.js';
 import { checkPairedData } from './paired.js';
-import { planOnThread } from './plan-thread.js';
+import { PlanThread } from './plan-thread.js';
 import { ShadowSet, shadowModules } from './shadow-set.js';
 import { thresholdErrorMessage } from './thresholds.js';
 import type {
@@ -149,6 +149,8 @@ export class PolicyService {
 
   /** Whether an inline shadow set is paired with the live set (ADR 0012). */
   private readonly shadowPaired: boolean;
+  /** Where paired modules are planned: started at the first plan (plan-thread.ts). */
+  private planner: PlanThread | undefined;
 
   /** The live evaluator; undefined only before start() has loaded a set. */
   get evaluator(): Evaluator | undefined {
@@ -157,7 +159,7 @@ export class PolicyService {
 
   /** Stops the check and shadow threads; shadow evaluations still waiting count an error. */
   async close(): Promise<void> {
-    await Promise.allSettled([this.checkThread.close(), this.shadowSet.close()]);
+    await Promise.allSettled([this.checkThread.close(), this.shadowSet.close(), this.planner?.close()]);
   }
 
   /** Loads the stored set, seeding an empty never-seeded store from `policyDir` first. */
@@ -880,16 +882,9 @@ export class PolicyService {
   private async pairedEvaluator(snap: PolicySnapshot | undefined, shadow: Module[]): Promise<Evaluator> {
     if (!snap) throw new Error('no live set');
     const live = snap.policies.map(({ name, rego }) => ({ name, rego }));
-    const [l, s] = await Promise.all([
-      this.compiler.parseJson(live),
-      this.compiler.parseJson(shadowModules(live, shadow)),
-    ]);
-    // Planned on a thread of its own: a large set's plan would hold up decisions here.
-    const { plan, changedPackages } = await planOnThread({
-      live: l.modules,
-      shadow: s.modules,
-      builtin: l.builtin,
-    });
+    // Parsed and planned on a thread of its own: a large set's would hold up decisions here.
+    this.planner ??= new PlanThread(this.compiler.opaBin);
+    const { plan, changedPackages } = await this.planner.plan(live, shadowModules(live, shadow));
     const data = dataTree(snap.data);
     checkPairedData(data, changedPackages);
     // Generated modules are named with a "/", which no policy name has: their hash is theirs alone.
