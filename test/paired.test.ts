@@ -1,4 +1,5 @@
-import { readFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { expect } from 'chai';
 import fc from 'fast-check';
@@ -756,6 +757,143 @@ onceOnly('Paired evaluation: the live and a shadow set in one pass (ADR 0012)', 
       );
       await slow.close();
       expect(await waiting).to.equal('the planning thread was closed');
+    });
+
+    describe('with an `opa` that can be made slow, hang or fail to start', () => {
+      // A wrapper around the real compiler: `opa parse` of a module that says `hang-here` records
+      // its pid and directory and never ends; one that says `slow-here` takes 2 s more; and
+      // `opa capabilities` (the first thing a compiler runs) fails while `fail-start` exists.
+      let dir = '';
+      let wrapper = '';
+      before(() => {
+        dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-plan-test-'));
+        wrapper = path.join(dir, 'opa');
+        writeFileSync(
+          wrapper,
+          '#!/bin/sh\n' +
+            `if [ "$1" = capabilities ] && [ -e '${dir}/fail-start' ]; then echo 'cannot start' >&2; exit 3; fi\n` +
+            `if [ "$1" = parse ] && grep -q hang-here m.rego; then echo "$PWD" > '${dir}/cwd'; echo $$ > '${dir}/pid.tmp'; mv '${dir}/pid.tmp' '${dir}/pid'; exec sleep 300; fi\n` +
+            `if [ "$1" = parse ] && grep -q slow-here m.rego; then sleep 2; fi\n` +
+            `exec '${opaBin}' "$@"\n`,
+        );
+        chmodSync(wrapper, 0o755);
+      });
+      after(() => rmSync(dir, { recursive: true, force: true }));
+      afterEach(() => {
+        for (const f of ['fail-start', 'pid', 'cwd']) rmSync(path.join(dir, f), { force: true });
+      });
+
+      const extra = (name: string, marker: string): Module => ({
+        name,
+        rego: `package authz.agent\n\n# ${marker}\ndeny contains "${name}" if input.action == "never-sent"\n`,
+      });
+      const SHADOW = shadowModules(EXAMPLE, CASES[0]!.shadow);
+      const until = async (what: string, ok: () => boolean, ms: number) => {
+        for (const end = Date.now() + ms; !ok();) {
+          if (Date.now() > end) throw new Error(`not within ${ms} ms: ${what}`);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      };
+      /** The hanging `opa parse`: its pid and the compiler's work directory (the parse ran in a subdirectory). */
+      const hanging = async () => {
+        await until('the hanging opa parse started', () => existsSync(path.join(dir, 'pid')), 60_000);
+        const pid = Number(readFileSync(path.join(dir, 'pid'), 'utf8'));
+        const workDir = path.dirname(readFileSync(path.join(dir, 'cwd'), 'utf8').trim());
+        expect(workDir).to.match(/arbiter-opa-/);
+        return { pid, workDir };
+      };
+      /** Not running: gone, or a zombie nobody has reaped yet. */
+      const ended = (pid: number) => {
+        try {
+          return /^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+        } catch {
+          return true;
+        }
+      };
+
+      it('times a plan from when the thread began it, not while it waited behind another', async function () {
+        this.timeout(60_000);
+        const planner = new PlanThread(wrapper, 3_500);
+        try {
+          await planner.plan(EXAMPLE, SHADOW); // the thread started, the example modules parsed
+          // Each takes 2 s and a little; the second waits 2 s more behind the first. Timed from
+          // when they were asked, the second would be over its 3.5 s.
+          const [a, b] = await Promise.all([
+            planner.plan(EXAMPLE, [...EXAMPLE, extra('slow1', 'slow-here 1')]),
+            planner.plan(EXAMPLE, [...EXAMPLE, extra('slow2', 'slow-here 2')]),
+          ]);
+          expect(a.plan.modules.length).to.be.greaterThan(0);
+          expect(b.plan.modules.length).to.be.greaterThan(0);
+        } finally {
+          await planner.close();
+        }
+      });
+
+      it('ends the `opa` processes of a plan it stops for its time and removes its files; the next plan starts a new thread', async function () {
+        this.timeout(120_000);
+        const planner = new PlanThread(wrapper, 3_000);
+        try {
+          await planner.plan(EXAMPLE, SHADOW);
+          let error: unknown;
+          try {
+            await planner.plan(EXAMPLE, [...EXAMPLE, extra('stuck', 'hang-here')]);
+          } catch (e) {
+            error = e;
+          }
+          expect((error as Error).message).to.equal('planning the paired module took longer than 3000 ms');
+          const { pid, workDir } = await hanging();
+          await until('the hanging opa parse ended', () => ended(pid), 10_000);
+          await until('the work directory removed', () => !existsSync(workDir), 10_000);
+          const again = await planner.plan(EXAMPLE, SHADOW);
+          expect(again.plan.copied).to.include('authz.deny_reasons');
+        } finally {
+          await planner.close();
+        }
+      });
+
+      it('ends the `opa` processes and files of a plan in progress when closed, and plans nothing after', async function () {
+        this.timeout(120_000);
+        const planner = new PlanThread(wrapper);
+        const waiting = planner.plan(EXAMPLE, [...EXAMPLE, extra('stuck', 'hang-here')]).then(
+          () => 'planned',
+          (e: Error) => e.message,
+        );
+        const { pid, workDir } = await hanging();
+        await planner.close();
+        expect(await waiting).to.equal('the planning thread was closed');
+        await until('the hanging opa parse ended', () => ended(pid), 10_000);
+        expect(existsSync(workDir), 'the work directory').to.equal(false);
+        let error: unknown;
+        try {
+          await planner.plan(EXAMPLE, SHADOW);
+        } catch (e) {
+          error = e;
+        }
+        expect((error as Error).message).to.equal('the planning thread was closed');
+      });
+
+      it('fails a plan whose thread could not start its compiler, and starts a new thread for the next', async function () {
+        this.timeout(120_000);
+        const planner = new PlanThread(wrapper);
+        try {
+          writeFileSync(path.join(dir, 'fail-start'), '');
+          let error: unknown;
+          try {
+            await planner.plan(EXAMPLE, SHADOW);
+          } catch (e) {
+            error = e;
+          }
+          expect(error).to.be.instanceOf(Error).and.not.instanceOf(Unsupported);
+          expect((error as Error).message).to.match(
+            /^planning the paired module failed: its compiler did not start: cannot run the OPA compiler at .* \(cannot start\)/,
+          );
+          rmSync(path.join(dir, 'fail-start'));
+          const ok = await planner.plan(EXAMPLE, SHADOW);
+          expect(ok.plan.copied).to.include('authz.deny_reasons');
+        } finally {
+          await planner.close();
+        }
+      });
     });
   });
 });

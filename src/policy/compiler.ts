@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { type ChildProcess, execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -73,6 +73,8 @@ export class RegoCompiler {
   private readonly parsed = new Map<string, Promise<RegoAst>>();
   private parsing = 0;
   private readonly parseWaiters: (() => void)[] = [];
+  /** The `opa` processes running now: close() ends them. */
+  private readonly running = new Set<ChildProcess>();
 
   /** `opaBin`: the `opa` binary (ARBITER_OPA_BIN, or the one `npm ci` built). */
   constructor(readonly opaBin: string) {}
@@ -108,7 +110,9 @@ export class RegoCompiler {
     return h.digest('hex');
   }
 
+  /** Ends the `opa` processes still running (their callers see them fail) and removes the work directory. */
   async close(): Promise<void> {
+    for (const child of this.running) child.kill('SIGKILL');
     if (this.workDir) await rm(this.workDir, { recursive: true, force: true });
   }
 
@@ -193,7 +197,12 @@ export class RegoCompiler {
   private parseText(rego: string): Promise<RegoAst> {
     const digest = createHash('sha256').update(rego).digest('hex');
     let p = this.parsed.get(digest);
-    if (p) return p;
+    if (p) {
+      // Kept longest is the one used longest ago: a set of up to PARSED_KEPT modules is parsed once.
+      this.parsed.delete(digest);
+      this.parsed.set(digest, p);
+      return p;
+    }
     p = this.limited(async () => {
       const dir = await mkdtemp(path.join(this.workDir, 'parse-'));
       try {
@@ -326,10 +335,12 @@ export class RegoCompiler {
         args,
         { cwd, maxBuffer: 64 * 1024 * 1024, timeout: 120_000 },
         (err, stdout, stderr) => {
+          this.running.delete(child);
           if (err && typeof err.code !== 'number') return reject(err);
           resolve({ code: err ? (err.code as number) : 0, stdout, stderr });
         },
       );
+      this.running.add(child);
       if (background && child.pid !== undefined) {
         try {
           os.setPriority(child.pid, BACKGROUND_PRIORITY);
