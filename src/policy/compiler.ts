@@ -110,9 +110,20 @@ export class RegoCompiler {
     return h.digest('hex');
   }
 
-  /** Ends the `opa` processes still running (their callers see them fail) and removes the work directory. */
+  /**
+   * Ends the `opa` processes still running (their callers see them fail), waiting until each has
+   * exited (so that none is left unreaped), and removes the work directory.
+   */
   async close(): Promise<void> {
-    for (const child of this.running) child.kill('SIGKILL');
+    const exited = [...this.running].map(
+      (child) =>
+        new Promise<void>((resolve) => {
+          if (child.exitCode !== null || child.signalCode !== null) return resolve();
+          child.once('exit', () => resolve());
+          child.kill('SIGKILL');
+        }),
+    );
+    await Promise.all(exited);
     if (this.workDir) await rm(this.workDir, { recursive: true, force: true });
   }
 
