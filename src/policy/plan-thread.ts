@@ -15,8 +15,8 @@
  * waiting behind others is not late), stops the thread: every plan it held fails, and the next
  * starts a new one; the set is then evaluated on its own, as a set that cannot be paired is. A
  * stopped thread is asked to end its `opa` processes and remove its files, and is terminated if
- * it has not exited 5 s later. The thread never keeps the process alive; after close() no plan
- * starts one again.
+ * it has not exited 5 s later. The thread never keeps the process alive, except for those 5 s at
+ * most while it is being stopped; after close() no plan starts one again.
  */
 import { Worker } from 'node:worker_threads';
 import type { Module } from './compiler.js';
@@ -135,8 +135,9 @@ export class PlanThread {
     if (!worker) return;
     const exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
     worker.postMessage({ id: 0, close: true } satisfies PlanRequest);
+    // Not unref'd: a process closing must not end before the thread has (it would leave its `opa`
+    // processes and files); the thread is unref'd, so only this timer keeps the wait alive.
     const late = setTimeout(() => void worker.terminate(), EXIT_GRACE_MS);
-    late.unref();
     await exited;
     clearTimeout(late);
   }
