@@ -183,7 +183,7 @@ async function main(): Promise<void> {
         if (shadow) await setShadow(a.platform, false);
       }
     }
-    const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)] as number;
+    const median = (xs: number[]) => quantile(xs, 0.5);
     const scenario: {
       run: string;
       shadow: boolean;
@@ -300,7 +300,7 @@ async function main(): Promise<void> {
   }
 }
 
-/** The value at quantile q of xs (nearest rank, as the medians above). */
+/** The value at quantile q of xs (nearest rank; the medians above are q = 0.5). */
 function quantile(xs: number[], q: number): number {
   const sorted = [...xs].sort((x, y) => x - y);
   return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * q))] as number;

@@ -32,6 +32,16 @@ const probe = (when: string) =>
   `flagged if ${when}\n\n` +
   'deny contains "a grant would be flagged" if {\n\tinput.action == "read"\n\tflagged with input.action as "grant"\n}\n';
 
+/** What `p` rejects with; undefined when it resolves. */
+async function rejection(p: Promise<unknown>): Promise<unknown> {
+  try {
+    await p;
+    return undefined;
+  } catch (e) {
+    return e;
+  }
+}
+
 /** agent.rego with `from` replaced by `to` (which must be there, once). */
 function editAgent(from: string, to: string): Module {
   expect(AGENT.split(from).length, from).to.equal(2);
@@ -663,12 +673,7 @@ onceOnly('Paired evaluation: the live and a shadow set in one pass (ADR 0012)', 
     ];
     for (const r of refused) {
       it(`refuses ${r.title}`, async () => {
-        let error: unknown;
-        try {
-          await plan(r.live ?? EXAMPLE, r.shadow, r.data);
-        } catch (e) {
-          error = e;
-        }
+        const error = await rejection(plan(r.live ?? EXAMPLE, r.shadow, r.data));
         expect(error).to.be.instanceOf(Unsupported);
         expect((error as Error).message).to.match(r.why);
       });
@@ -719,15 +724,12 @@ onceOnly('Paired evaluation: the live and a shadow set in one pass (ADR 0012)', 
       this.timeout(60_000);
       const planner = new PlanThread(opaBin);
       try {
-        let error: unknown;
-        try {
-          await planner.plan(EXAMPLE, [
+        const error = await rejection(
+          planner.plan(EXAMPLE, [
             ...EXAMPLE,
             { name: 'broken', rego: 'package authz.agent\n\ndeny contains {\n' },
-          ]);
-        } catch (e) {
-          error = e;
-        }
+          ]),
+        );
         expect(error).to.be.instanceOf(Error).and.not.instanceOf(Unsupported);
         expect((error as Error).message).to.match(/^planning the paired module failed: opa parse failed/);
         const ok = await planner.plan(EXAMPLE, shadowModules(EXAMPLE, CASES[0]!.shadow));
@@ -741,12 +743,7 @@ onceOnly('Paired evaluation: the live and a shadow set in one pass (ADR 0012)', 
       this.timeout(60_000);
       // Starting a thread and its compiler takes far longer than a millisecond.
       const planner = new PlanThread(opaBin, 1);
-      let error: unknown;
-      try {
-        await planner.plan(EXAMPLE, EXAMPLE);
-      } catch (e) {
-        error = e;
-      }
+      const error = await rejection(planner.plan(EXAMPLE, EXAMPLE));
       expect((error as Error).message).to.equal('planning the paired module took longer than 1 ms');
       await planner.close();
       // Closed while a plan waits: the plan fails at once, the close ends.
@@ -828,12 +825,7 @@ onceOnly('Paired evaluation: the live and a shadow set in one pass (ADR 0012)', 
         const planner = new PlanThread(wrapper, 3_000);
         try {
           await planner.plan(EXAMPLE, SHADOW);
-          let error: unknown;
-          try {
-            await planner.plan(EXAMPLE, [...EXAMPLE, extra('stuck', 'hang-here')]);
-          } catch (e) {
-            error = e;
-          }
+          const error = await rejection(planner.plan(EXAMPLE, [...EXAMPLE, extra('stuck', 'hang-here')]));
           expect((error as Error).message).to.equal('planning the paired module took longer than 3000 ms');
           const { pid, workDir } = await hanging();
           await until('the hanging opa parse ended', () => ended(pid), 10_000);
@@ -857,12 +849,7 @@ onceOnly('Paired evaluation: the live and a shadow set in one pass (ADR 0012)', 
         expect(await waiting).to.equal('the planning thread was closed');
         await until('the hanging opa parse ended', () => ended(pid), 10_000);
         expect(existsSync(workDir), 'the work directory').to.equal(false);
-        let error: unknown;
-        try {
-          await planner.plan(EXAMPLE, SHADOW);
-        } catch (e) {
-          error = e;
-        }
+        const error = await rejection(planner.plan(EXAMPLE, SHADOW));
         expect((error as Error).message).to.equal('the planning thread was closed');
       });
 
@@ -871,12 +858,7 @@ onceOnly('Paired evaluation: the live and a shadow set in one pass (ADR 0012)', 
         const planner = new PlanThread(wrapper);
         try {
           writeFileSync(path.join(dir, 'fail-start'), '');
-          let error: unknown;
-          try {
-            await planner.plan(EXAMPLE, SHADOW);
-          } catch (e) {
-            error = e;
-          }
+          const error = await rejection(planner.plan(EXAMPLE, SHADOW));
           expect(error).to.be.instanceOf(Error).and.not.instanceOf(Unsupported);
           expect((error as Error).message).to.match(
             /^planning the paired module failed: its compiler did not start: cannot run the OPA compiler at .* \(cannot start\)/,

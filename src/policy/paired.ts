@@ -225,15 +225,17 @@ export function checkPairedData(data: Record<string, unknown>, changedPackages: 
   }
 }
 
+/** planRules' answer: the plan, and the packages whose rules its copy holds (for checkPairedData). */
+export interface PlannedRules {
+  plan: PairedPlan;
+  changedPackages: string[][];
+}
+
 /**
  * planPaired without the data: the plan, and the packages whose rules the copy holds, which
  * checkPairedData holds against the data before the plan may be used. Throws Unsupported.
  */
-export function planRules(
-  live: ParsedPolicy[],
-  shadow: ParsedPolicy[],
-  builtin: ParsedPolicy,
-): { plan: PairedPlan; changedPackages: string[][] } {
+export function planRules(live: ParsedPolicy[], shadow: ParsedPolicy[], builtin: ParsedPolicy): PlannedRules {
   const set = groupRules(live, shadow, builtin);
   const { changed, affected, readsAffected } = affectedGroups(set.groups);
   const extended = extendedGroups(set.groups, affected, readsAffected);

@@ -20,7 +20,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import type { Module } from './compiler.js';
-import { Unsupported, type PairedPlan } from './paired.js';
+import { type PlannedRules, Unsupported } from './paired.js';
 
 /** What the planning thread is asked: the live set's modules and the shadow set's (text), or to end. */
 export type PlanRequest = { id: number; live: Module[]; shadow: Module[] } | { id: 0; close: true };
@@ -30,9 +30,7 @@ export type PlanRequest = { id: number; live: Module[]; shadow: Module[] } | { i
  * planRules refused). `ended`: it cannot plan any more (its compiler did not start) and is ending.
  */
 export type PlanAnswer = { id: number } & (
-  | { began: true }
-  | { plan: PairedPlan; changedPackages: string[][] }
-  | { error: string; unsupported: boolean; ended?: true }
+  { began: true } | PlannedRules | { error: string; unsupported: boolean; ended?: true }
 );
 
 /** How long one plan may take, from when the thread began it, before the thread is stopped (ms). */
@@ -41,7 +39,7 @@ export const PLAN_TIMEOUT_MS = 120_000;
 const EXIT_GRACE_MS = 5_000;
 
 interface Waiting {
-  resolve: (r: { plan: PairedPlan; changedPackages: string[][] }) => void;
+  resolve: (r: PlannedRules) => void;
   reject: (e: Error) => void;
   timer: NodeJS.Timeout | undefined;
 }
@@ -64,7 +62,7 @@ export class PlanThread {
    * a module does not parse, the thread fails or was closed, or the plan takes longer than the
    * timeout.
    */
-  plan(live: Module[], shadow: Module[]): Promise<{ plan: PairedPlan; changedPackages: string[][] }> {
+  plan(live: Module[], shadow: Module[]): Promise<PlannedRules> {
     return new Promise((resolve, reject) => {
       if (this.closed) return reject(new Error('the planning thread was closed'));
       const worker = this.started();

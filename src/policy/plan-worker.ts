@@ -2,9 +2,10 @@
  * The planning thread (plan-thread.ts): parses the modules it is sent with its own RegoCompiler
  * (which keeps their trees), plans the paired module (paired.ts planRules) and answers the plan or
  * why there is none, one request at a time, in the order they came; it says when it begins each
- * (its compiler started), as its time limit counts from then. Asked to end, it ends its `opa` processes at once (the plan
- * in progress fails; no answer is sent for it or for those waiting), removes its files and exits.
- * A compiler that does not start ends the thread too (the next plan starts a new one).
+ * (its compiler started), as its time limit counts from then. Asked to end, it ends its `opa`
+ * processes at once (the plan in progress fails; no answer is sent for it or for those waiting),
+ * removes its files and exits. A compiler that does not start ends the thread too (the next plan
+ * starts a new one).
  */
 import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
 import { RegoCompiler } from './compiler.js';
