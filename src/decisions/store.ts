@@ -115,11 +115,17 @@ export function shadowedOf(
   batch: DecisionToRecord[],
   recorded: ({ replay: unknown } | { event: NewAuditEvent })[],
 ): ShadowedEvent[] {
-  if (!batch.some((r) => r.shadow !== undefined)) return [];
-  return recorded.flatMap((x, i) => {
+  // Runs on the writer for every batch: a plain loop (flatMap and spreads cost it ~1 µs per
+  // decision, docs/performance.md).
+  const out: ShadowedEvent[] = [];
+  for (let i = 0; i < recorded.length; i++) {
     const shadow = batch[i]?.shadow;
-    return 'replay' in x || shadow === undefined ? [] : [{ ...shadow, event: x.event }];
-  });
+    const x = recorded[i] as { replay: unknown } | { event: NewAuditEvent };
+    if (shadow !== undefined && !('replay' in x)) {
+      out.push({ generation: shadow.generation, live: shadow.live, event: x.event });
+    }
+  }
+  return out;
 }
 
 /** A recorded event that a shadow set shadowed. */
@@ -132,15 +138,19 @@ export function shadowMarksOf(recorded: ShadowedEvent[]): {
   counts: (ShadowCount & { generation: number })[];
   samples: (ShadowSample & { generation: number })[];
 } {
-  const counts = new Map<string, ShadowCount & { generation: number }>();
+  // A batch has a handful of distinct marks at most: a linear search beats building a key per
+  // decision (this runs on the writer for every batch).
+  const counts: (ShadowCount & { generation: number })[] = [];
   const samples: (ShadowSample & { generation: number })[] = [];
   for (const { generation, live, event } of recorded) {
     const m = shadowMarkOf(event, live);
     if (!m) continue;
-    const k = `${generation}\n${m.result}\n${m.live}\n${m.shadow}`;
-    const c = counts.get(k);
+    const c = counts.find(
+      (x) =>
+        x.generation === generation && x.result === m.result && x.live === m.live && x.shadow === m.shadow,
+    );
     if (c) c.n++;
-    else counts.set(k, { generation, result: m.result, live: m.live, shadow: m.shadow, n: 1 });
+    else counts.push({ generation, result: m.result, live: m.live, shadow: m.shadow, n: 1 });
     if (m.result === 'disagree') {
       samples.push({ generation, request_id: m.requestId, live: m.live, shadow: m.shadow });
     }
@@ -156,7 +166,7 @@ export function shadowMarksOf(recorded: ShadowedEvent[]): {
       return n <= SHADOW_SAMPLES;
     })
     .reverse();
-  return { counts: [...counts.values()], samples: newest };
+  return { counts, samples: newest };
 }
 
 export interface LimitCharge {
