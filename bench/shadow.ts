@@ -18,7 +18,10 @@
  * was found quick there (kept), and the CPU per decision of the serving and the writer thread.
  * `--paired false` sets ARBITER_SHADOW_PAIRED=false: the set evaluated apart, as before ADR 0012.
  * First, unless `--inprocess 0`, the evaluation alone is timed in this process (lib/paired-micro.ts):
- * the live set, the two sets apart and their paired pass, `--inprocess` calls each, 4 runs.
+ * the live set, the two sets apart and their paired pass, `--inprocess` calls each, 4 runs; then
+ * the serving and the writer part of the whole decision path, without and with the shadow set
+ * (lib/decision-micro.ts), `--inprocess` decisions each, 6 rounds: the per-decision CPU the HTTP
+ * rounds below measure per thread, without their noise.
  *
  * Within a round the two configurations run in turn, and the order alternates from round to round
  * (without → with, then with → without): every run appends to the same database and heap, so a
@@ -32,6 +35,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { arbiterSpec, runLoad, type LoadResult } from './lib/load.js';
 import { byLabel, plain, scrape } from './lib/metrics.js';
+import { decisionMicro } from './lib/decision-micro.js';
 import { pairedMicro } from './lib/paired-micro.js';
 import { processCpuSeconds, stopAll } from './lib/proc.js';
 import { ADMIN_KEY, removeTempDirs, REPO, startArbiter } from './lib/targets.js';
@@ -163,6 +167,22 @@ async function main(): Promise<void> {
         (m.plan.comparedByChanges.length > 0
           ? ` (by changes: ${JSON.stringify(m.plan.comparedByChanges)})`
           : ''),
+    );
+    const d = await decisionMicro(
+      { name: candidate.name, rego: candidate.rego() },
+      { decisions: calls, rounds: 6, concurrency: 32 },
+    );
+    const part = (x: { without: number[]; with: number[] }) => {
+      const diffs = x.with.map((w, i) => w - (x.without[i] as number));
+      const f = (v: number) => (v >= 0 ? '+' : '') + v.toFixed(1);
+      return (
+        `${quantile(x.without, 0.5).toFixed(1)} → ${quantile(x.with, 0.5).toFixed(1)} µs, ` +
+        `per round ${f(quantile(diffs, 0.5))} (${f(quantile(diffs, 0.25))} … ${f(quantile(diffs, 0.75))})`
+      );
+    };
+    console.log(
+      `  in-process, CPU per decision without → with the shadow set (${calls} decisions × 6 rounds, ` +
+        `lib/decision-micro.ts): serving ${part(d.serving)}; writer ${part(d.writer)}`,
     );
   }
   const a = await startArbiter([], {
