@@ -20,7 +20,7 @@
  * First, unless `--inprocess 0`, the evaluation alone is timed in this process (lib/paired-micro.ts):
  * the live set, the two sets apart and their paired pass, `--inprocess` calls each, 4 runs; then
  * the serving and the writer part of the whole decision path, without and with the shadow set
- * (lib/decision-micro.ts), `--inprocess` decisions each, 6 rounds: the per-decision CPU the HTTP
+ * (lib/decision-micro.ts), a third as many decisions each, 12 rounds: the per-decision CPU the HTTP
  * rounds below measure per thread, without their noise.
  *
  * Within a round the two configurations run in turn, and the order alternates from round to round
@@ -170,7 +170,7 @@ async function main(): Promise<void> {
     );
     const d = await decisionMicro(
       { name: candidate.name, rego: candidate.rego() },
-      { decisions: calls, rounds: 6, concurrency: 32 },
+      { decisions: Math.ceil(calls / 3), rounds: 12, concurrency: 32 },
     );
     const part = (x: { without: number[]; with: number[] }) => {
       const diffs = x.with.map((w, i) => w - (x.without[i] as number));
@@ -181,7 +181,7 @@ async function main(): Promise<void> {
       );
     };
     console.log(
-      `  in-process, CPU per decision without → with the shadow set (${calls} decisions × 6 rounds, ` +
+      `  in-process, CPU per decision without → with the shadow set (${Math.ceil(calls / 3)} decisions × 12 rounds, ` +
         `lib/decision-micro.ts): serving ${part(d.serving)}; writer ${part(d.writer)}`,
     );
   }
