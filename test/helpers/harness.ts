@@ -5,8 +5,17 @@ import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { Agent, setGlobalDispatcher } from 'undici';
 import { checkAnswer, unwatchOrigin, watchOrigin } from './openapi-check.js';
 import { createTestDatabase, queryDatabase, TEST_BACKEND, type TestDatabase } from './postgres.js';
+
+// fetch keeps an idle connection as long as the server's Keep-Alive hint allows, less 1 s
+// (Arbiter's hint is 65 s). A test that blocks this process's event loop (spawnSync of the CLI,
+// as createKey does) close to that limit could send its next request on a connection the server
+// had just closed, and fail with "other side closed" (it did, once, in CI). Idle connections are
+// dropped after 10 s here instead, far from the server's limit. (undici is the library inside
+// Node's fetch; its global dispatcher is the one fetch uses.)
+setGlobalDispatcher(new Agent({ keepAliveMaxTimeout: 10_000 }));
 
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const MAIN = path.join(REPO, 'dist', 'src', 'main.js');
