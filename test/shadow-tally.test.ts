@@ -40,6 +40,25 @@ onceOnly('Shadow tallies of a batch', () => {
     ]);
   });
 
+  it('keeps marks apart that differ in one of generation, result, live answer or shadow status alone', () => {
+    const base = ['allow', 'disagree', 'deny'] as const;
+    const { counts } = shadowMarksOf([
+      shadowed(1, 'a', ...base),
+      shadowed(2, 'b', ...base),
+      shadowed(1, 'c', 'allow', 'error', 'deny'),
+      shadowed(1, 'd', 'requires_approval', 'disagree', 'deny'),
+      shadowed(1, 'e', 'allow', 'disagree', 'requires_approval'),
+      shadowed(1, 'f', ...base),
+    ]);
+    expect(counts).to.deep.equal([
+      { generation: 1, result: 'disagree', live: 'allow', shadow: 'deny', n: 2 },
+      { generation: 2, result: 'disagree', live: 'allow', shadow: 'deny', n: 1 },
+      { generation: 1, result: 'error', live: 'allow', shadow: 'deny', n: 1 },
+      { generation: 1, result: 'disagree', live: 'requires_approval', shadow: 'deny', n: 1 },
+      { generation: 1, result: 'disagree', live: 'allow', shadow: 'requires_approval', n: 1 },
+    ]);
+  });
+
   it("counts a budget's deny as the live policy's allow it replaced, as the result was computed", () => {
     const { counts, samples } = shadowMarksOf([
       { generation: 5, live: 'allow', event: event('g', 'deny', 'disagree', 'deny') },
