@@ -20,8 +20,8 @@
  * First, unless `--inprocess 0`, the evaluation alone is timed in this process (lib/paired-micro.ts):
  * the live set, the two sets apart and their paired pass, `--inprocess` calls each, 4 runs; then
  * the serving and the writer part of the whole decision path, without and with the shadow set
- * (lib/decision-micro.ts), a third as many decisions each, 12 rounds: the per-decision CPU the HTTP
- * rounds below measure per thread, without their noise.
+ * (lib/decision-micro.ts), a third as many decisions each, 12 rounds: the CPU per decision that
+ * the HTTP rounds below measure per thread, without HTTP, the load generator and their noise.
  *
  * Within a round the two configurations run in turn, and the order alternates from round to round
  * (without → with, then with → without): every run appends to the same database and heap, so a
@@ -35,8 +35,8 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { arbiterSpec, runLoad, type LoadResult } from './lib/load.js';
 import { byLabel, plain, scrape } from './lib/metrics.js';
-import { decisionMicro } from './lib/decision-micro.js';
-import { pairedMicro } from './lib/paired-micro.js';
+import { decisionMicro, type DecisionMicro } from './lib/decision-micro.js';
+import { pairedMicro, type PairedMicro } from './lib/paired-micro.js';
 import { processCpuSeconds, stopAll } from './lib/proc.js';
 import { ADMIN_KEY, removeTempDirs, REPO, startArbiter } from './lib/targets.js';
 
@@ -157,6 +157,8 @@ async function main(): Promise<void> {
       (values.paired === 'false' ? ', never paired' : ''),
   );
   const calls = Number(values.inprocess);
+  /** The in-process figures, kept in the results file with the HTTP rounds'. */
+  let inprocess: { evaluation: PairedMicro; decision: DecisionMicro } | undefined;
   if (candidate && calls > 0) {
     const m = await pairedMicro({ name: candidate.name, rego: candidate.rego() }, calls, 4);
     const range = (xs: number[]) => `${Math.min(...xs)}–${Math.max(...xs)} µs`;
@@ -180,10 +182,15 @@ async function main(): Promise<void> {
         `per round ${f(quantile(diffs, 0.5))} (${f(quantile(diffs, 0.25))} … ${f(quantile(diffs, 0.75))})`
       );
     };
+    const { sentBack, unpaired, slowKept } = d.moves;
     console.log(
-      `  in-process, CPU per decision without → with the shadow set (${Math.ceil(calls / 3)} decisions × 12 rounds, ` +
-        `lib/decision-micro.ts): serving ${part(d.serving)}; writer ${part(d.writer)}`,
+      `  in-process, main-thread CPU per decision without → with the shadow set (${Math.ceil(calls / 3)} decisions × 12 rounds, ` +
+        `lib/decision-micro.ts): serving ${part(d.serving)}; writer ${part(d.writer)}; ` +
+        (sentBack + unpaired > 0
+          ? `the set was sent back ${sentBack}× and unpaired ${unpaired}× during the rounds: the "with" figures are not all paired`
+          : `paired throughout (${slowKept} slow passes kept)`),
     );
+    inprocess = { evaluation: m, decision: d };
   }
   const a = await startArbiter([], {
     settings: values.paired === 'false' ? { ARBITER_SHADOW_PAIRED: 'false' } : {},
@@ -306,6 +313,7 @@ async function main(): Promise<void> {
       with: summary(true),
       runs,
       autocannon: scenario,
+      ...(inprocess ? { inprocess } : {}),
     };
     console.log(
       `  median: without ${Math.round(report.without.per_second)}/s p99 ${report.without.p99_ms.toFixed(2)} ms; ` +

@@ -4,29 +4,52 @@
 // the candidate as its shadow set (proven and paired, as it stands once it has been up a while).
 // Each round times, for each service in an order that alternates from round to round:
 //   - serving: DecisionService.authorizeAgent over the bench's request mix, one at a time, with
-//     the store's record() answering at once (what the serving thread does per decision:
-//     evaluation, the shadow's pass and bookkeeping, building the record and its audit event);
-//   - writer: the records that run built, recorded for real, `concurrency` at a time (what the
-//     writer does per decision: rows, the audit chain, the shadow report's tallies).
-// Both are CPU per decision of this process (process.cpuUsage), so they are on a par with the
-// HTTP rounds' per-thread figures, without their noise.
+//     the store's record() serializing the record (as posting it to the writer thread does) and
+//     answering at once: evaluation, the shadow's pass and bookkeeping, the record and its audit
+//     event, the metrics (the server's own, prom-client);
+//   - writer: as many records again, built untimed, then recorded for real, `concurrency` at a
+//     time: rows, the audit chain, the shadow report's tallies.
+// Each figure is the CPU of this process's main thread (/proc/self/task/<pid>/schedstat), where
+// both parts run here, per decision; not the threads beside it (garbage-collection helpers, the
+// shadow set's and the planning thread). Left out: the HTTP layer, and the writer thread's
+// deserializing of the records. Masking is the default (no mask paths).
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import v8 from 'node:v8';
+import vm from 'node:vm';
 import type { DecisionToRecord, RecordOutcome } from '../../src/decisions/store.js';
 import { DecisionService } from '../../src/decisions/service.js';
+import { makeMasker } from '../../src/audit/mask.js';
 import { newId, newTraceId } from '../../src/ids.js';
 import { ADMIN_PRINCIPAL } from '../../src/keys/service.js';
+import { createMetrics } from '../../src/observability/metrics.js';
 import { RegoCompiler } from '../../src/policy/compiler.js';
 import { PolicyService } from '../../src/policy/service.js';
 import { openDatabase } from '../../src/storage/sqlite/db.js';
 import { sqliteStores } from '../../src/storage/sqlite/index.js';
 import { KINDS, MIX } from './load.js';
-import { opaBin, POLICY_DIR, tempDir } from './targets.js';
+import { opaBin, POLICY_DIR } from './targets.js';
 
 export interface DecisionMicro {
   /** µs of CPU per decision, one figure per round. */
   serving: { without: number[]; with: number[] };
   writer: { without: number[]; with: number[] };
-  /** Counted from the start of the timed rounds. */
-  moves: { inline: number; offInline: number; sentBack: number; slowKept: number; unpaired: number };
+  /**
+   * What the shadow set did during the timed rounds. Any `sentBack` or `unpaired` means some
+   * decisions were not evaluated paired on this thread, and the `with` figures mean less.
+   */
+  moves: Moves;
+}
+
+interface Moves {
+  /** Moves onto and off the serving thread. */
+  inline: number;
+  offInline: number;
+  /** Slow passes that sent the set back to its thread, and those its thread found quick. */
+  sentBack: number;
+  slowKept: number;
+  unpaired: number;
 }
 
 interface Side {
@@ -34,29 +57,48 @@ interface Side {
   /** The store's own record(), and the one DecisionService calls (swapped per phase). */
   record: (r: DecisionToRecord) => Promise<RecordOutcome>;
   setRecord: (fn: (r: DecisionToRecord) => Promise<RecordOutcome>) => void;
-  close: () => Promise<void>;
 }
 
-/** A pause before a timed phase: the garbage of the one before is collected outside it. */
-const settle = () => new Promise((r) => setTimeout(r, 200));
+/**
+ * A full collection before a timed phase, so that the garbage of the phase before (the records
+ * kept for the writer part) is not collected inside it.
+ */
+function settler(): () => Promise<void> {
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc') as () => void;
+  return async () => {
+    gc();
+    await new Promise((r) => setTimeout(r, 100));
+  };
+}
 
-const cpuUs = (since: NodeJS.CpuUsage): number => {
-  const c = process.cpuUsage(since);
+/** CPU of this process's main thread so far, in µs (Linux); the whole process's elsewhere. */
+function mainThreadCpuUs(): number {
+  try {
+    const ns = Number(readFileSync(`/proc/self/task/${process.pid}/schedstat`, 'utf8').split(' ')[0]);
+    if (Number.isFinite(ns)) return ns / 1000;
+  } catch {
+    // not Linux: the process's CPU, every thread
+  }
+  const c = process.cpuUsage();
   return c.user + c.system;
-};
+}
 
 export async function decisionMicro(
   candidate: { name: string; rego: string },
   { decisions: n, rounds, concurrency }: { decisions: number; rounds: number; concurrency: number },
 ): Promise<DecisionMicro> {
   const compiler = new RegoCompiler(opaBin());
-  await compiler.init();
+  const settle = settler();
   const ctx = { actor: 'bench', traceId: newTraceId(), requestId: newId() };
   let paired = false;
-  /** What the shadow set did meanwhile: moves off or back onto the serving thread, slow passes kept. */
-  const moves = { inline: 0, offInline: 0, sentBack: 0, slowKept: 0, unpaired: 0 };
+  const moves: Moves = { inline: 0, offInline: 0, sentBack: 0, slowKept: 0, unpaired: 0 };
+  const closers: (() => Promise<void>)[] = [];
   const side = async (shadow: boolean): Promise<Side> => {
-    const stores = sqliteStores(openDatabase(tempDir('arbiter-bench-decide-'), 'normal'));
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-bench-decide-'));
+    closers.push(async () => rmSync(dir, { recursive: true, force: true }));
+    const stores = sqliteStores(openDatabase(dir, 'normal'));
+    closers.push(() => stores.close());
     const policies = new PolicyService(
       stores.policies,
       compiler,
@@ -77,33 +119,38 @@ export async function decisionMicro(
       },
       { inline: true, paired: true },
     );
+    closers.push(() => policies.close());
     await policies.start(POLICY_DIR, ctx);
     if (shadow) await policies.putShadow(candidate.name, candidate.rego, false, ctx);
     const store = stores.decisions;
     const record = store.record.bind(store);
+    // The server's observer (src/services.ts), into metrics of its own.
+    const m = createMetrics();
     return {
       decisions: new DecisionService(
         policies,
         store,
         3600,
-        (d) => d,
-        { decided: () => undefined, shadowed: () => undefined },
+        makeMasker([]),
+        {
+          decided: (kind, outcome, seconds) => {
+            m.decisions.inc({ kind, outcome });
+            m.evaluation.observe(seconds);
+          },
+          shadowed: (result) => m.shadowDecisions.inc({ result }),
+        },
         65536,
       ),
       record,
       setRecord: (fn) => {
         store.record = fn;
       },
-      close: async () => {
-        await policies.close();
-        await stores.close();
-      },
     };
   };
-  const sides: Side[] = [];
   try {
-    sides.push(await side(false), await side(true));
-    const [without, withShadow] = sides as [Side, Side];
+    await compiler.init();
+    const without = await side(false);
+    const withShadow = await side(true);
     const bodies = MIX.map((k) => KINDS[k].body);
     let next = 0;
     const decide = (s: Side) =>
@@ -133,25 +180,27 @@ export async function decisionMicro(
     }
     await run(withShadow, 3_000);
 
-    for (const k of Object.keys(moves) as (keyof typeof moves)[]) moves[k] = 0;
+    for (const k of Object.keys(moves) as (keyof Moves)[]) moves[k] = 0;
     const out: DecisionMicro = {
       serving: { without: [], with: [] },
       writer: { without: [], with: [] },
       moves,
     };
     const us = (total: number) => Math.round((total / n) * 10) / 10;
+    // What posting a record to the writer thread costs the serving thread (thread-committer.ts).
+    const serialized = async (rec: DecisionToRecord) => {
+      v8.serialize(rec);
+      return { decision: rec.decision } as RecordOutcome;
+    };
     for (let r = 0; r < rounds; r++) {
       for (const shadow of r % 2 === 0 ? [false, true] : [true, false]) {
         const s = shadow ? withShadow : without;
         const key = shadow ? 'with' : 'without';
-        // Serving: the records are dropped as they come (kept, they would grow the heap, and
-        // its garbage collections would be timed too).
-        s.setRecord(async (rec) => ({ decision: rec.decision }) as RecordOutcome);
+        s.setRecord(serialized);
         await settle();
-        const c0 = process.cpuUsage();
+        const c0 = mainThreadCpuUs();
         await run(s, n);
-        out.serving[key].push(us(cpuUs(c0)));
-        // Writer: as many records again, built untimed, then recorded for real.
+        out.serving[key].push(us(mainThreadCpuUs() - c0));
         const built: DecisionToRecord[] = [];
         s.setRecord(async (rec) => {
           built.push(rec);
@@ -160,19 +209,22 @@ export async function decisionMicro(
         await run(s, n);
         s.setRecord(s.record);
         await settle();
-        const c1 = process.cpuUsage();
+        const c1 = mainThreadCpuUs();
         let at = 0;
         await Promise.all(
           Array.from({ length: concurrency }, async () => {
             while (at < built.length) await s.record(built[at++]!);
           }),
         );
-        out.writer[key].push(us(cpuUs(c1)));
+        out.writer[key].push(us(mainThreadCpuUs() - c1));
       }
     }
-    return out;
+    // As they were at the end of the rounds: closing the services below moves the set too.
+    return { ...out, moves: { ...moves } };
   } finally {
-    for (const s of sides) await s.close();
+    // Policies before their stores before their directories, each attempted whatever the others
+    // do; then the compiler.
+    for (const close of closers.reverse()) await close().catch(() => undefined);
     await compiler.close();
   }
 }
