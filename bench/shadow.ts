@@ -170,9 +170,10 @@ async function main(): Promise<void> {
           ? ` (by changes: ${JSON.stringify(m.plan.comparedByChanges)})`
           : ''),
     );
+    const decisions = Math.ceil(calls / 3);
     const d = await decisionMicro(
       { name: candidate.name, rego: candidate.rego() },
-      { decisions: Math.ceil(calls / 3), rounds: 12, concurrency: 32 },
+      { decisions, rounds: 12, concurrency: 32 },
     );
     const part = (x: { without: number[]; with: number[] }) => {
       const diffs = x.with.map((w, i) => w - (x.without[i] as number));
@@ -184,7 +185,7 @@ async function main(): Promise<void> {
     };
     const { sentBack, unpaired, slowKept } = d.moves;
     console.log(
-      `  in-process, main-thread CPU per decision without → with the shadow set (${Math.ceil(calls / 3)} decisions × 12 rounds, ` +
+      `  in-process, main-thread CPU per decision without → with the shadow set (${decisions} decisions × 12 rounds, ` +
         `lib/decision-micro.ts): serving ${part(d.serving)}; writer ${part(d.writer)}; ` +
         (sentBack + unpaired > 0
           ? `the set was sent back ${sentBack}× and unpaired ${unpaired}× during the rounds: the "with" figures are not all paired`
