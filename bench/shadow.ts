@@ -9,7 +9,11 @@
  *                           [--inprocess 30000]
  *
  * The first load is a closed loop from this process (fetch, 16 at a time): its throughput follows
- * latency. With --duration, the scenario load of `npm run bench` (autocannon, its request mix)
+ * latency. In each round's run with the shadow set, the first --requests decisions after the
+ * shadow PUT are timed apart ("first after the change": the set proving itself on its thread and
+ * its paired module compiling, ADR 0010 and 0012, a cost paid once per change); then the load goes
+ * on until the set is evaluated where it will stay (paired, or inline with --paired false), and
+ * only then is the run that is compared with the run without a shadow set timed. With --duration, the scenario load of `npm run bench` (autocannon, its request mix)
  * also runs at saturation and at a fixed 1 000 req/s, with and without the shadow set, each
  * configuration after --warmup seconds of unrecorded load: a shadow set is a standing thing, and
  * what it costs once it stands is measured, not its first seconds (on its own thread while it
@@ -106,6 +110,8 @@ const BODIES = [
 
 interface Run {
   shadow: boolean;
+  /** `first`: the first decisions after a shadow change; `standing`: once the set has settled. */
+  phase: 'first' | 'standing';
   p50_ms: number;
   p99_ms: number;
   per_second: number;
@@ -113,7 +119,13 @@ interface Run {
   cpu_us: number;
 }
 
-async function load(engine: string, key: string, shadow: boolean, pid: number): Promise<Run> {
+async function load(
+  engine: string,
+  key: string,
+  shadow: boolean,
+  pid: number,
+  phase: Run['phase'] = 'standing',
+): Promise<Run> {
   const ms: number[] = [];
   const cpu0 = processCpuSeconds(pid);
   let next = 0;
@@ -137,7 +149,7 @@ async function load(engine: string, key: string, shadow: boolean, pid: number): 
   const cpu_us = ((processCpuSeconds(pid) - cpu0) * 1e6) / requests;
   ms.sort((x, y) => x - y);
   const q = (p: number) => ms[Math.min(ms.length - 1, Math.floor(ms.length * p))] as number;
-  return { shadow, p50_ms: q(0.5), p99_ms: q(0.99), per_second: requests / seconds, cpu_us };
+  return { shadow, phase, p50_ms: q(0.5), p99_ms: q(0.99), per_second: requests / seconds, cpu_us };
 }
 
 async function setShadow(platform: string, on: boolean): Promise<void> {
@@ -149,6 +161,28 @@ async function setShadow(platform: string, on: boolean): Promise<void> {
   });
   if (res.status >= 300)
     throw new Error(`shadow ${on ? 'put' : 'delete'}: ${res.status} ${await res.text()}`);
+}
+
+/**
+ * Load in closed-loop runs until the shadow set is evaluated where a standing set stays: paired
+ * with the live set, or inline beside it with `--paired false` (ADR 0010, 0012); at most 60 s.
+ * Returns how many decisions and seconds that took, and where the set was at the end.
+ */
+async function settle(
+  a: { engine: string; platform: string; agentKey: string },
+  pid: number,
+): Promise<{ decisions: number; seconds: number; evaluated: string }> {
+  const target = values.paired === 'false' ? 'inline' : 'paired';
+  const started = process.hrtime.bigint();
+  const elapsed = () => Number(process.hrtime.bigint() - started) / 1e9;
+  let decisions = 0;
+  let evaluated = where(await scrape(a.platform));
+  while (evaluated !== target && elapsed() < 60) {
+    await load(a.engine, a.agentKey, true, pid);
+    decisions += requests;
+    evaluated = where(await scrape(a.platform));
+  }
+  return { decisions, seconds: elapsed(), evaluated };
 }
 
 async function main(): Promise<void> {
@@ -200,14 +234,25 @@ async function main(): Promise<void> {
     const pid = a.proc.pid;
     await load(a.engine, a.agentKey, false, pid); // warm-up
     const runs: Run[] = [];
+    const line = (run: Run) =>
+      `p50 ${run.p50_ms.toFixed(2)} ms, p99 ${run.p99_ms.toFixed(2)} ms, ${Math.round(run.per_second)} decisions/s, cpu ${Math.round(run.cpu_us)} µs/decision`;
+    const settled: { decisions: number; seconds: number; evaluated: string }[] = [];
     for (let r = 0; r < rounds; r++) {
       for (const shadow of order(r)) {
-        if (shadow) await setShadow(a.platform, true);
+        if (shadow && candidate) {
+          await setShadow(a.platform, true);
+          const first = await load(a.engine, a.agentKey, true, pid, 'first');
+          runs.push(first);
+          const s = await settle(a, pid);
+          settled.push(s);
+          console.log(
+            `  round ${r + 1} first after the change: ${line(first)}; then ${s.decisions} more decisions ` +
+              `in ${s.seconds.toFixed(1)} s until evaluated ${s.evaluated}`,
+          );
+        }
         const run = await load(a.engine, a.agentKey, shadow, pid);
         runs.push(run);
-        console.log(
-          `  round ${r + 1} ${shadow ? 'with shadow   ' : 'without shadow'}: p50 ${run.p50_ms.toFixed(2)} ms, p99 ${run.p99_ms.toFixed(2)} ms, ${Math.round(run.per_second)} decisions/s, cpu ${Math.round(run.cpu_us)} µs/decision`,
-        );
+        console.log(`  round ${r + 1} ${shadow ? 'with shadow   ' : 'without shadow'}: ${line(run)}`);
         if (shadow) await setShadow(a.platform, false);
       }
     }
@@ -293,8 +338,8 @@ async function main(): Promise<void> {
         }
       }
     }
-    const summary = (shadow: boolean) => {
-      const rs = runs.filter((r) => r.shadow === shadow);
+    const summary = (shadow: boolean, phase: Run['phase'] = 'standing') => {
+      const rs = runs.filter((r) => r.shadow === shadow && r.phase === phase);
       return {
         p50_ms: median(rs.map((r) => r.p50_ms)),
         p99_ms: median(rs.map((r) => r.p99_ms)),
@@ -312,13 +357,19 @@ async function main(): Promise<void> {
       machine: { cpus: os.cpus().length },
       without: summary(false),
       with: summary(true),
+      ...(candidate ? { first_after_change: summary(true, 'first'), settled } : {}),
       runs,
       autocannon: scenario,
       ...(inprocess ? { inprocess } : {}),
     };
     console.log(
-      `  median: without ${Math.round(report.without.per_second)}/s p99 ${report.without.p99_ms.toFixed(2)} ms; ` +
-        `with ${Math.round(report.with.per_second)}/s p99 ${report.with.p99_ms.toFixed(2)} ms`,
+      `  closed loop, median: without ${Math.round(report.without.per_second)}/s p99 ${report.without.p99_ms.toFixed(2)} ms; ` +
+        `with ${Math.round(report.with.per_second)}/s p99 ${report.with.p99_ms.toFixed(2)} ms` +
+        (report.first_after_change
+          ? `; the first ${requests} after each change ${Math.round(report.first_after_change.per_second)}/s ` +
+            `p99 ${report.first_after_change.p99_ms.toFixed(2)} ms, then a median ` +
+            `${median(settled.map((s) => s.decisions))} decisions (${median(settled.map((s) => s.seconds)).toFixed(1)} s) until settled`
+          : ''),
     );
     const outDir = path.join(REPO, 'bench', 'results');
     mkdirSync(outDir, { recursive: true });
