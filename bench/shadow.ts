@@ -12,8 +12,9 @@
  * latency. In each round's run with the shadow set, the first --requests decisions after the
  * shadow PUT are timed apart ("first after the change": the set proving itself on its thread and
  * its paired module compiling, ADR 0010 and 0012, a cost paid once per change); then the load goes
- * on until the set is evaluated where it will stay (paired, or inline with --paired false), and
- * only then is the run that is compared with the run without a shadow set timed. With --duration, the scenario load of `npm run bench` (autocannon, its request mix)
+ * on until the set is evaluated where it will stay (paired, or inline with --paired false) and a
+ * paired set's first answers have been checked against the two sets apart (PAIR_CHECKED_DECISIONS),
+ * and only then is the run that is compared with the run without a shadow set timed. With --duration, the scenario load of `npm run bench` (autocannon, its request mix)
  * also runs at saturation and at a fixed 1 000 req/s, with and without the shadow set, each
  * configuration after --warmup seconds of unrecorded load: a shadow set is a standing thing, and
  * what it costs once it stands is measured, not its first seconds (on its own thread while it
@@ -43,6 +44,7 @@ import { decisionMicro, type DecisionMicro } from './lib/decision-micro.js';
 import { pairedMicro, type PairedMicro } from './lib/paired-micro.js';
 import { processCpuSeconds, stopAll } from './lib/proc.js';
 import { ADMIN_KEY, removeTempDirs, REPO, startArbiter } from './lib/targets.js';
+import { PAIR_CHECKED_DECISIONS } from '../src/policy/shadow-limits.js';
 
 const { values } = parseArgs({
   options: {
@@ -166,6 +168,8 @@ async function setShadow(platform: string, on: boolean): Promise<void> {
 /**
  * Load in closed-loop runs until the shadow set is evaluated where a standing set stays: paired
  * with the live set, or inline beside it with `--paired false` (ADR 0010, 0012); at most 60 s.
+ * A paired set's first PAIR_CHECKED_DECISIONS answers are each checked against the two sets
+ * evaluated apart (shadow-runner.ts), so the load goes on for that many more decisions.
  * Returns how many decisions and seconds that took, and where the set was at the end.
  */
 async function settle(
@@ -182,6 +186,11 @@ async function settle(
     decisions += requests;
     evaluated = where(await scrape(a.platform));
   }
+  for (let checked = 0; evaluated === 'paired' && checked < PAIR_CHECKED_DECISIONS; checked += requests) {
+    await load(a.engine, a.agentKey, true, pid);
+    decisions += requests;
+  }
+  if (evaluated === 'paired') evaluated = where(await scrape(a.platform));
   return { decisions, seconds: elapsed(), evaluated };
 }
 
@@ -247,7 +256,10 @@ async function main(): Promise<void> {
           settled.push(s);
           console.log(
             `  round ${r + 1} first after the change: ${line(first)}; then ${s.decisions} more decisions ` +
-              `in ${s.seconds.toFixed(1)} s until evaluated ${s.evaluated}`,
+              `in ${s.seconds.toFixed(1)} s until evaluated ${s.evaluated}` +
+              (s.evaluated === 'paired'
+                ? ` and its first ${PAIR_CHECKED_DECISIONS} paired answers checked`
+                : ''),
           );
         }
         const run = await load(a.engine, a.agentKey, shadow, pid);
