@@ -11,14 +11,16 @@
  * The first load is a closed loop from this process (fetch, 16 at a time): its throughput follows
  * latency. In each round's run with the shadow set, the first --requests decisions after the
  * shadow PUT are timed apart ("first after the change": the set proving itself on its thread and
- * its paired module compiling, ADR 0010 and 0012, a cost paid once per change); then the load goes
- * on until the set is evaluated where it will stay (paired, or inline with --paired false) and a
- * paired set's first answers have been checked against the two sets apart (PAIR_CHECKED_DECISIONS),
- * and only then is the run that is compared with the run without a shadow set timed. With --duration, the scenario load of `npm run bench` (autocannon, its request mix)
- * also runs at saturation and at a fixed 1 000 req/s, with and without the shadow set, each
- * configuration after --warmup seconds of unrecorded load: a shadow set is a standing thing, and
- * what it costs once it stands is measured, not its first seconds (on its own thread while it
- * proves itself, its paired module compiling: docs/adr/0010, 0012). Each row says where the set
+ * its paired module compiling, ADR 0010 and 0012, a cost paid once per change); then the load
+ * goes on until the set is evaluated where it will stay (paired, or inline with --paired false)
+ * and a paired set's first answers have been checked against the two sets apart
+ * (PAIR_CHECKED_DECISIONS); only then is the run compared with the run without a set timed.
+ *
+ * With --duration, the scenario load of `npm run bench` (autocannon, its request mix) also runs
+ * at saturation and at a fixed 1 000 req/s, with and without the shadow set, each configuration
+ * after --warmup seconds of unrecorded load: a shadow set is a standing thing, and what it costs
+ * once it stands is measured, not its first seconds (on its own thread while it proves itself,
+ * its paired module compiling: docs/adr/0010, 0012). Each row says where the set
  * was evaluated at its start and end, how often a slow evaluation sent it back to its thread or
  * was found quick there (kept), and the CPU per decision of the serving and the writer thread.
  * `--paired false` sets ARBITER_SHADOW_PAIRED=false: the set evaluated apart, as before ADR 0012.
