@@ -167,6 +167,13 @@ async function setShadow(platform: string, on: boolean): Promise<void> {
     throw new Error(`shadow ${on ? 'put' : 'delete'}: ${res.status} ${await res.text()}`);
 }
 
+/** What it took a shadow set to settle after a change, and where it was then. */
+interface Settled {
+  decisions: number;
+  seconds: number;
+  evaluated: string;
+}
+
 /**
  * Load in closed-loop runs until the shadow set is evaluated where a standing set stays: paired
  * with the live set, or inline beside it with `--paired false` (ADR 0010, 0012); at most 60 s.
@@ -177,7 +184,7 @@ async function setShadow(platform: string, on: boolean): Promise<void> {
 async function settle(
   a: { engine: string; platform: string; agentKey: string },
   pid: number,
-): Promise<{ decisions: number; seconds: number; evaluated: string }> {
+): Promise<Settled> {
   const target = values.paired === 'false' ? 'inline' : 'paired';
   const started = process.hrtime.bigint();
   const elapsed = () => Number(process.hrtime.bigint() - started) / 1e9;
@@ -247,7 +254,7 @@ async function main(): Promise<void> {
     const runs: Run[] = [];
     const line = (run: Run) =>
       `p50 ${run.p50_ms.toFixed(2)} ms, p99 ${run.p99_ms.toFixed(2)} ms, ${Math.round(run.per_second)} decisions/s, cpu ${Math.round(run.cpu_us)} µs/decision`;
-    const settled: { decisions: number; seconds: number; evaluated: string }[] = [];
+    const settled: Settled[] = [];
     for (let r = 0; r < rounds; r++) {
       for (const shadow of order(r)) {
         if (shadow && candidate) {

@@ -3,7 +3,7 @@ import { AuditService } from './audit/service.js';
 import { AuthzenService } from './authzen/service.js';
 import type { Config } from './config.js';
 import { BudgetService } from './decisions/budgets.js';
-import { DecisionService } from './decisions/service.js';
+import { DecisionService, type DecisionObserver } from './decisions/service.js';
 import { KeyService } from './keys/service.js';
 import type { Logger } from './observability/logger.js';
 import type { Metrics } from './observability/metrics.js';
@@ -17,6 +17,17 @@ import type { Stores } from './storage/stores.js';
 import { TokenService } from './tokens/service.js';
 import { SigningKeyService } from './tokens/signing-keys.js';
 import { WebhookService } from './webhooks/service.js';
+
+/** What each decision adds to the metrics (none without them). */
+export function decisionMetrics(m: Metrics | undefined): DecisionObserver {
+  return {
+    decided: (kind, outcome, seconds) => {
+      m?.decisions.inc({ kind, outcome });
+      m?.evaluation.observe(seconds);
+    },
+    shadowed: (result) => m?.shadowDecisions.inc({ result }),
+  };
+}
 
 export interface ServiceOptions {
   /** Observations go to these metrics; without them (the primary's preparation) nowhere. */
@@ -77,13 +88,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
     stores.decisions,
     config.queueTtlSeconds,
     masker,
-    {
-      decided: (kind, outcome, seconds) => {
-        m?.decisions.inc({ kind, outcome });
-        m?.evaluation.observe(seconds);
-      },
-      shadowed: (result) => m?.shadowDecisions.inc({ result }),
-    },
+    decisionMetrics(m),
     config.maxContextBytes,
   );
   const audit = new AuditService(stores.audit, masker, config.maxContextBytes);

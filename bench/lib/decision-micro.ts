@@ -25,6 +25,7 @@ import { newId, newTraceId } from '../../src/ids.js';
 import { ADMIN_PRINCIPAL } from '../../src/keys/service.js';
 import { createMetrics } from '../../src/observability/metrics.js';
 import { RegoCompiler } from '../../src/policy/compiler.js';
+import { decisionMetrics } from '../../src/services.js';
 import { PolicyService } from '../../src/policy/service.js';
 import { openDatabase } from '../../src/storage/sqlite/db.js';
 import { sqliteStores } from '../../src/storage/sqlite/index.js';
@@ -124,21 +125,14 @@ export async function decisionMicro(
     if (shadow) await policies.putShadow(candidate.name, candidate.rego, false, ctx);
     const store = stores.decisions;
     const record = store.record.bind(store);
-    // The server's observer (src/services.ts), into metrics of its own.
-    const m = createMetrics();
     return {
+      // The server's observer, into metrics of its own.
       decisions: new DecisionService(
         policies,
         store,
         3600,
         makeMasker([]),
-        {
-          decided: (kind, outcome, seconds) => {
-            m.decisions.inc({ kind, outcome });
-            m.evaluation.observe(seconds);
-          },
-          shadowed: (result) => m.shadowDecisions.inc({ result }),
-        },
+        decisionMetrics(createMetrics()),
         65536,
       ),
       record,
