@@ -887,6 +887,17 @@ onEveryBackend('audit trail', () => {
     it('rejects a time that is not RFC 3339', async () => {
       await rejected({ events: [{ kind: 'ok.one', time: 'last tuesday' }] }, /events\.0\.time/);
       await rejected({ kind: 'ok.one', time: '2026-02-30T00:00:00Z' }, /time/);
+      // ISO 8601's end of day, which Date.parse reads as the next midnight; out-of-range fields;
+      // a leap second, which JavaScript's clock cannot hold.
+      for (const time of [
+        '2026-11-29T24:00:00Z',
+        '2026-11-29T23:60:00Z',
+        '2026-11-29T23:59:60Z',
+        '2026-11-29T12:00:00+24:00',
+        '2026-11-29T12:00:00+01:60',
+      ]) {
+        await rejected({ kind: 'ok.one', time }, /^time must be an RFC 3339/);
+      }
     });
 
     it('rejects a confidence outside 0..1', async () => {

@@ -154,6 +154,7 @@ onEveryBackend('POST /api/v1/impact: replay recorded decisions against a candida
       [{ policies: { x: DENY_READ }, limit: 'ten' }, /limit/],
       [{ policies: { x: DENY_READ }, limit: 1.5 }, /limit/],
       [{ policies: { x: DENY_READ }, since: 'yesterday' }, /since/],
+      [{ policies: { x: DENY_READ }, since: '2026-11-29T24:00:00Z' }, /since must be an RFC 3339/],
       [{}, /policies/],
       [{ policies: 'package authz.agent' }, /policies/],
       [{ policies: { x: 42 } }, /policies/],

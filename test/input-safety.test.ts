@@ -46,6 +46,26 @@ onEveryBackend('unsafe input and edge answers', () => {
       'repo/%2e%2e/prod/db',
       'repo/.%2E/x',
       '%2E',
+      // Separators a resource server decodes (once or twice) before it splits the path, or reads
+      // as "/": each of these names prod/db or prod/secrets/… once normalised.
+      'repo/x%2F..%2F..%2Fprod/db',
+      'prod/a%2f..%2fsecrets/k',
+      'repo/x%252F..%252Fprod/db',
+      'repo\\..\\prod\\db',
+      'repo/x%5C..%5Cprod/db',
+      'repo/%252e%252e/prod/db',
+      // A path parameter (Tomcat's "..;/"), a query or a fragment ends the segment.
+      'repo/..;/prod/db',
+      'repo/..;x/prod/db',
+      'repo/..?x',
+      'repo/.#x',
+      // Unicode compatibility forms (NFKC, Windows' best-fit mapping): fullwidth and small dots,
+      // the one-dot leader, the fullwidth solidus and reverse solidus.
+      'repo/\uFF0E\uFF0E/prod/db',
+      'repo/\uFE52\uFE52/prod/db',
+      'repo/\u2024\u2024/prod/db',
+      'repo\uFF0F..\uFF0Fprod/db',
+      'repo\uFF3C..\uFF3Cprod/db',
     ]) {
       for (const path of ['/v1/agent/authorize', '/api/v1/authorize']) {
         const r = await call('POST', a.engine + path, { body: { ...AGENT.deny, resource } });
@@ -67,7 +87,20 @@ onEveryBackend('unsafe input and edge answers', () => {
     expect(await recorded()).to.deep.equal(before);
 
     // Dots that are not whole segments are ordinary characters.
-    for (const resource of ['repo/a.b', 'repo/.hidden', 'repo/...', 'repo/..x', 'repo/x..', 'repo/.../y']) {
+    for (const resource of [
+      'repo/a.b',
+      'repo/.hidden',
+      'repo/...',
+      'repo/..x',
+      'repo/x..',
+      'repo/.../y',
+      // Encoded separators, ";", "?" and "\\" beside ordinary names are not dot-segments.
+      'repo/a%2Fb',
+      'repo/a;b/..x',
+      'repo/x?..',
+      'repo/x\\.hidden',
+      'repo/%2e%2e%2e',
+    ]) {
       const r = await call('POST', a.engine + '/v1/agent/authorize', { body: { ...AGENT.allow, resource } });
       expect(r.status, `${resource}: ${r.text}`).to.equal(200);
     }
@@ -135,6 +168,8 @@ onEveryBackend('unsafe input and edge answers', () => {
       ['resource', { ...AGENT.allow, resource: 'repo/\u3164' }],
       ['action', { ...AGENT.allow, action: 'read\uFE0F' }],
       ['agent_id', { ...AGENT.allow, agent_id: '\uFEFFdeploy-bot' }],
+      // A symbol to Unicode, a space to the eye: the Braille pattern blank.
+      ['resource', { ...AGENT.allow, resource: 'prod/\u2800secrets/x' }],
     ];
     for (const [field, body] of agent) {
       const r = await call('POST', a.engine + '/v1/agent/authorize', { body });

@@ -9,7 +9,13 @@ import { INVISIBLE_CLASS } from './invisible.js';
 const ajv = new Ajv({ allErrors: false, strict: true, allowUnionTypes: true, verbose: true });
 ajv.addFormat('date-time', { type: 'string', validate: isRfc3339 });
 
-const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
+/**
+ * Hours 00–23, minutes and seconds 00–59 (in the offset too). `24:00` is ISO 8601's end of day,
+ * not RFC 3339, and Date.parse would read it as the next day's midnight. A leap second (`:60`) is
+ * refused as well: JavaScript's clock has none, and reading it as `:59` would move the instant.
+ */
+const RFC3339 =
+  /^\d{4}-\d{2}-\d{2}[Tt](?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?([Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)$/;
 
 /**
  * An RFC 3339 date-time with a time zone, that is also a real instant (no Feb 30) whose UTC form
@@ -53,12 +59,26 @@ export const ASCII_NAME_RULE =
 export const isTokenSafe = (s: string): boolean => TOKEN_SAFE_RE.test(s);
 
 /**
- * A `.` or `..` path segment: the whole value, or a run between `/` separators or at either end
- * (`..`, `./x`, `a/../b`, `a/.`), also with its dots percent-encoded (`%2e%2e`, `.%2E`), which
- * RFC 3986 decodes before it removes dot-segments. Other dots (`logs.read`, `.hidden`, `...`)
- * are not segments. (A JSON Schema pattern has no flags: hence `[eE]`.)
+ * A dot as some resource server reads one: `.`, percent-encoded once (`%2e`, which RFC 3986
+ * decodes before it removes dot-segments) or twice (`%252e`, for a server that decodes twice), or
+ * a character that Unicode compatibility mapping (NFKC, Windows' best-fit) turns into `.`: U+FF0E
+ * fullwidth, U+FE52 small, U+2024 one-dot leader. (A JSON Schema pattern has no flags: `[eE]`;
+ * those characters are in it as themselves, since RE2-based tools take no `\u` escape.)
  */
-const DOT_SEGMENT = '(?:^|/)(?:\\.|%2[eE]){1,2}(?:/|$)';
+const DOT = '(?:\\.|%2[eE]|%252[eE]|\uFF0E|\uFE52|\u2024)';
+/**
+ * A path separator as some resource server reads one: `/`, `\` (Windows, and servers that treat
+ * it as `/`), either percent-encoded once or twice (`%2F`, `%5C`, `%252F`: a server that decodes
+ * before it splits the path), or its fullwidth form (U+FF0F, U+FF3C).
+ */
+const SEP = '(?:/|\\\\|%2[fF]|%5[cC]|%252[fF]|%255[cC]|\uFF0F|\uFF3C)';
+/**
+ * A `.` or `..` path segment: one or two dots (DOT) making up the whole value, or a run between
+ * separators (SEP) or at either end (`..`, `./x`, `a/../b`, `a/.`, `x%2F..%2Fy`), also when the
+ * run ends the path part at `;` (Tomcat's `..;/`, a path parameter), `?` or `#`. Other dots
+ * (`logs.read`, `.hidden`, `...`, `..x`) are not segments.
+ */
+const DOT_SEGMENT = `(?:^|${SEP})${DOT}{1,2}(?:${SEP}|[;?#]|$)`;
 
 /**
  * Schema keywords of a resource, resource type or resource id: no dot-segment. Policies match
@@ -69,7 +89,8 @@ const DOT_SEGMENT = '(?:^|/)(?:\\.|%2[eE]){1,2}(?:/|$)';
 export const NO_DOT_SEGMENTS = {
   not: { type: 'string', pattern: DOT_SEGMENT },
   description:
-    'no "." or ".." path segment (between "/" separators or at either end; its dots may be written %2e)',
+    'no "." or ".." path segment: between "/" or "\\" separators or at either end, also ended by ";", "?" or "#"; ' +
+    'dots and separators also percent-encoded (once or twice) or in their Unicode compatibility forms',
 } as const;
 
 export type JsonSchema = Record<string, unknown>;
