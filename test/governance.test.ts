@@ -645,7 +645,8 @@ onEveryBackend('agent governance (SPEC §13)', function () {
         kind: 'queue.approve',
         request_id: r.json.request_id,
       });
-      expect(approval.details.request_digest).to.equal(digest);
+      // The approval names the call and the revision that decided it, as the README says.
+      expect(approval.details).to.include({ request_digest: digest, policy_revision: rev });
       await expectBound(r.json.request_id, digest, rev);
     });
 

@@ -343,6 +343,24 @@ onEveryBackend('scoped tokens', () => {
       await inactive(flipped);
     });
 
+    it('reports a second spelling of the signature (its unused low bits set) as inactive', async () => {
+      // 64 signature bytes are 86 base64url characters: the last carries 2 bits and 4 unused ones,
+      // which decoders ignore. The token must have one spelling, or whatever keys on the string
+      // (a cache, a denylist) can be sidestepped.
+      const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+      const last = alphabet.indexOf(token.at(-1)!);
+      expect(last % 16, 'the canonical spelling has the unused bits clear').to.equal(0);
+      const respelled = token.slice(0, -1) + alphabet[last | 1];
+      expect(Buffer.from(respelled.split('.')[2]!, 'base64url')).to.deep.equal(
+        Buffer.from(token.split('.')[2]!, 'base64url'),
+      );
+      await inactive(respelled);
+      // The same for the header and the payload: a padded or respelled part is not the token.
+      const [h, p, sig] = token.split('.');
+      await inactive(`${h}=.${p}.${sig}`);
+      expect((await introspect(token)).json.active).to.equal(true);
+    });
+
     it('reports an alg:none token with the same claims as inactive', async () => {
       const header = { ...decodeProtectedHeader(token), alg: 'none' };
       const enc = (v: unknown) => base64url.encode(JSON.stringify(v));

@@ -264,7 +264,10 @@ export class QueueService {
         message: note,
         details: {
           subject_kind: it.kind,
-          ...(it.request_digest ? { request_digest: it.request_digest } : {}),
+          // The call and the revision that decided it, as the minted token's audit event has them.
+          ...(it.request_digest
+            ? { request_digest: it.request_digest, policy_revision: it.policy_revision ?? null }
+            : {}),
           ...(charge
             ? {
                 limits_consumed: charge.map((l) => ({

@@ -73,6 +73,21 @@ export const introspectRequestSchema = {
   properties: { token: { type: 'string', maxLength: 16384 } },
 };
 
+/**
+ * Whether `token` is a compact JWS whose three parts are each base64url in its one canonical
+ * spelling (no padding, no unused bits set). Decoders, Node's and so jose's, ignore the unused low
+ * bits of a part's last character: `…Q` and `…R` end the same signature, so two strings would pass
+ * for one token, and whatever keys on the string (a resource server's cache or denylist) could be
+ * sidestepped. Re-encoding the decoded bytes gives the canonical spelling back.
+ */
+const canonicalJws = (token: string): boolean => {
+  const parts = token.split('.');
+  return (
+    parts.length === 3 &&
+    parts.every((p) => /^[A-Za-z0-9_-]*$/.test(p) && Buffer.from(p, 'base64url').toString('base64url') === p)
+  );
+};
+
 /** `s` with each character `reserved` matches percent-encoded (`%` → `%25`, `:` → `%3A`, `/` → `%2F`). */
 const percentEncode = (s: string, reserved: RegExp): string =>
   s.replace(reserved, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`);
@@ -217,6 +232,8 @@ export class TokenService {
     const { token } = this.validateIntrospect(body);
     let payload: JWTPayload;
     let kid: unknown;
+    // One token, one spelling: see canonicalJws.
+    if (!canonicalJws(token)) return { active: false };
     try {
       // The key the token names, if it is active or still verifying: a retired kid is inactive.
       ({ kid } = decodeProtectedHeader(token));
