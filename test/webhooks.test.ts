@@ -664,6 +664,45 @@ onEveryBackend('webhook sends at shutdown', function () {
       );
     });
 
+  it('delivers to a healthy receiver promptly while stuck receivers hold the whole process allowance', async () => {
+    // Nine webhooks that never answer may hold 9 × 8 = 72 attempts, more than the process's 64:
+    // a webhook with nothing in flight still gets one, so the healthy one is not held back.
+    const stuck = new Receiver();
+    stuck.hang = true;
+    const healthy = new Receiver();
+    await stuck.start();
+    await healthy.start();
+    const a = await Arbiter.start({ ARBITER_WEBHOOK_RETRY_SECONDS: '1' });
+    try {
+      for (let i = 1; i <= 9; i++) {
+        const put = await putHook(a, `stuck-${i}`, { url: `${stuck.url}/${i}`, events: ['queue.pending'] });
+        expect(put.status).to.equal(201);
+      }
+      expect((await putHook(a, 'healthy', { url: healthy.url, events: ['queue.pending'] })).status).to.equal(
+        201,
+      );
+      const created = new Map<string, number>();
+      for (let i = 0; i < 12; i++) {
+        const q = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
+        expect(q.status).to.equal(202);
+        created.set(q.json.request_id as string, Date.now());
+        await sleep(100);
+      }
+      // The process's whole allowance is held by receivers that do not answer.
+      await stuck.waitFor(() => stuck.held >= 64, 5_000);
+      // Each within 5 s of its item, well inside the 10 s the stuck receivers' attempts wait.
+      await healthy.waitFor(() => healthy.messages('queue.pending').length >= created.size, 5_000);
+      for (const r of healthy.got) {
+        const id = (JSON.parse(r.body) as { data: { id: string } }).data.id;
+        expect(r.at - created.get(id)!, `notice of ${id}`).to.be.lessThan(5_000);
+      }
+    } finally {
+      await stuck.stop();
+      await a.close();
+      await healthy.stop();
+    }
+  });
+
   it('stops accepting at once on SIGTERM while a delivery is in flight, and records it before exiting', async () => {
     const rx = new Receiver();
     rx.hang = true;

@@ -92,7 +92,9 @@ const MAX_BACKOFF_MS = 3600 * 1000;
 /**
  * Deliveries in flight at once in this process, and of any one webhook: a receiver that never
  * answers holds at most its own share for the 10 s of an attempt, while the others' deliveries
- * keep going out.
+ * keep going out. Once MAX_IN_FLIGHT are in flight (eight such receivers are enough), a webhook
+ * with none in flight may still send one (`sweep`), so that no number of them holds back another:
+ * at most MAX_IN_FLIGHT plus one per webhook are in flight.
  */
 export const MAX_IN_FLIGHT = 64;
 export const MAX_IN_FLIGHT_PER_WEBHOOK = 8;
@@ -298,14 +300,16 @@ export class WebhookService {
   private async sweep(): Promise<void> {
     while (!this.stopped) {
       const room = MAX_IN_FLIGHT - this.inFlight.size;
-      if (room <= 0) return;
+      // The allowance spent, each webhook with nothing in flight still gets one (MAX_IN_FLIGHT):
+      // a claim with a share of 1 takes nothing of a webhook that has one under way.
+      const [limit, perWebhook] = room > 0 ? [room, MAX_IN_FLIGHT_PER_WEBHOOK] : [MAX_IN_FLIGHT, 1];
       const now = Date.now();
       // A lease longer than one attempt: a process that dies mid-send leaves it to be retried.
       const due = await this.store.claimDue(
         new Date(now).toISOString(),
         new Date(now + ATTEMPT_TIMEOUT_MS * 3).toISOString(),
-        room,
-        { perWebhook: MAX_IN_FLIGHT_PER_WEBHOOK, inFlight: this.inFlightByWebhook() },
+        limit,
+        { perWebhook, inFlight: this.inFlightByWebhook() },
       );
       // Stopped while claiming: what was claimed stays leased and is retried after the lease.
       if (due.length === 0 || this.stopped) return;
@@ -324,7 +328,7 @@ export class WebhookService {
     this.inFlight.set(sending, d.webhook);
   }
 
-  /** How many attempts each webhook has under way (at most MAX_IN_FLIGHT in all). */
+  /** How many attempts each webhook has under way. */
   private inFlightByWebhook(): Record<string, number> {
     const n: Record<string, number> = {};
     for (const webhook of this.inFlight.values()) n[webhook] = (n[webhook] ?? 0) + 1;
