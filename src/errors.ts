@@ -34,6 +34,7 @@ export class AppError extends Error {
 export const invalid = (message: string) => new AppError('invalid', message);
 export const notFound = (message: string) => new AppError('not_found', message);
 export const conflict = (message: string) => new AppError('conflict', message);
+export const unauthenticated = (message: string) => new AppError('unauthenticated', message);
 export const forbidden = (message: string) => new AppError('forbidden', message);
 export const precondition = (message: string) => new AppError('precondition', message);
 export const unprocessable = (message: string) => new AppError('unprocessable', message);

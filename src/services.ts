@@ -100,10 +100,12 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
       maxLongPollsPerKey: config.maxLongPollsPerKey,
       trail: (id, only, q) => audit.requestTrail(id, only, q),
       notified: stores.changes.crossProcess,
+      keyLive: (p) => keys.isLive(p),
     },
   );
   const signingKeys = new SigningKeyService(stores.tokens, {
     rotated: () => o.signingKeysRotated?.() ?? Promise.resolve(),
+    tokensRevoked: (n) => m?.tokensRevoked.inc(n),
   });
   const tokens = new TokenService(
     stores.tokens,

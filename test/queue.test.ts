@@ -278,6 +278,22 @@ onEveryBackend('human-review queue', () => {
       expect(Date.now() - started).to.be.below(10_000);
     });
 
+    it('answers 401 to a long-poll whose key was revoked while it waited, showing nothing of the decision', async () => {
+      const waiter = a.createKey('revoked-while-waiting', ['queue:read']);
+      const { id } = await requestApproval(a, AGENT.approval);
+      const poll = call('GET', `${a.engine}/v1/queue/${id}?wait=30`, { key: waiter });
+      await sleep(300);
+      expect(a.cli(['keys', 'revoke', 'revoked-while-waiting']).code).to.equal(0);
+      const approved = await call('POST', `${a.engine}/v1/queue/${id}/approve`, {
+        key: reviewer,
+        body: { note: 'ship it' },
+      });
+      expect(approved.status).to.equal(200);
+      const r = await poll;
+      expectError(r, 401, 'invalid or revoked API key: it was revoked while the request waited');
+      expect(r.text).to.not.contain('alice-reviewer').and.not.contain('ship it');
+    });
+
     it('returns the item still pending when nobody decides it before the wait runs out', async () => {
       const { id } = await requestApproval(a, AGENT.approval);
       const started = Date.now();

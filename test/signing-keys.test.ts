@@ -167,10 +167,17 @@ onEveryBackend('signing-key rotation (/api/v1/signing-keys)', function () {
     expect(r.json.also_revoked).to.deep.equal([]);
   });
 
+  /** arbiter_tokens_revoked_total on the serving process's /metrics. */
+  const revokedCount = async (arb: Arbiter): Promise<number> => {
+    const text = (await call('GET', `${arb.engine}/metrics`)).text;
+    return Number(/^arbiter_tokens_revoked_total (\d+)$/m.exec(text)?.[1] ?? 0);
+  };
+
   it('revoke_previous: the previous key and every earlier key still verifying leave the JWKS at once, and every live token they signed is revoked, each audited', async () => {
     const [current, older] = await listed(a);
     const t1 = await minted(a);
     const t2 = await minted(a);
+    const revokedBefore = await revokedCount(a);
     const r = await rotate(a, { revoke_previous: true });
     expect(r.status, r.text).to.equal(201);
     expect(r.json.previous).to.deep.equal({
@@ -201,6 +208,8 @@ onEveryBackend('signing-key rotation (/api/v1/signing-keys)', function () {
       tokens_revoked: 3 + olderRevokes.length,
       also_revoked: [older.kid],
     });
+    // The revocations count in the metric as a DELETE of each token would.
+    expect((await revokedCount(a)) - revokedBefore).to.equal(3 + olderRevokes.length);
     const keys = await listed(a);
     expect(keys[1]).to.include({ kid: current.kid, status: 'retired', retired_at: r.json.created_at });
     expect(keys[2]).to.include({ kid: older.kid, status: 'retired', verify_until: r.json.created_at });

@@ -143,6 +143,16 @@ export class KeyService {
   }
 
   /**
+   * Whether the key `p` authenticated with is still live: ARBITER_ADMIN_KEY's principal always
+   * is (it is configuration, not a record); another key until it is revoked or deleted.
+   */
+  async isLive(p: Principal): Promise<boolean> {
+    if (p === ADMIN_PRINCIPAL) return true;
+    const rec = await this.store.findById(p.keyId);
+    return rec !== undefined && rec.revoked_at === null;
+  }
+
+  /**
    * What authentication derives from a key record, kept while the store hands out that same
    * (frozen, cached) record: a store that reads the row again gets it derived again.
    */

@@ -1,5 +1,5 @@
 import { eventUserId, type AuditEvent, type NewAuditEvent } from '../audit/types.js';
-import { busy, conflict, forbidden, notFound } from '../errors.js';
+import { busy, conflict, forbidden, notFound, unauthenticated } from '../errors.js';
 import { boundTo, checkBinding, narrowToBinding } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
 import {
@@ -93,6 +93,11 @@ export class QueueService {
       maxLongPollsPerKey: number;
       trail?: RequestTrail;
       notified?: boolean;
+      /**
+       * Whether the key a principal authenticated with is still live (not revoked since): a
+       * long-poll outlives the authentication that let it in.
+       */
+      keyLive?: (principal: Principal) => Promise<boolean>;
     },
   ) {}
 
@@ -217,6 +222,10 @@ export class QueueService {
         );
         if (gone?.aborted) break;
         item = await this.visible(principal, id);
+      }
+      // A key revoked while it waited gets nothing more, as a new request with it would not.
+      if (this.opts.keyLive && !(await this.opts.keyLive(principal))) {
+        throw unauthenticated('invalid or revoked API key: it was revoked while the request waited');
       }
       return item;
     } finally {

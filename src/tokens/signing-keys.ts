@@ -64,6 +64,8 @@ export function statusOf(k: Pick<SigningKeyRecord, 'retired_at' | 'verify_until'
 export interface SigningKeyObserver {
   /** Called after this process rotated (the cluster relay: the other workers reload). */
   rotated(): Promise<void>;
+  /** The tokens a rotation with revoke_previous revoked (arbiter_tokens_revoked_total). */
+  tokensRevoked?(n: number): void;
 }
 
 /** The public members of an Ed25519 JWK, in a fixed order (the JWKS every process serves). */
@@ -169,6 +171,7 @@ export class SigningKeyService {
       }),
     });
     if (!r) throw internal('there is no active signing key to rotate');
+    if (r.tokensRevoked > 0) this.observer.tokensRevoked?.(r.tokensRevoked);
     await this.reload();
     await this.observer.rotated();
     return {
