@@ -181,6 +181,11 @@ onEveryBackend('webhooks (SPEC §12)', function () {
         { url: 'http://user:secretpw@x/h', events: ['queue.pending'] },
         /url must not contain credentials/,
       ],
+      [
+        'a URL within 2048 characters as sent but not as stored (é is stored as %C3%A9)',
+        { url: `http://127.0.0.1/ok?${'é'.repeat(1000)}`, events: ['queue.pending'] },
+        /^url must be at most 2048 characters once normalised \(6020: /,
+      ],
     ];
     for (const [what, body, field] of bad) {
       it(`refuses ${what} with 400 naming it, and stores nothing`, async () => {

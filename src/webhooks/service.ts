@@ -17,6 +17,9 @@ import {
   type WebhookStore,
 } from './types.js';
 
+/** The longest webhook URL, as sent and as stored (checkUrl). */
+const MAX_URL_LENGTH = 2048;
+
 /** Body of PUT /api/v1/webhooks/{name}. */
 export const webhookRequestSchema = {
   type: 'object',
@@ -26,8 +29,8 @@ export const webhookRequestSchema = {
     url: {
       type: 'string',
       minLength: 1,
-      maxLength: 2048,
-      description: 'http:// or https:// URL the deliveries are POSTed to',
+      maxLength: MAX_URL_LENGTH,
+      description: `http:// or https:// URL the deliveries are POSTed to (at most ${MAX_URL_LENGTH} characters, also as stored: normalised, non-ASCII percent-encoded)`,
     },
     events: {
       type: 'array',
@@ -135,7 +138,16 @@ function checkUrl(raw: string): string {
       'url must not contain credentials (user:password@): receivers verify the webhook signature instead',
     );
   }
-  return url.toString();
+  // The stored form percent-encodes what is not ASCII (`é` becomes `%C3%A9`): the limit holds for
+  // what is stored and sent, not only for what was received.
+  const normalised = url.toString();
+  if (normalised.length > MAX_URL_LENGTH) {
+    throw invalid(
+      `url must be at most ${MAX_URL_LENGTH} characters once normalised (${normalised.length}: ` +
+        'characters beyond ASCII are percent-encoded)',
+    );
+  }
+  return normalised;
 }
 
 /**
