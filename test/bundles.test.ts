@@ -492,6 +492,36 @@ onEveryBackend('Platform API: bundles, history and restore (real compiler, real 
       await bundle({ policies: {}, delete: ['r-pol'], data: { r_doc: null } });
     });
 
+    it("brings back each policy's description as it was at that revision; 409 only when that too is live", async () => {
+      const put = (description: string) =>
+        call('PUT', `${a.platform}/api/v1/policies/r-desc`, { body: { rego: HARMLESS, description } });
+      const description = async () =>
+        (await call('GET', `${a.platform}/api/v1/policies/r-desc`)).json.description as string;
+      const first = await put('first desc');
+      expect(first.status, first.text).to.equal(201);
+      const n = first.json.revision as number;
+      expect((await put('second desc')).json.revision).to.equal(n + 1);
+
+      // The same module and data, another description: not the set of revision n.
+      const back = await call('POST', `${a.platform}/api/v1/revisions/${n}/restore`);
+      expect(back.status, back.text).to.equal(200);
+      expect(back.json).to.deep.equal({ revision: n + 2 });
+      expect(await description()).to.equal('first desc');
+      const [newest] = (await call('GET', `${a.platform}/api/v1/revisions?limit=1`)).json.revisions;
+      expect(newest.changes).to.deep.equal([{ kind: 'policy', name: 'r-desc', op: 'put' }]);
+      await expectUnchanged(async () => {
+        expectError(await call('POST', `${a.platform}/api/v1/revisions/${n}/restore`), 409, /already live/);
+      });
+
+      // After an unrelated change too: the description comes back with the rest of the set.
+      expect((await call('PUT', `${a.platform}/api/v1/data/r_unrelated`, { body: 1 })).status).to.equal(201);
+      const again = await call('POST', `${a.platform}/api/v1/revisions/${n + 1}/restore`);
+      expect(again.status, again.text).to.equal(200);
+      expect(await description()).to.equal('second desc');
+      expectError(await call('GET', `${a.platform}/api/v1/data/r_unrelated`), 404);
+      await bundle({ policies: {}, delete: ['r-desc'] });
+    });
+
     it("answers 409 when the revision's set is already live, 404 when unknown; nothing changes", async () => {
       const n = await revision();
       await expectUnchanged(async () => {

@@ -639,8 +639,9 @@ export class PolicyService {
   }
 
   /**
-   * Makes revision n's whole set (policies and data) live again as a new revision, compiled,
-   * hot-swapped and audited like any change. Refused (conflict) when that set is already live.
+   * Makes revision n's whole set (policies with their descriptions, and data) live again as a new
+   * revision, compiled, hot-swapped and audited like any change. Refused (conflict) when that set
+   * is already live: the same modules, descriptions and data.
    */
   async restore(n: number, ctx: ChangeContext): Promise<{ revision: number }> {
     const target = await this.store.getRevision(n);
@@ -652,8 +653,13 @@ export class PolicyService {
     const result = await this.changing(async (snap) => {
       const live = new Map(snap.policies.map((p) => [p.name, p]));
       const wanted = new Set(target.policies.map((p) => p.name));
+      // A description is part of what the revision recorded (docs/decisions.md): a policy whose
+      // text is live but whose description has changed since is put again with the recorded one.
       const putPolicies = target.policies
-        .filter((p) => live.get(p.name)?.sha256 !== p.sha256)
+        .filter((p) => {
+          const current = live.get(p.name);
+          return current?.sha256 !== p.sha256 || current.description !== p.description;
+        })
         .map((p) => ({
           name: p.name,
           rego: blobOf(blobs.rego, p.sha256, `policy ${p.name}`),
