@@ -62,6 +62,7 @@ onEveryBackend('Platform API: bundles, history and restore (real compiler, real 
         updated: [],
         deleted: [],
         unchanged: [],
+        data: { created: [], updated: [], deleted: [], unchanged: [] },
         dry_run: false,
       });
       expect(first.headers.get('etag')).to.equal(`"rev-${r0 + 1}"`);
@@ -80,6 +81,7 @@ onEveryBackend('Platform API: bundles, history and restore (real compiler, real 
         updated: ['b-one'],
         deleted: [],
         unchanged: ['b-two'],
+        data: { created: ['b_flags'], updated: [], deleted: [], unchanged: [] },
       });
       const denied = await authorize();
       expect(denied.json.status).to.equal('deny');
@@ -93,7 +95,11 @@ onEveryBackend('Platform API: bundles, history and restore (real compiler, real 
         message: 'third',
       });
       expect(third.status, third.text).to.equal(200);
-      expect(third.json).to.deep.include({ revision: r0 + 3, deleted: ['b-one', 'b-three', 'b-two'] });
+      expect(third.json).to.deep.include({
+        revision: r0 + 3,
+        deleted: ['b-one', 'b-three', 'b-two'],
+        data: { created: [], updated: [], deleted: ['b_flags'], unchanged: [] },
+      });
       expect((await authorize()).json.status).to.equal('allow');
       expectError(await call('GET', `${a.platform}/api/v1/data/b_flags`), 404);
 
@@ -121,6 +127,56 @@ onEveryBackend('Platform API: bundles, history and restore (real compiler, real 
         expect(r.json).to.deep.include({ created: [], updated: [], unchanged: ['b-same'] });
       });
       await bundle({ policies: {}, delete: ['b-same'] });
+    });
+
+    it('reports the data documents it names under data (created, updated, deleted, unchanged), dry runs too', async () => {
+      const r0 = await revision();
+      const made = await bundle({ policies: {}, data: { 'bd/one': 1, 'bd/two': 2, 'bd/three': 3 } });
+      expect(made.status, made.text).to.equal(200);
+      expect(made.json).to.deep.equal({
+        revision: r0 + 1,
+        created: [],
+        updated: [],
+        deleted: [],
+        unchanged: [],
+        data: { created: ['bd/one', 'bd/three', 'bd/two'], updated: [], deleted: [], unchanged: [] },
+        dry_run: false,
+      });
+
+      const change = { policies: {}, data: { 'bd/one': null, 'bd/two': 22, 'bd/three': 3, 'bd/four': 4 } };
+      const data = {
+        created: ['bd/four'],
+        updated: ['bd/two'],
+        deleted: ['bd/one'],
+        unchanged: ['bd/three'],
+      };
+      await expectUnchanged(async () => {
+        const dry = await bundle(change, {}, '?dry_run=true');
+        expect(dry.status, dry.text).to.equal(200);
+        expect(dry.json).to.deep.include({ revision: r0 + 1, unchanged: [], data, dry_run: true });
+      });
+      const applied = await bundle(change);
+      expect(applied.status, applied.text).to.equal(200);
+      expect(applied.json).to.deep.include({ revision: r0 + 2, unchanged: [], data, dry_run: false });
+      // The answer names what the revision records.
+      const [newest] = (await call('GET', `${a.platform}/api/v1/revisions?limit=1`)).json.revisions;
+      expect(newest).to.deep.include({ revision: r0 + 2 });
+      expect(newest.changes).to.have.deep.members([
+        { kind: 'data', name: 'bd/four', op: 'put' },
+        { kind: 'data', name: 'bd/two', op: 'put' },
+        { kind: 'data', name: 'bd/one', op: 'delete' },
+      ]);
+
+      // Nothing to change: no revision, and each document named is listed as unchanged.
+      await expectUnchanged(async () => {
+        const same = await bundle({ policies: {}, data: { 'bd/two': 22, 'bd/three': 3 } });
+        expect(same.status, same.text).to.equal(200);
+        expect(same.json).to.deep.include({
+          revision: r0 + 2,
+          data: { created: [], updated: [], deleted: [], unchanged: ['bd/three', 'bd/two'] },
+        });
+      });
+      await bundle({ policies: {}, data: { 'bd/two': null, 'bd/three': null, 'bd/four': null } });
     });
 
     it('prune: true deletes every live policy the bundle does not name', async () => {

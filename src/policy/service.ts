@@ -580,6 +580,7 @@ export class PolicyService {
         updated: [],
         deleted: [],
         unchanged: [],
+        data: { created: [], updated: [], deleted: [], unchanged: [] },
         dry_run: opts.dryRun,
       };
       const puts: PolicyChange['putPolicies'][number][] = [];
@@ -597,17 +598,27 @@ export class PolicyService {
       result.deleted = [...deletes].sort();
       const liveData = new Map(snap.data.map((d) => [d.path, d]));
       const putData: PolicyChange['putData'][number][] = [];
-      const deleteData: string[] = [];
       for (const [p, value] of Object.entries(b.data).sort(([x], [y]) => x.localeCompare(y))) {
         const existing = liveData.get(p);
         if (value === null) {
           if (!existing) throw notFound(`data document ${p} not found`);
-          deleteData.push(p);
-        } else if (!existing || dataSha256(existing.value) !== dataSha256(value)) {
-          putData.push({ path: p, value, sha256: dataSha256(value) });
+          result.data.deleted.push(p);
+          continue;
         }
+        const sha256 = dataSha256(value);
+        if (existing && dataSha256(existing.value) === sha256) {
+          result.data.unchanged.push(p);
+          continue;
+        }
+        (existing ? result.data.updated : result.data.created).push(p);
+        putData.push({ path: p, value, sha256 });
       }
-      const plan = { putPolicies: puts, deletePolicies: result.deleted, putData, deleteData };
+      const plan = {
+        putPolicies: puts,
+        deletePolicies: result.deleted,
+        putData,
+        deleteData: result.data.deleted,
+      };
       if (isEmptyPlan(plan)) return { done: result };
       const next = await this.prepareSet(snap, plan);
       if (opts.dryRun) return { done: result };
@@ -619,7 +630,7 @@ export class PolicyService {
             updated: result.updated,
             deleted: result.deleted,
             data_put: putData.map((d) => d.path),
-            data_deleted: deleteData,
+            data_deleted: result.data.deleted,
             // What went live, by content: the trail shows which text, not only which names.
             sha256: Object.fromEntries(puts.map((p) => [p.name, p.sha256])),
             data_sha256: Object.fromEntries(putData.map((d) => [d.path, d.sha256])),
@@ -975,12 +986,18 @@ export interface BundleRequest {
   message: string | null;
 }
 
-export interface BundleResult {
-  revision: number;
+/** What a bundle did (in a dry run: would do) to the policies, or the data documents, it names. */
+export interface BundleChanges {
   created: string[];
   updated: string[];
   deleted: string[];
   unchanged: string[];
+}
+
+/** A bundle's answer: its policies' changes at the top (SPEC §11), its data documents' in `data`. */
+export interface BundleResult extends BundleChanges {
+  revision: number;
+  data: BundleChanges;
   dry_run: boolean;
 }
 

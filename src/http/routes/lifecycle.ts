@@ -70,18 +70,14 @@ const validateBundle = compileSchema<{
 }>(bundleRequestSchema);
 
 const names = { type: 'array', items: { type: 'string' } };
-const bundleResultSchema: JsonSchema = {
-  type: 'object',
-  required: ['revision', 'created', 'updated', 'deleted', 'unchanged', 'dry_run'],
-  properties: {
-    revision: { type: 'integer' },
-    created: names,
-    updated: names,
-    deleted: names,
-    unchanged: names,
-    dry_run: { type: 'boolean' },
-  },
-};
+/** BundleChanges (policy/service.ts): for the policies at the top, for the data documents in `data`. */
+const bundleChanges = { created: names, updated: names, deleted: names, unchanged: names };
+const bundleResultSchema: JsonSchema = exact({
+  revision: { type: 'integer' },
+  ...bundleChanges,
+  data: exact(bundleChanges, 'the same for the data documents the bundle names, by path'),
+  dry_run: { type: 'boolean' },
+});
 
 const changeSchema: JsonSchema = {
   type: 'object',
@@ -135,7 +131,7 @@ export function lifecycleRoutes(d: RouteDeps): RouteDef[] {
       ok: {
         status: 200,
         description:
-          '{"revision", "created", "updated", "deleted", "unchanged", "dry_run"}: one compile, one revision, all or nothing; 400 names policy, row and column',
+          '{"revision", "created", "updated", "deleted", "unchanged", "data": {"created", "updated", "deleted", "unchanged"}, "dry_run"}: policies at the top, data documents under data; one compile, one revision, all or nothing; 400 names policy, row and column',
         schema: bundleResultSchema,
       },
       requestSchema: bundleRequestSchema,
