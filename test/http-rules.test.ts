@@ -3,7 +3,7 @@ import { connect } from 'node:net';
 import { brotliCompressSync, gzipSync } from 'node:zlib';
 import { onceOnly, onEveryBackend } from './helpers/backends.js';
 import { bigJsonBody, expectError } from './helpers/expect-error.js';
-import { rawRequest as sendRaw } from './helpers/raw-http.js';
+import { rawRequest as sendRaw, type RawRequest } from './helpers/raw-http.js';
 import {
   ADMIN_KEY,
   AGENT,
@@ -593,6 +593,201 @@ onEveryBackend('request bodies and headers Node or the body parser would mishand
         error: 'request body must be a JSON object',
       });
     }
+  });
+
+  // A route that takes no body once ignored any body sent, whatever its type or validity, and made
+  // the change. The body is now checked as any body is and refused unless it is {}: nothing changes.
+  describe('a body sent to a route that takes none', () => {
+    const RULE = 'package authz.agent\n\ndeny contains "bodies" if input.action == "bodies-test-action"\n';
+    const asJson = (raw: string): RequestOptions => ({
+      raw,
+      headers: { 'content-type': 'application/json' },
+    });
+    const asText = (raw: string): RequestOptions => ({ raw, headers: { 'content-type': 'text/plain' } });
+    const takesNone = (method: string, template: string) =>
+      `${method} ${template} takes no request body: send none, or {}`;
+    const TEXT_PLAIN = 'Content-Type must be application/json, got text/plain';
+    const revisionNow = async (): Promise<number> => {
+      const r = await call('GET', `${a.platform}/api/v1/policies?limit=1`);
+      expect(r.status, r.text).to.equal(200);
+      return r.json.revision as number;
+    };
+    /** Runs `refusals` and checks that neither the revision nor the audit trail moved. */
+    const unchanged = async (refusals: () => Promise<void>) => {
+      const before = { revision: await revisionNow(), audit: await auditCount(a.platform) };
+      await refusals();
+      expect({ revision: await revisionNow(), audit: await auditCount(a.platform) }).to.deep.equal(before);
+    };
+    const policyStatus = async (name: string) =>
+      (await call('GET', `${a.platform}/api/v1/policies/${name}`)).status;
+    const raw = (base: string, method: string, target: string, opts: Partial<RawRequest>) =>
+      sendRaw(base, {
+        method,
+        target,
+        headers: [['Authorization', `Bearer ${ADMIN_KEY}`], ...(opts.headers ?? [])],
+        body: opts.body,
+        chunked: opts.chunked,
+      });
+
+    it('POST /api/v1/revisions/{n}/restore: 415 or 400 and no new revision; {} and no body restore', async () => {
+      const put = await call('PUT', `${a.platform}/api/v1/policies/bodies-restore`, { body: { rego: RULE } });
+      expect(put.status, put.text).to.equal(201);
+      const n = await revisionNow();
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/bodies-restore`)).status).to.equal(204);
+      const url = `${a.platform}/api/v1/revisions/${n}/restore`;
+      await unchanged(async () => {
+        expectError(await call('POST', url, asJson('{"bogus": true, ')), 400, /^malformed JSON body: /);
+        expectError(await call('POST', url, asText('hi')), 415, TEXT_PLAIN);
+        for (const body of ['{"bogus": true}', '{"message": "undo"}', '[]', '[{}]', 'null', '0', '"x"']) {
+          expectError(
+            await call('POST', url, asJson(body)),
+            400,
+            takesNone('POST', '/api/v1/revisions/{n}/restore'),
+          );
+        }
+        expect(await policyStatus('bodies-restore')).to.equal(404);
+      });
+      // {} is no body; a body-less DELETE and restore are served as before.
+      const restored = await call('POST', url, asJson('{}'));
+      expect(restored.status, restored.text).to.equal(200);
+      expect(await policyStatus('bodies-restore')).to.equal(200);
+      expect(
+        (await call('DELETE', `${a.platform}/api/v1/policies/bodies-restore`, asJson('{}'))).status,
+      ).to.equal(204);
+      const again = await call('POST', url);
+      expect(again.status, again.text).to.equal(200);
+      expect(again.json.revision).to.equal((restored.json.revision as number) + 2);
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/bodies-restore`)).status).to.equal(204);
+    });
+
+    it('POST /api/v1/policies/{name}/promote: refused with its body, the module stays in the shadow set', async () => {
+      const put = await call('PUT', `${a.platform}/api/v1/policies/bodies-promote?mode=shadow`, {
+        body: { rego: RULE },
+      });
+      expect(put.status, put.text).to.be.within(200, 201);
+      const shadowed = async () =>
+        ((await call('GET', `${a.platform}/api/v1/shadow`)).json.policies as { name: string }[]).map(
+          (p) => p.name,
+        );
+      const url = `${a.platform}/api/v1/policies/bodies-promote/promote`;
+      await unchanged(async () => {
+        expectError(await call('POST', url, asText('hello')), 415, TEXT_PLAIN);
+        expectError(await call('POST', url, asJson('{"force"')), 400, /^malformed JSON body: /);
+        expectError(
+          await call('POST', url, asJson('{"force": true}')),
+          400,
+          takesNone('POST', '/api/v1/policies/{name}/promote'),
+        );
+        expect(await policyStatus('bodies-promote')).to.equal(404);
+        expect(await shadowed()).to.include('bodies-promote');
+      });
+      const promoted = await call('POST', url, asJson(' {\n} '));
+      expect(promoted.status, promoted.text).to.equal(201);
+      expect(await shadowed()).to.not.include('bodies-promote');
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/bodies-promote`)).status).to.equal(204);
+    });
+
+    it('DELETE /api/v1/policies/{name}: refused with its body, chunked or not, typed or not; the policy stays', async () => {
+      const put = await call('PUT', `${a.platform}/api/v1/policies/bodies-delete`, { body: { rego: RULE } });
+      expect(put.status, put.text).to.equal(201);
+      const url = `${a.platform}/api/v1/policies/bodies-delete`;
+      const target = '/api/v1/policies/bodies-delete';
+      await unchanged(async () => {
+        expectError(await call('DELETE', url, asText('garbage')), 415, TEXT_PLAIN);
+        expectError(
+          await call('DELETE', url, asJson('{"reason": "cleanup"}')),
+          400,
+          takesNone('DELETE', '/api/v1/policies/{name}'),
+        );
+        for (const chunked of [false, true]) {
+          const typed = await raw(a.platform, 'DELETE', target, {
+            headers: [['Content-Type', 'text/plain']],
+            body: Buffer.from('garbage'),
+            chunked,
+          });
+          expect(typed.status).to.equal(415);
+          expect(JSON.parse(typed.body.toString())).to.deep.equal({ error: TEXT_PLAIN });
+          const untyped = await raw(a.platform, 'DELETE', target, { body: Buffer.from('{}'), chunked });
+          expect(untyped.status).to.equal(415);
+          expect(JSON.parse(untyped.body.toString())).to.deep.equal({
+            error: 'Content-Type must be application/json, got none',
+          });
+          const refused = await raw(a.platform, 'DELETE', target, {
+            headers: [['Content-Type', 'application/json']],
+            body: Buffer.from('{"all": true}'),
+            chunked,
+          });
+          expect(refused.status).to.equal(400);
+          expect(JSON.parse(refused.body.toString())).to.deep.equal({
+            error: takesNone('DELETE', '/api/v1/policies/{name}'),
+          });
+        }
+        expect(await policyStatus('bodies-delete')).to.equal(200);
+      });
+      // An empty chunked body is no body, whatever its Content-Type.
+      const r = await raw(a.platform, 'DELETE', target, {
+        headers: [['Content-Type', 'text/plain']],
+        body: Buffer.alloc(0),
+        chunked: true,
+      });
+      expect(r.status, r.body.toString()).to.equal(204);
+      expect(await policyStatus('bodies-delete')).to.equal(404);
+    });
+
+    it('DELETE /v1/tokens/{tokenID} (Engine API): refused with its body, the token stays active', async () => {
+      const minted = await call('POST', `${a.engine}/v1/tokens/mint`, {
+        body: { subject: 'bodies-test', scopes: ['read:x'] },
+      });
+      expect(minted.status, minted.text).to.equal(201);
+      const active = async () =>
+        (await call('POST', `${a.engine}/v1/tokens/introspect`, { body: { token: minted.json.token } })).json
+          .active as boolean;
+      const url = `${a.engine}/v1/tokens/${minted.json.token_id}`;
+      expectError(await call('DELETE', url, asText('revoke')), 415, TEXT_PLAIN);
+      expectError(await call('DELETE', url, asJson('{"reason"')), 400, /^malformed JSON body: /);
+      expectError(
+        await call('DELETE', url, asJson('{"reason": "leaked"}')),
+        400,
+        takesNone('DELETE', '/v1/tokens/{tokenID}'),
+      );
+      expect(await active()).to.equal(true);
+      const revoked = await call('DELETE', url);
+      expect(revoked.status, revoked.text).to.equal(200);
+      expect(await active()).to.equal(false);
+    });
+
+    it('GET and HEAD, on both listeners and public routes too: a body other than {} is refused', async () => {
+      const cases = [
+        { base: a.engine, target: '/v1/queue?status=pending', template: '/v1/queue' },
+        { base: a.platform, target: '/api/v1/policies', template: '/api/v1/policies' },
+        { base: a.engine, target: '/healthz', template: '/healthz' },
+      ];
+      for (const { base, target, template } of cases) {
+        for (const method of ['GET', 'HEAD']) {
+          // Connection: close, so that a HEAD answer (a Content-Length, no body) ends with the connection.
+          const send = (headers: [string, string][], body?: string) =>
+            raw(base, method, target, {
+              headers: [['Connection', 'close'], ...headers],
+              body: body === undefined ? undefined : Buffer.from(body),
+            });
+          const json: [string, string] = ['Content-Type', 'application/json'];
+          const refused = await send([json], '{"status": "denied"}');
+          expect(refused.status, `${method} ${target}`).to.equal(400);
+          const malformed = await send([json], '{"status": ');
+          expect(malformed.status, `${method} ${target}`).to.equal(400);
+          const typed = await send([['Content-Type', 'text/plain']], 'status=denied');
+          expect(typed.status, `${method} ${target}`).to.equal(415);
+          if (method === 'GET') {
+            expect(JSON.parse(refused.body.toString())).to.deep.equal({ error: takesNone('GET', template) });
+            expect(JSON.parse(malformed.body.toString()).error).to.match(/^malformed JSON body: /);
+            expect(JSON.parse(typed.body.toString())).to.deep.equal({ error: TEXT_PLAIN });
+          }
+          expect((await send([json], '{}')).status, `${method} ${target}`).to.equal(200);
+          expect((await send([json], '')).status, `${method} ${target}`).to.equal(200);
+          expect((await send([])).status, `${method} ${target}`).to.equal(200);
+        }
+      }
+    });
   });
 
   it('answers an empty text/plain policy as it answers an empty rego in JSON, and stores nothing', async () => {

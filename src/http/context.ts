@@ -7,7 +7,7 @@ export type Api = 'engine' | 'platform';
 
 /** How a route takes its body. */
 export type BodyKind =
-  | 'none' // ignored
+  | 'none' // no body, or `{}`; any other body is refused (400, or 415 for another type)
   | 'object' // required JSON object
   | 'optional-object' // JSON object, or no body at all
   | 'json' // any JSON value

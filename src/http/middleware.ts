@@ -9,7 +9,7 @@ import { hasScope, type KeyService } from '../keys/service.js';
 import { checkUnbound } from '../keys/binding.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
-import type { Api, BodyKind, RouteDef, State } from './context.js';
+import type { Api, RouteDef, State } from './context.js';
 
 /**
  * W3C Trace Context §3.2: lowercase hex only (uppercase is invalid, not to be folded), version ff
@@ -300,17 +300,37 @@ export function mediaType(header: string): { type: string; charset: string | und
   return { type, charset };
 }
 
+/** Whether `value` is `{}`: the one body a route that takes none accepts (JSON.parse makes plain objects). */
+function isEmptyObject(value: unknown): boolean {
+  return (
+    typeof value === 'object' && value !== null && !Array.isArray(value) && Object.keys(value).length === 0
+  );
+}
+
 /**
  * Parses the body the route expects; wrong type 415, too large 413, malformed or wrong shape 400.
  * An empty body is no body however it was framed (Content-Length: 0, or chunked with no data; an
  * empty body that claims a Content-Encoding is not valid in it: 400). A body announced with a
  * length and a type the route does not take is refused unread (415); a chunked one is read first
  * (within the size limit), since only then is it known not to be empty.
+ *
+ * A route that takes no body (`none`, every method, GET and HEAD included) is served when none is
+ * sent, whatever the headers say; a body sent to it is checked as any other (415, 413, 400 for
+ * malformed JSON), and is then refused (400) unless it is `{}`, which clients send for "nothing".
+ * It is never ignored: a client that sends one means something by it (a filter, a reason, a
+ * target) that the route would not do, and must be told before anything changes.
  */
-export function bodyMiddleware(kind: BodyKind, maxBodyBytes: number): Middleware<State> {
-  if (kind === 'none') return (_ctx, next) => next();
+export function bodyMiddleware(
+  route: Pick<RouteDef, 'body' | 'template'>,
+  maxBodyBytes: number,
+): Middleware<State> {
+  const kind = route.body;
   const allowed = kind === 'policy' ? ['application/json', 'text/plain'] : ['application/json'];
   return async (ctx, next: Next) => {
+    const length = Number(ctx.get('content-length') || '0');
+    const framed = length > 0 || ctx.get('transfer-encoding') !== '';
+    // No body where none is taken: the path of nearly every GET, with no header parsed.
+    if (kind === 'none' && !framed) return next();
     const { type, charset } = mediaType(ctx.get('content-type'));
     // Request bodies are read as UTF-8, the one encoding of JSON (RFC 8259 §8.1): a body that
     // declares another is refused, not misread.
@@ -320,12 +340,11 @@ export function bodyMiddleware(kind: BodyKind, maxBodyBytes: number): Middleware
         `Content-Type charset must be utf-8, got ${charset.slice(0, 40)}`,
       );
     }
-    const length = Number(ctx.get('content-length') || '0');
     if (length > 0 && !allowed.includes(type)) throw unsupportedType(allowed, type);
-    const framed = length > 0 || ctx.get('transfer-encoding') !== '';
     const { text, bytes } = framed ? await readBodyText(ctx.req, maxBodyBytes) : { text: '', bytes: 0 };
     ctx.state.receivedBytes = bytes;
     if (text === '') {
+      if (kind === 'none') return next();
       if (kind === 'optional-object') {
         ctx.request.body = {};
         return next();
@@ -341,6 +360,12 @@ export function bodyMiddleware(kind: BodyKind, maxBodyBytes: number): Middleware
     }
     if (!allowed.includes(type)) throw unsupportedType(allowed, type);
     const body = type === 'text/plain' ? text : parseJson(text);
+    if (kind === 'none') {
+      if (!isEmptyObject(body)) {
+        throw invalid(`${ctx.method} ${route.template} takes no request body: send none, or {}`);
+      }
+      return next();
+    }
     ctx.request.body = body;
     if (nestingExceeds(body, MAX_JSON_DEPTH)) {
       throw invalid(`request body nests deeper than ${MAX_JSON_DEPTH} levels`);

@@ -44,7 +44,12 @@ export function openApiDocument(
       },
     };
     // Every route refuses a malformed request (an unknown query parameter, say) and can fail.
-    responses['400'] = err('invalid request; the message names the field, parameter or header');
+    responses['400'] = err(
+      r.body === 'none'
+        ? 'invalid request; the message names the field, parameter or header. The operation takes no ' +
+            'body: one other than `{}` is refused (malformed JSON included), before anything is done'
+        : 'invalid request; the message names the field, parameter or header',
+    );
     if (r.scope !== null) {
       responses['401'] = err(
         'missing, malformed, unknown or revoked API key (with WWW-Authenticate: Bearer)',
@@ -57,10 +62,9 @@ export function openApiDocument(
     }
     if (params.length > 0) responses['404'] = err('no such resource');
     responses['405'] = err('known path, other method (Allow lists the methods)');
-    if (r.body !== 'none') {
-      responses['413'] = err(`body larger than ${config.maxBodyBytes} bytes`);
-      responses['415'] = err('unsupported Content-Type or Content-Encoding');
-    }
+    // A body is checked wherever one is sent, to a route that takes none too (and then refused).
+    responses['413'] = err(`body larger than ${config.maxBodyBytes} bytes`);
+    responses['415'] = err('unsupported Content-Type or Content-Encoding');
     // Answers of the HTTP layer itself, before any route: to any request.
     responses['408'] = err('the request was not received in time');
     responses['417'] = err('an Expect header other than 100-continue');

@@ -41,7 +41,7 @@ export function buildApp(api: Api, routes: RouteDef[], deps: AppDeps): Koa<State
         ...(r.echoRequestId ? [echoRequestId] : []),
         authMiddleware(deps.keys, r),
         queryMiddleware(r),
-        bodyMiddleware(r.body, deps.maxBodyBytes),
+        bodyMiddleware(r, deps.maxBodyBytes),
         (ctx) => r.handler(ctx as Ctx),
       ],
     );
