@@ -92,7 +92,7 @@ const settings = {
     parse: (raw: string, name: string) => nonNegativeInt(raw, name, MAX_SECONDS),
   },
   dbSync: { env: 'ARBITER_DB_SYNC', def: 'full', parse: dbSync },
-  auditMaskFields: { env: 'ARBITER_AUDIT_MASK_FIELDS', def: '', parse: list },
+  auditMaskFields: { env: 'ARBITER_AUDIT_MASK_FIELDS', def: '', parse: maskFields },
   workers: { env: 'ARBITER_WORKERS', def: '1', parse: workers },
   maxLongPolls: { env: 'ARBITER_MAX_LONG_POLLS', def: '1000', parse: positiveInt },
   // Unset: derived from ARBITER_MAX_LONG_POLLS in loadConfig.
@@ -303,6 +303,33 @@ export function unknownVariables(env: NodeJS.ProcessEnv = process.env): string[]
     .sort();
 }
 
+/**
+ * Fields of the policy input that a decision records in the clear besides its stored input: the
+ * audit event's own fields, the review queue, tokens' scopes and webhook messages carry them. A
+ * mask path naming one (or all of `context` at once, which the queue item keeps as an object)
+ * would mask the stored input only: refused, so that no operator believes it masked.
+ */
+const UNMASKABLE =
+  /^(?:kind|agent_id|action|resource|confidence|principal|tenant_id|user_id|on_behalf_of|request_digest)(?:\.|$)|^context$|^authzen(?:\.(?:subject|resource|action)(?:\.(?:id|type|name))?)?$/;
+
+/** ARBITER_AUDIT_MASK_FIELDS: dotted paths, none of them empty in part or UNMASKABLE. */
+function maskFields(raw: string, name: string): string[] {
+  const fields = list(raw);
+  for (const f of fields) {
+    if (f.split('.').some((seg) => seg === '')) {
+      throw new ConfigError(`${name}: "${f}" is not a dotted path (e.g. context.ssn)`);
+    }
+    if (UNMASKABLE.test(f)) {
+      throw new ConfigError(
+        `${name}: "${f}" cannot be masked: a decision records it in the clear beyond its stored input ` +
+          "(the audit event's own fields, the review queue, tokens, webhooks). Mask fields under " +
+          'context (context.<field>) or of an AuthZEN request (authzen.subject.properties.<field>, …)',
+      );
+    }
+  }
+  return fields;
+}
+
 function list(raw: string): string[] {
   return raw
     .split(',')
@@ -357,7 +384,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       raw = env[s.env] as string;
     } else if (fromFile !== undefined && fromFile !== null) {
       name = `${yamlKey(s.env)} (in ${env.ARBITER_CONFIG})`;
-      raw = fileValue(fromFile, name, s.parse === list);
+      raw = fileValue(fromFile, name, s.parse === list || s.parse === maskFields);
     } else {
       raw = s.def;
       defaulted.add(key);

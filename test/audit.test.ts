@@ -996,6 +996,29 @@ onEveryBackend('audit masking', () => {
     await m.close();
   });
 
+  // A decision records its identifiers in the clear beyond its stored input (the event's own
+  // fields, the queue item, tokens, webhooks): a mask path naming one would mask the input only.
+  it('refuses to start with a mask path it could not honour, naming the setting and the path', async () => {
+    for (const fields of [
+      'context.ssn,resource',
+      'agent_id',
+      'on_behalf_of.user_id',
+      'context',
+      'authzen.subject.id',
+      'context..x',
+    ]) {
+      let failed: Error | undefined;
+      try {
+        const a = await Arbiter.start({ ARBITER_AUDIT_MASK_FIELDS: fields });
+        await a.close();
+      } catch (e) {
+        failed = e as Error;
+      }
+      const path = fields.split(',').at(-1)!;
+      expect(failed?.message, fields).to.contain(`ARBITER_AUDIT_MASK_FIELDS: "${path}"`);
+    }
+  });
+
   it('replaces configured context fields before storage in the audit and the queue', async () => {
     const r = await decide(m, {
       ...AGENT.approval,

@@ -55,6 +55,32 @@ onceOnly('arbiter.example.yaml', () => {
     }
   });
 
+  it('takes mask paths under context and an AuthZEN request, and refuses those a decision records in the clear', () => {
+    const ok = 'context.ssn, authzen.context.card, authzen.subject.properties.passport, password';
+    expect(loadConfig({ ARBITER_AUDIT_MASK_FIELDS: ok }).auditMaskFields).to.deep.equal([
+      'context.ssn',
+      'authzen.context.card',
+      'authzen.subject.properties.passport',
+      // Ingested audit events' own details may hold it.
+      'password',
+    ]);
+    for (const bad of [
+      'resource',
+      'agent_id',
+      'action',
+      'tenant_id',
+      'user_id',
+      'principal.name',
+      'context',
+      'authzen',
+      'authzen.resource.id',
+      'authzen.action.name',
+    ]) {
+      expect(() => loadConfig({ ARBITER_AUDIT_MASK_FIELDS: bad }), bad).to.throw(`"${bad}" cannot be masked`);
+    }
+    expect(() => loadConfig({ ARBITER_AUDIT_MASK_FIELDS: 'context.' })).to.throw('is not a dotted path');
+  });
+
   it('derives the long-polls one key may hold from the process-wide cap, unless set', () => {
     expect(loadConfig({}).maxLongPollsPerKey).to.equal(100);
     expect(loadConfig({ ARBITER_MAX_LONG_POLLS: '25' }).maxLongPollsPerKey).to.equal(2);
