@@ -304,13 +304,18 @@ export function unknownVariables(env: NodeJS.ProcessEnv = process.env): string[]
 }
 
 /**
- * Fields of the policy input that a decision records in the clear besides its stored input: the
- * audit event's own fields, the review queue, tokens' scopes and webhook messages carry them. A
- * mask path naming one (or all of `context` at once, which the queue item keeps as an object)
- * would mask the stored input only: refused, so that no operator believes it masked.
+ * Mask paths that cannot do what they say, refused so that no operator believes a field masked:
+ * - the policy input's fields a decision records in the clear besides its stored input (the audit
+ *   event's own fields, the review queue, tokens' scopes, webhook messages): the top-level fields
+ *   of `agentInput`/`humanInput` (src/decisions/service.ts), and the AuthZEN subject's, resource's
+ *   and action's `id`, `type` and `name`, and the subject properties read as `confidence` and
+ *   `tenant_id` (src/authzen/service.ts);
+ * - `context` whole, which the queue item keeps as an object;
+ * - `authzen.context…`: an AuthZEN request's context is the decision's context, stored as the
+ *   masked `context` (docs/decisions.md), so `context.<field>` masks it and this would mask nothing.
  */
 const UNMASKABLE =
-  /^(?:kind|agent_id|action|resource|confidence|principal|tenant_id|user_id|on_behalf_of|request_digest)(?:\.|$)|^context$|^authzen(?:\.(?:subject|resource|action)(?:\.(?:id|type|name))?)?$/;
+  /^(?:kind|agent_id|action|resource|confidence|principal|tenant_id|user_id|on_behalf_of|request_digest)(?:\.|$)|^context$|^authzen(?:\.(?:subject|resource|action)(?:\.(?:id|type|name))?)?$|^authzen\.context(?:\.|$)|^authzen\.subject\.properties(?:\.(?:confidence|tenant_id))?$|^authzen\.(?:resource|action)\.properties$/;
 
 /** ARBITER_AUDIT_MASK_FIELDS: dotted paths, none of them empty in part or UNMASKABLE. */
 function maskFields(raw: string, name: string): string[] {
@@ -323,7 +328,8 @@ function maskFields(raw: string, name: string): string[] {
       throw new ConfigError(
         `${name}: "${f}" cannot be masked: a decision records it in the clear beyond its stored input ` +
           "(the audit event's own fields, the review queue, tokens, webhooks). Mask fields under " +
-          'context (context.<field>) or of an AuthZEN request (authzen.subject.properties.<field>, …)',
+          "context (context.<field>, which covers an AuthZEN request's context too) or an AuthZEN " +
+          "request's properties (authzen.subject.properties.<field>, …)",
       );
     }
   }

@@ -56,10 +56,10 @@ onceOnly('arbiter.example.yaml', () => {
   });
 
   it('takes mask paths under context and an AuthZEN request, and refuses those a decision records in the clear', () => {
-    const ok = 'context.ssn, authzen.context.card, authzen.subject.properties.passport, password';
+    const ok = 'context.ssn, authzen.resource.properties.card, authzen.subject.properties.passport, password';
     expect(loadConfig({ ARBITER_AUDIT_MASK_FIELDS: ok }).auditMaskFields).to.deep.equal([
       'context.ssn',
-      'authzen.context.card',
+      'authzen.resource.properties.card',
       'authzen.subject.properties.passport',
       // Ingested audit events' own details may hold it.
       'password',
@@ -75,6 +75,12 @@ onceOnly('arbiter.example.yaml', () => {
       'authzen',
       'authzen.resource.id',
       'authzen.action.name',
+      // An AuthZEN request's context is the decision's (context.<field> masks it); these
+      // properties are read as the decision's confidence and tenant.
+      'authzen.context',
+      'authzen.context.ssn',
+      'authzen.subject.properties.confidence',
+      'authzen.subject.properties.tenant_id',
     ]) {
       expect(() => loadConfig({ ARBITER_AUDIT_MASK_FIELDS: bad }), bad).to.throw(`"${bad}" cannot be masked`);
     }

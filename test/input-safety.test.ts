@@ -66,6 +66,11 @@ onEveryBackend('unsafe input and edge answers', () => {
       'repo/\u2024\u2024/prod/db',
       'repo\uFF0F..\uFF0Fprod/db',
       'repo\uFF3C..\uFF3Cprod/db',
+      'repo/\u2025/prod/db',
+      'repo\uFE68..\uFE68prod/db',
+      // Overlong UTF-8 for "." and "/" (decoded by old servers).
+      'repo/%c0%ae%c0%ae/prod/db',
+      'repo/x%C0%AF..%C0%AFprod/db',
     ]) {
       for (const path of ['/v1/agent/authorize', '/api/v1/authorize']) {
         const r = await call('POST', a.engine + path, { body: { ...AGENT.deny, resource } });

@@ -355,9 +355,6 @@ onEveryBackend('scoped tokens', () => {
         Buffer.from(token.split('.')[2]!, 'base64url'),
       );
       await inactive(respelled);
-      // The same for the header and the payload: a padded or respelled part is not the token.
-      const [h, p, sig] = token.split('.');
-      await inactive(`${h}=.${p}.${sig}`);
       expect((await introspect(token)).json.active).to.equal(true);
     });
 

@@ -61,24 +61,26 @@ export const isTokenSafe = (s: string): boolean => TOKEN_SAFE_RE.test(s);
 /**
  * A dot as some resource server reads one: `.`, percent-encoded once (`%2e`, which RFC 3986
  * decodes before it removes dot-segments) or twice (`%252e`, for a server that decodes twice), or
- * a character that Unicode compatibility mapping (NFKC, Windows' best-fit) turns into `.`: U+FF0E
- * fullwidth, U+FE52 small, U+2024 one-dot leader. (A JSON Schema pattern has no flags: `[eE]`;
+ * the overlong UTF-8 `%c0%ae` (old IIS), or a character that Unicode compatibility mapping (NFKC,
+ * Windows' best-fit) turns into `.`: U+FF0E fullwidth, U+FE52 small, U+2024 one-dot leader (and
+ * U+2025, the two-dot leader, into `..`: DOT_SEGMENT). (A JSON Schema pattern has no flags: `[eE]`;
  * those characters are in it as themselves, since RE2-based tools take no `\u` escape.)
  */
-const DOT = '(?:\\.|%2[eE]|%252[eE]|\uFF0E|\uFE52|\u2024)';
+const DOT = '(?:\\.|%2[eE]|%252[eE]|%[cC]0%[aA][eE]|\uFF0E|\uFE52|\u2024)';
 /**
  * A path separator as some resource server reads one: `/`, `\` (Windows, and servers that treat
  * it as `/`), either percent-encoded once or twice (`%2F`, `%5C`, `%252F`: a server that decodes
- * before it splits the path), or its fullwidth form (U+FF0F, U+FF3C).
+ * before it splits the path; `%c0%af` overlong), or its compatibility forms (U+FF0F, U+FF3C,
+ * U+FE68).
  */
-const SEP = '(?:/|\\\\|%2[fF]|%5[cC]|%252[fF]|%255[cC]|\uFF0F|\uFF3C)';
+const SEP = '(?:/|\\\\|%2[fF]|%5[cC]|%252[fF]|%255[cC]|%[cC]0%[aA][fF]|\uFF0F|\uFF3C|\uFE68)';
 /**
  * A `.` or `..` path segment: one or two dots (DOT) making up the whole value, or a run between
  * separators (SEP) or at either end (`..`, `./x`, `a/../b`, `a/.`, `x%2F..%2Fy`), also when the
  * run ends the path part at `;` (Tomcat's `..;/`, a path parameter), `?` or `#`. Other dots
  * (`logs.read`, `.hidden`, `...`, `..x`) are not segments.
  */
-const DOT_SEGMENT = `(?:^|${SEP})${DOT}{1,2}(?:${SEP}|[;?#]|$)`;
+const DOT_SEGMENT = `(?:^|${SEP})(?:${DOT}{1,2}|\u2025)(?:${SEP}|[;?#]|$)`;
 
 /**
  * Schema keywords of a resource, resource type or resource id: no dot-segment. Policies match
