@@ -650,24 +650,6 @@ onEveryBackend('webhook deliveries: a receiver that never answers holds back no 
       await healthy.stop();
     }
   });
-});
-
-// The send's outcome is recorded after the listeners closed: every backend.
-onEveryBackend('webhook sends at shutdown', function () {
-  this.timeout(90_000);
-
-  /** Whether a new connection to `url`'s port is refused now (true) or accepted (false). */
-  const refused = (url: string) =>
-    new Promise<boolean>((resolve, reject) => {
-      const { hostname, port } = new URL(url);
-      const s = connect({ host: hostname, port: Number(port) }, () => {
-        s.destroy();
-        resolve(false);
-      });
-      s.on('error', (err: NodeJS.ErrnoException) =>
-        err.code === 'ECONNREFUSED' ? resolve(true) : reject(err),
-      );
-    });
 
   it('delivers to a healthy receiver promptly while stuck receivers hold the whole process allowance', async () => {
     // Nine webhooks that never answer may hold 9 × 8 = 72 attempts, more than the process's 64:
@@ -707,6 +689,24 @@ onEveryBackend('webhook sends at shutdown', function () {
       await healthy.stop();
     }
   });
+});
+
+// The send's outcome is recorded after the listeners closed: every backend.
+onEveryBackend('webhook sends at shutdown', function () {
+  this.timeout(90_000);
+
+  /** Whether a new connection to `url`'s port is refused now (true) or accepted (false). */
+  const refused = (url: string) =>
+    new Promise<boolean>((resolve, reject) => {
+      const { hostname, port } = new URL(url);
+      const s = connect({ host: hostname, port: Number(port) }, () => {
+        s.destroy();
+        resolve(false);
+      });
+      s.on('error', (err: NodeJS.ErrnoException) =>
+        err.code === 'ECONNREFUSED' ? resolve(true) : reject(err),
+      );
+    });
 
   it('stops accepting at once on SIGTERM while a delivery is in flight, and records it before exiting', async () => {
     const rx = new Receiver();
