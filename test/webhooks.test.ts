@@ -604,7 +604,8 @@ onEveryBackend('webhooks (SPEC §12)', function () {
 onEveryBackend('webhook deliveries: a receiver that never answers holds back no other', function () {
   this.timeout(90_000);
 
-  it("delivers to a healthy receiver promptly while another's attempts time out, and retries those", async () => {
+  /** A receiver that never answers, a healthy one and an instance retrying every second, all stopped after `run`. */
+  const withReceivers = async (run: (a: Arbiter, stuck: Receiver, healthy: Receiver) => Promise<void>) => {
     const stuck = new Receiver();
     stuck.hang = true;
     const healthy = new Receiver();
@@ -612,6 +613,37 @@ onEveryBackend('webhook deliveries: a receiver that never answers holds back no 
     await healthy.start();
     const a = await Arbiter.start({ ARBITER_WEBHOOK_RETRY_SECONDS: '1' });
     try {
+      await run(a, stuck, healthy);
+    } finally {
+      await stuck.stop(); // its held attempts fail at once: the instance need not wait them out
+      await a.close();
+      await healthy.stop();
+    }
+  };
+
+  /** Twelve items queued 100 ms apart, each announced as queue.pending: when each was made, by id. */
+  const queueTwelve = async (a: Arbiter): Promise<Map<string, number>> => {
+    const created = new Map<string, number>();
+    for (let i = 0; i < 12; i++) {
+      const q = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
+      expect(q.status).to.equal(202);
+      created.set(q.json.request_id as string, Date.now());
+      await sleep(100);
+    }
+    return created;
+  };
+
+  /** Each notice within 5 s of its item, well inside the 10 s the stuck receivers' attempts wait. */
+  const expectPrompt = async (healthy: Receiver, created: Map<string, number>) => {
+    await healthy.waitFor(() => healthy.messages('queue.pending').length >= created.size, 5_000);
+    for (const r of healthy.got) {
+      const id = (JSON.parse(r.body) as { data: { id: string } }).data.id;
+      expect(r.at - created.get(id)!, `notice of ${id}`).to.be.lessThan(5_000);
+    }
+  };
+
+  it("delivers to a healthy receiver promptly while another's attempts time out, and retries those", () =>
+    withReceivers(async (a, stuck, healthy) => {
       for (const [name, rx] of [
         ['stuck', stuck],
         ['healthy', healthy],
@@ -619,19 +651,7 @@ onEveryBackend('webhook deliveries: a receiver that never answers holds back no 
         expect((await putHook(a, name, { url: rx.url, events: ['queue.pending'] })).status).to.equal(201);
       }
       // More than one webhook's share in flight (8): some of stuck's wait for room, and retries.
-      const created = new Map<string, number>();
-      for (let i = 0; i < 12; i++) {
-        const q = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
-        expect(q.status).to.equal(202);
-        created.set(q.json.request_id as string, Date.now());
-        await sleep(100);
-      }
-      // Each within 5 s of its item, well inside the 10 s the stuck receiver's attempts wait.
-      await healthy.waitFor(() => healthy.messages('queue.pending').length >= created.size, 5_000);
-      for (const r of healthy.got) {
-        const id = (JSON.parse(r.body) as { data: { id: string } }).data.id;
-        expect(r.at - created.get(id)!, `notice of ${id}`).to.be.lessThan(5_000);
-      }
+      await expectPrompt(healthy, await queueTwelve(a));
       // The stuck receiver holds no more than its share.
       expect(stuck.held).to.be.within(1, 8);
       // Its attempts time out, are recorded, and its deliveries are tried again.
@@ -644,23 +664,12 @@ onEveryBackend('webhook deliveries: a receiver that never answers holds back no 
           d.status === 'pending' && d.attempts >= 1 && /no answer within 10 s/.test(d.last_error ?? ''),
       );
       expect(timedOut.length, list.text).to.be.greaterThan(0);
-    } finally {
-      await stuck.stop(); // its held attempts fail at once: the instance need not wait them out
-      await a.close();
-      await healthy.stop();
-    }
-  });
+    }));
 
-  it('delivers to a healthy receiver promptly while stuck receivers hold the whole process allowance', async () => {
+  it('delivers to a healthy receiver promptly while stuck receivers hold the whole process allowance', () =>
     // Nine webhooks that never answer may hold 9 × 8 = 72 attempts, more than the process's 64:
     // a webhook with nothing in flight still gets one, so the healthy one is not held back.
-    const stuck = new Receiver();
-    stuck.hang = true;
-    const healthy = new Receiver();
-    await stuck.start();
-    await healthy.start();
-    const a = await Arbiter.start({ ARBITER_WEBHOOK_RETRY_SECONDS: '1' });
-    try {
+    withReceivers(async (a, stuck, healthy) => {
       for (let i = 1; i <= 9; i++) {
         const put = await putHook(a, `stuck-${i}`, { url: `${stuck.url}/${i}`, events: ['queue.pending'] });
         expect(put.status).to.equal(201);
@@ -668,27 +677,11 @@ onEveryBackend('webhook deliveries: a receiver that never answers holds back no 
       expect((await putHook(a, 'healthy', { url: healthy.url, events: ['queue.pending'] })).status).to.equal(
         201,
       );
-      const created = new Map<string, number>();
-      for (let i = 0; i < 12; i++) {
-        const q = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
-        expect(q.status).to.equal(202);
-        created.set(q.json.request_id as string, Date.now());
-        await sleep(100);
-      }
+      const created = await queueTwelve(a);
       // The process's whole allowance is held by receivers that do not answer.
       await stuck.waitFor(() => stuck.held >= 64, 5_000);
-      // Each within 5 s of its item, well inside the 10 s the stuck receivers' attempts wait.
-      await healthy.waitFor(() => healthy.messages('queue.pending').length >= created.size, 5_000);
-      for (const r of healthy.got) {
-        const id = (JSON.parse(r.body) as { data: { id: string } }).data.id;
-        expect(r.at - created.get(id)!, `notice of ${id}`).to.be.lessThan(5_000);
-      }
-    } finally {
-      await stuck.stop();
-      await a.close();
-      await healthy.stop();
-    }
-  });
+      await expectPrompt(healthy, created);
+    }));
 });
 
 // The send's outcome is recorded after the listeners closed: every backend.

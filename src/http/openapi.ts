@@ -44,11 +44,12 @@ export function openApiDocument(
       },
     };
     // Every route refuses a malformed request (an unknown query parameter, say) and can fail.
+    const invalidRequest = 'invalid request; the message names the field, parameter or header';
     responses['400'] = err(
       r.body === 'none'
-        ? 'invalid request; the message names the field, parameter or header. The operation takes no ' +
-            'body: one other than `{}` is refused (malformed JSON included), before anything is done'
-        : 'invalid request; the message names the field, parameter or header',
+        ? `${invalidRequest}. The operation takes no body: one other than \`{}\` is refused (malformed ` +
+            'JSON included), before anything is done'
+        : invalidRequest,
     );
     if (r.scope !== null) {
       responses['401'] = err(
