@@ -92,7 +92,8 @@ const settings = {
     parse: (raw: string, name: string) => nonNegativeInt(raw, name, MAX_SECONDS),
   },
   dbSync: { env: 'ARBITER_DB_SYNC', def: 'full', parse: dbSync },
-  auditMaskFields: { env: 'ARBITER_AUDIT_MASK_FIELDS', def: '', parse: maskFields },
+  // `list`: a YAML file may give it as a list (joined with commas, as the variable is written).
+  auditMaskFields: { env: 'ARBITER_AUDIT_MASK_FIELDS', def: '', parse: maskFields, list: true },
   workers: { env: 'ARBITER_WORKERS', def: '1', parse: workers },
   maxLongPolls: { env: 'ARBITER_MAX_LONG_POLLS', def: '1000', parse: positiveInt },
   // Unset: derived from ARBITER_MAX_LONG_POLLS in loadConfig.
@@ -319,7 +320,10 @@ const UNMASKABLE =
 
 /** ARBITER_AUDIT_MASK_FIELDS: dotted paths, none of them empty in part or UNMASKABLE. */
 function maskFields(raw: string, name: string): string[] {
-  const fields = list(raw);
+  const fields = raw
+    .split(',')
+    .map((f) => f.trim())
+    .filter((f) => f !== '');
   for (const f of fields) {
     if (f.split('.').some((seg) => seg === '')) {
       throw new ConfigError(`${name}: "${f}" is not a dotted path (e.g. context.ssn)`);
@@ -334,13 +338,6 @@ function maskFields(raw: string, name: string): string[] {
     }
   }
   return fields;
-}
-
-function list(raw: string): string[] {
-  return raw
-    .split(',')
-    .map((s) => s.trim())
-    .filter((s) => s !== '');
 }
 
 type Settings = typeof settings;
@@ -390,7 +387,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       raw = env[s.env] as string;
     } else if (fromFile !== undefined && fromFile !== null) {
       name = `${yamlKey(s.env)} (in ${env.ARBITER_CONFIG})`;
-      raw = fileValue(fromFile, name, s.parse === list || s.parse === maskFields);
+      raw = fileValue(fromFile, name, 'list' in s && s.list);
     } else {
       raw = s.def;
       defaulted.add(key);
