@@ -18,7 +18,7 @@ import { buildApp, createApiServer, type ServerLimits } from './http/server.js';
 import { newId, newTraceId } from './ids.js';
 import type { Logger } from './observability/logger.js';
 import { isWorker, WorkerLink, type Listener } from './cluster.js';
-import { createMetrics, gaugeFrom, threadCpuGauge } from './observability/metrics.js';
+import { createMetrics, gaugeFrom, threadCpuGauge, type Metrics } from './observability/metrics.js';
 import { threadCpuSeconds } from './observability/thread-cpu.js';
 import { RegoCompiler } from './policy/compiler.js';
 import { guardEvaluations, unguardEvaluations } from './policy/evaluator.js';
@@ -106,17 +106,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
   const metrics = createMetrics();
   const clustered = isWorker();
   let link: WorkerLink | undefined;
-  const stores = await openStores(config, {
-    serving: true,
-    log,
-    onAuditAppend: (kinds) => {
-      for (const kind of kinds) metrics.auditEvents.inc({ kind: metricKind(kind) });
-    },
-    onBatch: (size, seconds) => {
-      metrics.decisionBatchSize.observe(size);
-      metrics.decisionCommit.observe(seconds);
-    },
-  });
+  const stores = await openStores(config, { serving: true, log, ...storeObservers(metrics) });
   // CPU per thread (Linux): what a decision costs the serving thread and the writer thread.
   threadCpuGauge(metrics, async () => ({
     serving: threadCpuSeconds(),
@@ -148,7 +138,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       log,
     });
     built = services;
-    const { budgets, keys, policies, queue, signingKeys, tokens, webhooks } = services;
+    const { budgets, policies, queue, signingKeys, tokens, webhooks } = services;
     const started = await policies.start(config.policyDir, startContext());
     log.info(
       { revision: started.revision, seeded: started.seeded, policyDir: config.policyDir },
@@ -161,59 +151,31 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
         metrics.registry,
       );
     const unfollow = followOtherProcesses(stores, services, clustered, log);
-    queue.startSweeper(SWEEP_INTERVAL_MS);
-    budgets.startSweeper(COUNTER_SWEEP_INTERVAL_MS, (err) =>
-      log.warn({ err }, 'budget counter sweep failed; retried at the next'),
-    );
-    gaugeFrom(metrics, 'arbiter_queue_pending', 'Human-review items pending now.', () =>
-      queue.countPending(),
-    );
+    startSweepers(services, metrics, log);
     await tokens.init();
-    const health = () => healthOf(stores, services);
-    gaugeFrom(
-      metrics,
-      'arbiter_webhook_deliveries_pending',
-      'Webhook deliveries waiting to be sent or retried.',
-      () => webhooks.countPending(),
-    );
-    const metricsText = () => (link ? link.metrics() : metrics.registry.metrics());
     const routes = routeTable({
       ...services,
       config,
       version: VERSION,
-      metricsText,
+      metricsText: () => (link ? link.metrics() : metrics.registry.metrics()),
       metrics,
-      health,
+      health: () => healthOf(stores, services),
       console: ConsoleAssets.load(CONSOLE_DIR),
     });
+    warnAboutSettings(config, log);
     // Declared before any listener exists: a request may arrive while the next one binds.
     let closing: Promise<void> | undefined;
     const apis: Api[] = role === 'all' ? ['engine', 'platform'] : [role];
-    const servers: { api: Api; server: Server }[] = [];
-    const listeners: Listener[] = [];
-    for (const name of unknownVariables()) {
-      log.warn({ variable: name }, `${name} names no setting and is ignored (a typo?)`);
-    }
-    if (config.adminKey === EXAMPLE_ADMIN_KEY) {
-      log.warn(
-        'ARBITER_ADMIN_KEY is the example key from the README: anyone who read it has every scope; set a random key',
-      );
-    }
-    const limits: ServerLimits = {
-      headersTimeoutMs: config.httpHeadersTimeoutSeconds * 1000,
-      requestTimeoutMs: config.httpRequestTimeoutSeconds * 1000,
-      maxConnections: config.maxConnections,
-    };
-    for (const api of apis) {
-      const app = buildApp(api, routes, { keys, log, metrics, maxBodyBytes: config.maxBodyBytes });
-      const server = createApiServer(app, () => closing !== undefined, limits);
-      const listener = await listen(server, api, config);
-      // A worker's listeners are announced once, by the primary, when every worker is ready.
-      if (!clustered) log.info({ api, port: listener.port, url: listener.url }, `${api} API listening`);
-      servers.push({ api, server });
-      listeners.push(listener);
-      if (api === 'engine') engineUrl = listener.url;
-    }
+    const { servers, listeners } = await listenAll(apis, routes, config, {
+      keys: services.keys,
+      log,
+      metrics,
+      clustered,
+      isClosing: () => closing !== undefined,
+      onListening: (listener) => {
+        if (listener.api === 'engine') engineUrl = listener.url;
+      },
+    });
     link?.listening(listeners);
     // The outbox is worked through in the background, never on a request's path.
     webhooks.start(WEBHOOK_SWEEP_MS);
@@ -225,7 +187,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
           // flight may take its full 10 s, and a listener left open meanwhile would keep taking
           // requests (and its port from a replacement process). In-flight requests, sends and
           // sweeps then finish together; storage closes after all of them.
-          const drained = Promise.all(servers.map(({ server }) => drain(server)));
+          const drained = Promise.all(servers.map(drain));
           queue.stop();
           const finished = Promise.all([webhooks.stop(), budgets.stop()]);
           unfollow();
@@ -247,6 +209,89 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
     await stores.close();
     throw e;
   }
+}
+
+/** What the stores report to the metrics: audit events appended, decision batches committed. */
+function storeObservers(metrics: Metrics) {
+  return {
+    onAuditAppend: (kinds: string[]) => {
+      for (const kind of kinds) metrics.auditEvents.inc({ kind: metricKind(kind) });
+    },
+    onBatch: (size: number, seconds: number) => {
+      metrics.decisionBatchSize.observe(size);
+      metrics.decisionCommit.observe(seconds);
+    },
+  };
+}
+
+/** The background sweeps (expired queue items, stale budget counters) and the gauges read from storage. */
+function startSweepers(
+  { budgets, queue, webhooks }: Pick<Services, 'budgets' | 'queue' | 'webhooks'>,
+  metrics: Metrics,
+  log: Logger,
+): void {
+  queue.startSweeper(SWEEP_INTERVAL_MS);
+  budgets.startSweeper(COUNTER_SWEEP_INTERVAL_MS, (err) =>
+    log.warn({ err }, 'budget counter sweep failed; retried at the next'),
+  );
+  gaugeFrom(metrics, 'arbiter_queue_pending', 'Human-review items pending now.', () => queue.countPending());
+  gaugeFrom(
+    metrics,
+    'arbiter_webhook_deliveries_pending',
+    'Webhook deliveries waiting to be sent or retried.',
+    () => webhooks.countPending(),
+  );
+}
+
+/** Settings that start the service but deserve a warning: unknown ARBITER_* names, the README's key. */
+function warnAboutSettings(config: Config, log: Logger): void {
+  for (const name of unknownVariables()) {
+    log.warn({ variable: name }, `${name} names no setting and is ignored (a typo?)`);
+  }
+  if (config.adminKey === EXAMPLE_ADMIN_KEY) {
+    log.warn(
+      'ARBITER_ADMIN_KEY is the example key from the README: anyone who read it has every scope; set a random key',
+    );
+  }
+}
+
+const serverLimits = (config: Config): ServerLimits => ({
+  headersTimeoutMs: config.httpHeadersTimeoutSeconds * 1000,
+  requestTimeoutMs: config.httpRequestTimeoutSeconds * 1000,
+  maxConnections: config.maxConnections,
+});
+
+/**
+ * Binds each API's app to its port, one after another (a request may arrive at the first while
+ * the next binds). A worker's listeners are announced once, by the primary, when every worker is
+ * ready.
+ */
+async function listenAll(
+  apis: Api[],
+  routes: ReturnType<typeof routeTable>,
+  config: Config,
+  opts: {
+    keys: Services['keys'];
+    log: Logger;
+    metrics: Metrics;
+    clustered: boolean;
+    isClosing: () => boolean;
+    onListening: (listener: Listener) => void;
+  },
+): Promise<{ servers: Server[]; listeners: Listener[] }> {
+  const { keys, log, metrics } = opts;
+  const servers: Server[] = [];
+  const listeners: Listener[] = [];
+  for (const api of apis) {
+    const app = buildApp(api, routes, { keys, log, metrics, maxBodyBytes: config.maxBodyBytes });
+    const server = createApiServer(app, opts.isClosing, serverLimits(config));
+    const listener = await listen(server, api, config);
+    if (!opts.clustered) log.info({ api, port: listener.port, url: listener.url }, `${api} API listening`);
+    servers.push(server);
+    listeners.push(listener);
+    opts.onListening(listener);
+  }
+  return { servers, listeners };
 }
 
 /** `host` as a URL writes it (an IPv6 address in brackets). */
