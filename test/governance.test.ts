@@ -673,6 +673,21 @@ onEveryBackend('agent governance (SPEC §13)', function () {
       expect(again.json.request_digest).to.equal(one.json.request_digest);
     });
 
+    it('refuses an amount that overflows to Infinity, however written, rather than decide it as null', async () => {
+      // 1 followed by 210 zeros, e99, is 1e309: JSON.parse reads Infinity, which JSON writes as
+      // null, so the policy, the trail and the digest would all see {"amount": null} while a
+      // resource server sees a huge amount under the same request_digest.
+      const huge = `1${'0'.repeat(210)}e99`;
+      const before = await snapshot();
+      const r = await call('POST', `${a.engine}/v1/agent/authorize`, {
+        raw: `{"agent_id":"gov-bot","action":"pay","resource":"acct/1","confidence":0.95,"context":{"amount":${huge}}}`,
+        key: agentKey,
+        headers: { 'content-type': 'application/json' },
+      });
+      expectError(r, 400, /^context\.amount holds a number too large to represent$/);
+      expect(await snapshot()).to.deep.equal(before);
+    });
+
     async function expectBound(requestId: string, digest: string, rev: number): Promise<void> {
       const [event] = await auditEvents(a.platform, { kind: 'decision', request_id: requestId });
       expect(event.details.request_digest).to.equal(digest);

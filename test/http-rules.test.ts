@@ -555,6 +555,24 @@ onEveryBackend('request bodies and headers Node or the body parser would mishand
     expect((await call('GET', `${a.platform}/api/v1/data/huge`)).status).to.equal(404);
   });
 
+  // Overflow is the mantissa's digits and the exponent together: a short exponent on a long
+  // mantissa overflows as surely as a long exponent does (1 followed by 210 zeros, e99, is 1e309).
+  for (const [what, n] of [
+    ['a 211-digit mantissa with a two-digit exponent', `1${'0'.repeat(210)}e99`],
+    ['a negative one, with a fraction', `-1${'0'.repeat(210)}.5E+99`],
+    ['a 300-digit mantissa with a one-digit exponent', `9${'9'.repeat(299)}e9`],
+  ]) {
+    it(`refuses ${what} (Infinity to JSON.parse, null once stored) with 400`, async () => {
+      expect(Number.isFinite(JSON.parse(n as string))).to.equal(false);
+      const r = await call('PUT', `${a.platform}/api/v1/data/huge`, {
+        raw: `{"id":${n}}`,
+        headers: { 'content-type': 'application/json' },
+      });
+      expectError(r, 400, /^id holds a number too large to represent$/);
+      expect((await call('GET', `${a.platform}/api/v1/data/huge`)).status).to.equal(404);
+    });
+  }
+
   it('refuses ingested integers beyond 2^53 with 400 (never a 500 from the database)', async () => {
     for (const field of ['latency_us', 'policy_revision']) {
       const r = await call('POST', `${a.platform}/api/v1/audit/ingest`, {

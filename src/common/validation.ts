@@ -221,6 +221,10 @@ export function findUnstorable(value: unknown): { at: string; what: 'string' | '
 
 /**
  * Raw JSON text that may decode to something unstorable: only escapes produce a lone surrogate or
- * U+0000, and only an exponent of three digits or a run of 309 digits overflows a double.
+ * U+0000. A number overflows a double (JSON.parse gives Infinity) only when the digits before its
+ * point and its exponent together reach 309 (it is at least 10^(digits - 1 + exponent), and the
+ * largest double is about 1.8e308): an exponent of three digits, or else (an exponent of 99 at
+ * most) a run of at least 210 digits. A run of 309 digits alone, as this once required, let
+ * `1` and 210 zeros `e99` (1e309) through as Infinity, stored and digested as null.
  */
-export const MAY_HOLD_UNSTORABLE = /\\u(?:[dD][89a-fA-F]|0000)|[eE][+-]?\d{3}|\d{309}/;
+export const MAY_HOLD_UNSTORABLE = /\\u(?:[dD][89a-fA-F]|0000)|[eE][+-]?\d{3}|\d{210}/;
