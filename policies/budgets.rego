@@ -10,7 +10,9 @@
 # After the policy answers allow, the engine charges every limit in the transaction that records
 # the decision, or answers deny (403) naming the exhausted key, window and max; a deny consumes
 # nothing, a requires_approval consumes when it is approved. A malformed limit (bad window, a
-# negative or non-numeric max or cost) makes the decision a deny: budgets fail closed.
+# negative or non-numeric max or cost) makes the decision a deny: budgets fail closed. A limit
+# whose object is undefined (a max read from data that is not there) is not declared at all, so
+# the engine cannot refuse it: deny the action when its budget is missing, as below.
 #
 # Data (policies/data.json): budgets.invoice_payments_per_day, budgets.invoice_spend_per_day.
 #
@@ -46,6 +48,19 @@ deny contains "invoices.pay requires a positive numeric context.amount" if {
 	input.action == "invoices.pay"
 	not priced_invoice
 }
+
+# A budget whose maximum is missing from data (a deleted document, a renamed key) is no limit at
+# all: the object above is undefined and the engine never sees it. Refuse instead of paying
+# unmetered.
+deny contains concat("", ["invoices.pay has no daily budget: data.budgets.", name, " must be a number"]) if {
+	input.action == "invoices.pay"
+	some name in ["invoice_payments_per_day", "invoice_spend_per_day"]
+	not daily_budget(name)
+}
+
+# A rule, not `not is_number(data.budgets[name])`: OPA takes an undefined argument out of the
+# `not`, which would make that line undefined (no deny) exactly when the budget is missing.
+daily_budget(name) if is_number(data.budgets[name])
 
 priced_invoice if {
 	is_number(input.context.amount)

@@ -40,3 +40,11 @@ test_other_actions_declare_no_budget if {
 	d := data.authz.decision with input as object.union(pay(10), {"action": "invoices.read"})
 	d.limits == []
 }
+
+test_payment_without_its_budget_in_data_denied_not_unmetered if {
+	some name in ["invoice_payments_per_day", "invoice_spend_per_day"]
+	d := data.authz.decision with input as pay(10)
+		with data.budgets as object.remove({"invoice_payments_per_day": 3, "invoice_spend_per_day": 99.5}, [name])
+	d.status == "deny"
+	d.reasons == [concat("", ["invoices.pay has no daily budget: data.budgets.", name, " must be a number"])]
+}

@@ -26,6 +26,17 @@ deny contains concat("", ["agent ", input.agent_id, " may not ", input.action, "
 	input.action in data.delegation.never_delegated
 }
 
+# Without the number, the limit below would not be declared and delegated calls would go
+# unmetered: refuse them instead.
+deny contains "delegated calls have no hourly budget: data.delegation.calls_per_user_per_hour must be a number" if {
+	delegated
+	not hourly_budget
+}
+
+# A rule, not `not is_number(…)` inline: OPA takes an undefined argument out of the `not`, which
+# would make the line undefined (no deny) exactly when the number is missing.
+hourly_budget if is_number(data.delegation.calls_per_user_per_hour)
+
 # Each user's agents together make at most so many calls an hour on the user's behalf.
 limits contains {
 	"key": concat(":", ["delegated", input.tenant_id, input.user_id]),

@@ -48,3 +48,10 @@ test_the_same_user_acting_directly_is_not_limited if {
 	d.status == "allow"
 	d.limits == []
 }
+
+test_delegated_call_without_its_budget_in_data_denied_not_unmetered if {
+	d := data.authz.decision with input as obo("alice", "read", "repo/arbiter")
+		with data.delegation as {"never_delegated": ["delete"]}
+	d.status == "deny"
+	d.reasons == ["on behalf of alice: delegated calls have no hourly budget: data.delegation.calls_per_user_per_hour must be a number"]
+}

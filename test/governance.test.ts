@@ -818,6 +818,48 @@ onEveryBackend('the example governance policies (policies/)', function () {
     const usage = await call('GET', `${a.platform}/api/v1/limits?key=delegated:acme:alice`);
     expect(usage.json.limits[0]).to.include({ window: '1h', used: 1, max: 1000 });
   });
+
+  it('denies, never leaves unmetered, a payment or a delegated call whose budget data is missing', async () => {
+    const document = async (name: string) =>
+      (await call('GET', `${a.platform}/api/v1/data/${name}`)).json.value as Record<string, unknown>;
+    const put = async (name: string, value: unknown) =>
+      expect((await call('PUT', `${a.platform}/api/v1/data/${name}`, { body: value })).status).to.be.oneOf([
+        200, 201,
+      ]);
+    const budgets = await document('budgets');
+    const delegation = await document('delegation');
+    try {
+      // A renamed key (a typo in a data change) drops the value the limit's max reads.
+      const { invoice_spend_per_day: spendPerDay, ...rest } = budgets;
+      await put('budgets', { ...rest, invoice_spend_usd_per_day: spendPerDay });
+      const pay = await authorize({
+        agent_id: 'finance-bot',
+        action: 'invoices.pay',
+        resource: 'invoices/i-2',
+        confidence: 0.95,
+        context: { amount: 15_000_000 },
+      });
+      expect(pay.status, pay.text).to.equal(403);
+      expect(pay.json.message).to.include('data.budgets.invoice_spend_per_day must be a number');
+      const { calls_per_user_per_hour: _perHour, ...withoutRate } = delegation;
+      await put('delegation', withoutRate);
+      const obo = await authorize({
+        agent_id: 'deploy-bot',
+        action: 'read',
+        resource: 'repo/arbiter',
+        confidence: 0.99,
+        on_behalf_of: { tenant_id: 'acme', user_id: 'carol' },
+      });
+      expect(obo.status, obo.text).to.equal(403);
+      expect(obo.json.message).to.include('data.delegation.calls_per_user_per_hour must be a number');
+      expect(
+        (await call('GET', `${a.platform}/api/v1/limits?key=delegated:acme:carol`)).json.limits,
+      ).to.deep.equal([]);
+    } finally {
+      await put('budgets', budgets);
+      await put('delegation', delegation);
+    }
+  });
 });
 
 // Engines whose clocks disagree (test/fixtures/skew-clock.mjs), on one database, one after the
