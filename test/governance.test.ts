@@ -688,6 +688,77 @@ onEveryBackend('agent governance (SPEC §13)', function () {
       expect(await snapshot()).to.deep.equal(before);
     });
 
+    describe('the user a token acts for', () => {
+      const mint = async (requestId: string) => {
+        const minted = await call('POST', `${a.engine}/v1/tokens/mint`, {
+          body: { request_id: requestId },
+          key: agentKey,
+        });
+        expect(minted.status, minted.text).to.equal(201);
+        return minted.json;
+      };
+      const introspect = async (token: unknown) =>
+        (await call('POST', `${a.engine}/v1/tokens/introspect`, { body: { token } })).json;
+      /** The kinds of the events the audit trail's user_id filter finds for `user`, oldest first. */
+      const kindsFor = async (user: string) =>
+        (await auditEvents(a.platform, { user_id: user })).map((e) => e.kind as string).reverse();
+
+      it('names the user an agent acted on behalf of: claim, introspection, mint and revoke events', async () => {
+        const user = `u-obo-${randomUUID()}`;
+        const r = await authorize({
+          agent_id: 'gov-bot',
+          action: 'read',
+          resource: 'doc/1',
+          confidence: 0.95,
+          on_behalf_of: { tenant_id: 'acme', user_id: user },
+        });
+        expect(r.status, r.text).to.equal(200);
+        const minted = await mint(r.json.request_id);
+        const claims = decodeJwt(minted.token as string);
+        // The agent holds the scopes; the user is whose behalf it holds them on.
+        expect(claims.sub).to.equal('gov-bot');
+        expect(claims.on_behalf_of).to.deep.equal({ tenant_id: 'acme', user_id: user });
+        expect(await introspect(minted.token)).to.deep.include({
+          active: true,
+          sub: 'gov-bot',
+          on_behalf_of: { tenant_id: 'acme', user_id: user },
+        });
+        const revoked = await call('DELETE', `${a.engine}/v1/tokens/${minted.token_id}`);
+        expect(revoked.status, revoked.text).to.equal(200);
+        expect(await kindsFor(user)).to.deep.equal(['decision', 'token.mint', 'token.revoke']);
+      });
+
+      it("names a human decision's user in its mint event, with no on_behalf_of claim", async () => {
+        const user = `u-human-${randomUUID()}`;
+        const r = await call('POST', `${a.engine}/v1/authorize`, {
+          body: { tenant_id: 'acme', user_id: user, action: 'read', resource: { type: 'doc', id: '1' } },
+          key: agentKey,
+        });
+        expect(r.status, r.text).to.equal(200);
+        const minted = await mint(r.json.request_id);
+        const claims = decodeJwt(minted.token as string);
+        expect(claims.sub).to.equal(user);
+        expect(claims).to.not.have.property('on_behalf_of');
+        expect((await introspect(minted.token)).on_behalf_of).to.equal(null);
+        expect(await kindsFor(user)).to.deep.equal(['decision', 'token.mint']);
+      });
+
+      it('names no user for an agent acting for itself', async () => {
+        const r = await authorize({
+          agent_id: 'gov-bot',
+          action: 'read',
+          resource: 'doc/1',
+          confidence: 0.95,
+        });
+        expect(r.status, r.text).to.equal(200);
+        const minted = await mint(r.json.request_id);
+        expect(decodeJwt(minted.token as string)).to.not.have.property('on_behalf_of');
+        expect((await introspect(minted.token)).on_behalf_of).to.equal(null);
+        const [event] = await auditEvents(a.platform, { kind: 'token.mint', request_id: r.json.request_id });
+        expect(event.user_id).to.equal(null);
+      });
+    });
+
     async function expectBound(requestId: string, digest: string, rev: number): Promise<void> {
       const [event] = await auditEvents(a.platform, { kind: 'decision', request_id: requestId });
       expect(event.details.request_digest).to.equal(digest);

@@ -478,6 +478,7 @@ function decisionRecord(
     token_id: null,
     request_digest: call.digest,
     policy_revision: evaluation.revision,
+    user_id: eventUserId(subject),
   };
 }
 

@@ -22,6 +22,11 @@ export interface DecisionRecord {
   token_id: string | null;
   request_digest?: string | null;
   policy_revision?: number | null;
+  /**
+   * The user it was for, as audit events name one: a human decision's user, or the user an agent
+   * acted on behalf of (SPEC §13; the tenant is tenant_id). Null for an agent acting for itself.
+   */
+  user_id?: string | null;
 }
 
 /** The agent a decision was made for: its subject for an agent decision, none for a human one. */

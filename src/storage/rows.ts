@@ -31,6 +31,7 @@ export const decisionFromRow = (r: Row): DecisionRecord => ({
 export const decisionToRow = (d: DecisionRecord): Row => ({
   request_digest: null,
   policy_revision: null,
+  user_id: null,
   ...d,
   resource: JSON.stringify(d.resource),
 });
@@ -62,6 +63,7 @@ export const tokenToRow = (t: TokenRecord): Row => ({
   request_digest: null,
   policy_revision: null,
   signing_kid: null,
+  user_id: null,
   ...t,
   scopes: JSON.stringify(t.scopes),
 });

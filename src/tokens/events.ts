@@ -20,6 +20,7 @@ export function tokenRevokeEvent(
     request_id: tok.request_id,
     actor,
     agent_id: tok.agent_id,
+    user_id: tok.user_id ?? null,
     tenant_id: tok.tenant_id,
     resource: tok.id,
     outcome: 'revoked',

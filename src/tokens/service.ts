@@ -215,6 +215,7 @@ export class TokenService {
     );
     token.tenant_id = d.tenant_id;
     token.agent_id = decisionAgent(d);
+    token.user_id = d.user_id ?? null;
     // Bound to the exact call that was allowed or approved, and the revision that decided it.
     token.request_digest = d.request_digest ?? null;
     token.policy_revision = d.policy_revision ?? null;
@@ -271,6 +272,7 @@ export class TokenService {
       request_id: payload.request_id ?? null,
       request_digest: payload.request_digest ?? null,
       policy_revision: payload.policy_revision ?? null,
+      on_behalf_of: payload.on_behalf_of ?? null,
     };
   }
 
@@ -346,6 +348,11 @@ export class TokenService {
       request_id: t.request_id,
     };
     if (t.tenant_id !== null) claims.tenant_id = t.tenant_id;
+    // An agent acting for a user (SPEC §13): whose behalf, as the request named it. The subject
+    // stays the agent that holds the scopes (docs/decisions.md: why not RFC 8693's `act`).
+    if (t.agent_id !== null && t.tenant_id !== null && t.user_id) {
+      claims.on_behalf_of = { tenant_id: t.tenant_id, user_id: t.user_id };
+    }
     if (t.request_digest) claims.request_digest = t.request_digest;
     if (t.policy_revision !== null && t.policy_revision !== undefined)
       claims.policy_revision = t.policy_revision;
@@ -369,6 +376,7 @@ export class TokenService {
       request_id: t.request_id,
       actor: principal.name,
       agent_id: t.agent_id,
+      user_id: t.user_id ?? null,
       tenant_id: t.tenant_id,
       resource: t.id,
       outcome: 'minted',

@@ -13,6 +13,12 @@ export interface TokenRecord {
    * token the minting key's agent binding. Keys bound to another agent cannot introspect or revoke it.
    */
   agent_id: string | null;
+  /**
+   * The user it acts for, as audit events name one: its decision's user (a human decision's, or
+   * the user an agent acted on behalf of, SPEC §13). Null for free-form tokens and agents acting
+   * for themselves.
+   */
+  user_id?: string | null;
   issued_at: string;
   expires_at: string;
   revoked_at: string | null;

@@ -48,6 +48,7 @@ function decision(over: Partial<DecisionRecord> = {}): DecisionRecord {
     token_id: null,
     request_digest: null,
     policy_revision: null,
+    user_id: null,
     ...over,
   };
 }

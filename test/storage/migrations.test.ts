@@ -437,4 +437,79 @@ onceOnly('migrations of a database an earlier version left', () => {
       await test.drop();
     }
   });
+
+  /**
+   * Decisions and tokens as an earlier version left them, with no user_id: an agent acting for
+   * itself, an agent on behalf of carol (her id only in the decision's audit event), a human
+   * decision of alice's, and a free-form token.
+   */
+  const BEFORE_USER_ID = [
+    `INSERT INTO decisions (request_id, kind, status, key_id, tenant_id, subject, action, resource, trace_id, created_at)
+     VALUES ('r-self', 'agent', 'allow', 'k', NULL, 'deploy-bot', 'read', '"repo/x"', 'tr', $1),
+            ('r-obo', 'agent', 'allow', 'k', 'acme', 'deploy-bot', 'read', '"repo/x"', 'tr', $1),
+            ('r-human', 'human', 'allow', 'k', 'acme', 'alice', 'read', '{}', 'tr', $1)`,
+    `INSERT INTO audit_events (seq, time, kind, request_id, agent_id, user_id, tenant_id, body, hash)
+     VALUES (1, $1, 'decision', 'r-self', 'deploy-bot', NULL, NULL, '{}', 'h1'),
+            (2, $1, 'decision', 'r-obo', 'deploy-bot', 'carol', 'acme', '{}', 'h2'),
+            (3, $1, 'token.mint', 'r-obo', 'deploy-bot', NULL, 'acme', '{}', 'h3'),
+            (4, $1, 'decision', 'r-human', NULL, 'alice', 'acme', '{}', 'h4')`,
+    `INSERT INTO tokens (id, request_id, subject, scopes, audience, issued_at, expires_at, minted_by)
+     VALUES ('t-self', 'r-self', 'deploy-bot', '[]', 'arbiter', $1, $1, 'admin'),
+            ('t-obo', 'r-obo', 'deploy-bot', '[]', 'arbiter', $1, $1, 'admin'),
+            ('t-human', 'r-human', 'alice', '[]', 'arbiter', $1, $1, 'admin'),
+            ('t-free', NULL, 'x', '[]', 'arbiter', $1, $1, 'admin')`,
+  ];
+  const DECISION_USERS_AFTER = [
+    { request_id: 'r-human', user_id: 'alice' },
+    { request_id: 'r-obo', user_id: 'carol' },
+    { request_id: 'r-self', user_id: null },
+  ];
+  const TOKEN_USERS_AFTER = [
+    { id: 't-free', user_id: null },
+    { id: 't-human', user_id: 'alice' },
+    { id: 't-obo', user_id: 'carol' },
+    { id: 't-self', user_id: null },
+  ];
+
+  it("SQLite 18: each existing decision and token gets the user it was for, from its decision's audit event", () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-migrate-'));
+    try {
+      const db = sqliteBefore(18, dir);
+      for (const sql of BEFORE_USER_ID) db.prepare(sql.replace(/\$1/g, '@at')).run({ at: past });
+      db.close();
+      const migrated = openDatabase(dir, 'normal');
+      try {
+        expect(
+          migrated.prepare('SELECT request_id, user_id FROM decisions ORDER BY request_id').all(),
+        ).to.deep.equal(DECISION_USERS_AFTER);
+        expect(migrated.prepare('SELECT id, user_id FROM tokens ORDER BY id').all()).to.deep.equal(
+          TOKEN_USERS_AFTER,
+        );
+      } finally {
+        migrated.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("PostgreSQL 11: each existing decision and token gets the user it was for, from its decision's audit event", async () => {
+    const { test, client } = await postgresBefore(11);
+    try {
+      for (const sql of BEFORE_USER_ID) await client.query(sql, [past]);
+      const pool = createPool(test.url, 2);
+      try {
+        await migratePostgres(pool);
+      } finally {
+        await pool.end();
+      }
+      const decisions = await client.query('SELECT request_id, user_id FROM decisions ORDER BY request_id');
+      expect(decisions.rows).to.deep.equal(DECISION_USERS_AFTER);
+      const tokens = await client.query('SELECT id, user_id FROM tokens ORDER BY id');
+      expect(tokens.rows).to.deep.equal(TOKEN_USERS_AFTER);
+    } finally {
+      await client.end();
+      await test.drop();
+    }
+  });
 });

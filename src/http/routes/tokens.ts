@@ -21,6 +21,10 @@ const introspectionSchema = {
       request_id: NULLABLE_STRING,
       request_digest: NULLABLE_STRING,
       policy_revision: { type: ['integer', 'null'] },
+      on_behalf_of: {
+        description: 'the user an agent acted on behalf of (SPEC §13); null otherwise',
+        oneOf: [{ type: 'null' }, exact({ tenant_id: { type: 'string' }, user_id: { type: 'string' } })],
+      },
     }),
   ],
 };

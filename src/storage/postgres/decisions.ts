@@ -36,6 +36,7 @@ const DECISION_COLUMNS = [
   'token_id',
   'request_digest',
   'policy_revision',
+  'user_id',
 ] as const;
 
 export const QUEUE_COLUMNS = [

@@ -31,6 +31,7 @@ const TOKEN_COLUMNS = [
   'policy_revision',
   'signing_kid',
   'agent_id',
+  'user_id',
 ] as const;
 
 async function insertToken(c: Client, t: TokenRecord): Promise<void> {

@@ -90,9 +90,9 @@ export class DecisionWriter {
     this.insertDecision =
       db.prepare(`INSERT INTO decisions (request_id, kind, status, key_id, tenant_id, subject,
       action, resource, message, trace_id, created_at, expires_at, idem_key, body_hash, token_id, request_digest,
-      policy_revision) VALUES (@request_id, @kind, @status, @key_id, @tenant_id, @subject, @action, @resource,
-      @message, @trace_id, @created_at, @expires_at, @idem_key, @body_hash, @token_id, @request_digest,
-      @policy_revision)`);
+      policy_revision, user_id) VALUES (@request_id, @kind, @status, @key_id, @tenant_id, @subject, @action,
+      @resource, @message, @trace_id, @created_at, @expires_at, @idem_key, @body_hash, @token_id, @request_digest,
+      @policy_revision, @user_id)`);
     this.byIdem = db.prepare('SELECT * FROM decisions WHERE key_id = ? AND idem_key = ?');
     this.clearIdem = db.prepare('UPDATE decisions SET idem_key = NULL WHERE key_id = ? AND idem_key = ?');
     this.limits = new LimitWriter(db);

@@ -515,4 +515,24 @@ export const migrations: readonly Migration[] = [
       END;
     `,
   },
+  {
+    version: 18,
+    name: "each decision's and token's user",
+    sql: `
+      -- The user each decision and token was for, as audit events name one (SPEC §13): a human
+      -- decision's user, or the user an agent acted on behalf of. A token names it (claim
+      -- on_behalf_of) and its mint and revoke events carry it, so that the audit trail's user_id
+      -- filter finds them. Earlier rows take it from their decision's audit event.
+      ALTER TABLE decisions ADD COLUMN user_id TEXT;
+      ALTER TABLE tokens ADD COLUMN user_id TEXT;
+      UPDATE decisions SET user_id = CASE
+        WHEN kind = 'human' THEN subject
+        ELSE (SELECT a.user_id FROM audit_events a
+              WHERE a.request_id = decisions.request_id AND a.kind = 'decision' ORDER BY a.seq LIMIT 1)
+      END;
+      UPDATE tokens SET user_id =
+        (SELECT d.user_id FROM decisions d WHERE d.request_id = tokens.request_id)
+      WHERE request_id IS NOT NULL;
+    `,
+  },
 ];

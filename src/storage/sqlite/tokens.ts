@@ -35,9 +35,9 @@ export class SqliteTokenStore implements TokenStore {
       .pluck();
     this.insertStmt =
       db.prepare(`INSERT INTO tokens (id, request_id, subject, scopes, audience, tenant_id, issued_at,
-      expires_at, revoked_at, minted_by, trace_id, request_digest, policy_revision, signing_kid, agent_id)
+      expires_at, revoked_at, minted_by, trace_id, request_digest, policy_revision, signing_kid, agent_id, user_id)
       VALUES (@id, @request_id, @subject, @scopes, @audience, @tenant_id, @issued_at, @expires_at, @revoked_at,
-      @minted_by, @trace_id, @request_digest, @policy_revision, @signing_kid, @agent_id)`);
+      @minted_by, @trace_id, @request_digest, @policy_revision, @signing_kid, @agent_id, @user_id)`);
   }
 
   async ensureSigningKey(create: () => Promise<SigningKeyRecord>): Promise<void> {
