@@ -673,6 +673,73 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
       404,
     );
   });
+
+  // OPA reads every JSON number exactly (9007199254740993 is not 9007199254740992, 1e-400 is not
+  // 0) and the compiled policy compares its literals exactly too; JSON.parse rounds to a double.
+  describe('numbers a double cannot hold exactly', () => {
+    const json = (raw: string) => ({ raw, headers: { 'content-type': 'application/json' } });
+    const BLOCKED =
+      'package authz.agent\n\ndeny contains "account 9007199254740993 is blocked" if input.context.account == 9007199254740993\n';
+    const withAccount = (account: string) =>
+      JSON.stringify({ ...AGENT.allow, context: { account: 0 } }).replace(
+        '"account":0',
+        `"account":${account}`,
+      );
+
+    afterEach(async () => {
+      await remove('blocked-account');
+      for (const p of ['exact-nums', 'inexact-nums']) {
+        const r = await call('DELETE', data(p));
+        expect(r.status, `cleanup of ${p}: ${r.text}`).to.be.oneOf([204, 404]);
+      }
+    });
+
+    it('refuses (400) an authorize request carrying one, instead of deciding on a rounded number (it was allowed past a deny rule on it)', async () => {
+      expect((await put('blocked-account', { rego: BLOCKED })).status).to.equal(201);
+      const engine = a.engine + '/v1/agent/authorize';
+      // opa eval: 9007199254740992 is not the blocked account (allow), 9007199254740993 is (deny).
+      expect((await call('POST', engine, json(withAccount('9007199254740992')))).status).to.equal(200);
+      expectError(
+        await call('POST', engine, json(withAccount('9007199254740993'))),
+        400,
+        'context.account holds the number 9007199254740993, which a double cannot hold exactly ' +
+          '(it would be read as 9007199254740992): send it as a string',
+      );
+      // A confidence above 1.0 that rounds to 1 is out of range, not a confidence of 1.
+      expectError(
+        await call('POST', engine, json(withAccount('1').replace('0.95', '1.0000000000000000001'))),
+        400,
+        /^confidence holds the number 1\.0000000000000000001, which a double cannot hold exactly \(it would be read as 1\)/,
+      );
+    });
+
+    it('refuses (400) a data document holding one, and changes nothing', async () => {
+      for (const [raw, at] of [
+        ['{"users":[1,9007199254740993]}', 'users.1'],
+        ['{"a":{"b":12345678901234567890123}}', 'a.b'],
+        ['{"floor":1e-400}', 'floor'],
+        ['[0.1000000000000000000001]', '0'],
+        ['18446744073709551615', 'request body'],
+      ] as const) {
+        await expectUnchanged(async () => {
+          expectError(
+            await call('PUT', data('inexact-nums'), json(raw)),
+            400,
+            new RegExp(`^${at.replace('.', '\\.')} holds the number .*, which a double cannot hold exactly`),
+          );
+        });
+      }
+      expectError(await call('GET', data('inexact-nums')), 404);
+    });
+
+    it('accepts the numbers a double holds, however they are written', async () => {
+      const raw =
+        '{"n":[0.1,1.0,1E5,-2.50,9007199254740992,1e300,0.30000000000000004,5e-324,123456789012345.6,' +
+        '1.7976931348623157e308,100000000000000000000000,"9007199254740993 in a string",-1.5e-7]}';
+      expect((await call('PUT', data('exact-nums'), json(raw))).status).to.equal(201);
+      expect((await call('GET', data('exact-nums'))).json.value).to.deep.equal(JSON.parse(raw));
+    });
+  });
   it('refuses a change after which the set meets a conflict on recent decisions that the live set decides', async () => {
     // Every read now gives `x` two values: an evaluation error, so a deny, on every read.
     const conflicting =

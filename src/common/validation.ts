@@ -228,3 +228,79 @@ export function findUnstorable(value: unknown): { at: string; what: 'string' | '
  * `1` and 210 zeros `e99` (1e309) through as Infinity, stored and digested as null.
  */
 export const MAY_HOLD_UNSTORABLE = /\\u(?:[dD][89a-fA-F]|0000)|[eE][+-]?\d{3}|\d{210}/;
+
+/**
+ * Raw JSON text that may hold a number a double cannot hold exactly: only one of 16 digits or more
+ * (2^53 has 16) or with an exponent of three digits (1e-400 underflows to 0) can be.
+ */
+export const MAY_HOLD_INEXACT = /[\d.]{16}|[eE][+-]?\d{3}/;
+
+/**
+ * The first finite number in a JSON text (valid JSON: JSON.parse accepted it) that JSON.parse
+ * rounds to a double of another value: `9007199254740993` (read as …992), `1.0000000000000000001`
+ * (read as 1), `1e-400` (read as 0). OPA reads every JSON number exactly and compiled policies
+ * compare exactly, so a policy handed the rounded value decides on a number the caller did not
+ * send (a deny rule on account 9007199254740993 let that account through). `at` is the dotted path
+ * as findUnstorable names it; `read` what the double holds. Numbers a double holds however they
+ * are written (0.1, 1.0, 1E5, 1e300) are not reported.
+ */
+export function findInexactNumber(text: string): { at: string; literal: string; read: string } | undefined {
+  /** An open object (its current key, as raw JSON text) or array (its current index). */
+  const open: { key?: string; index?: number }[] = [];
+  const NUMBER = /-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
+  let expectKey = false;
+  for (let i = 0; i < text.length;) {
+    const c = text[i];
+    if (c === '"') {
+      let j = i + 1;
+      while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
+      const top = open[open.length - 1];
+      if (expectKey && top) top.key = text.slice(i, j + 1);
+      expectKey = false;
+      i = j + 1;
+    } else if (c === '-' || (c !== undefined && c >= '0' && c <= '9')) {
+      NUMBER.lastIndex = i;
+      const literal = (NUMBER.exec(text) as RegExpExecArray)[0];
+      i += literal.length;
+      if (literal.length < 16 && !/[eE]/.test(literal)) continue;
+      const value = Number(literal);
+      // Infinity (1e400) is findUnstorable's to report.
+      if (!Number.isFinite(value) || decimalValue(literal) === decimalValue(String(value))) continue;
+      const at = open
+        .map((o) => (o.index !== undefined ? String(o.index) : (JSON.parse(o.key ?? '""') as string)))
+        .join('.');
+      return { at: at || 'request body', literal, read: String(value) };
+    } else {
+      // Whitespace leaves expectKey as it is; a key follows `{` and, in an object, `,`.
+      if (c === '{') open.push({});
+      else if (c === '[') open.push({ index: 0 });
+      else if (c === '}' || c === ']') open.pop();
+      const top = open[open.length - 1];
+      if (c === ',' && top?.index !== undefined) top.index++;
+      if (c === '{' || c === ',') expectKey = top?.index === undefined;
+      else if (c === '[' || c === ']' || c === '}' || c === ':') expectKey = false;
+      i++;
+    }
+  }
+  return undefined;
+}
+
+/** A JSON number literal's exact decimal value as `[-]digits e exponent`, digits without leading or trailing zeros. */
+function decimalValue(literal: string): string {
+  const m = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(literal);
+  if (!m) return literal;
+  const [, sign = '', whole = '', fraction = '', exponent = '0'] = m;
+  const digits = (whole + fraction).replace(/^0+/, '');
+  const kept = digits.replace(/0+$/, '');
+  if (kept === '') return '0';
+  return `${sign}${kept}e${BigInt(exponent) - BigInt(fraction.length) + BigInt(digits.length - kept.length)}`;
+}
+
+/** The 400 message for what findInexactNumber found. */
+export function inexactNumberMessage(n: { at: string; literal: string; read: string }): string {
+  const shown = n.literal.length > 48 ? `${n.literal.slice(0, 48)}…` : n.literal;
+  return (
+    `${n.at} holds the number ${shown}, which a double cannot hold exactly ` +
+    `(it would be read as ${n.read}): send it as a string`
+  );
+}

@@ -3,7 +3,14 @@ import type { Context, Middleware, Next } from 'koa';
 import { AppError, forbidden, invalid, notFound } from '../errors.js';
 import { readBodyText, parseJson } from './body.js';
 import { HttpError, toHttpError } from './errors.js';
-import { findUnstorable, isStorableString, MAY_HOLD_UNSTORABLE } from '../common/validation.js';
+import {
+  findInexactNumber,
+  findUnstorable,
+  inexactNumberMessage,
+  isStorableString,
+  MAY_HOLD_INEXACT,
+  MAY_HOLD_UNSTORABLE,
+} from '../common/validation.js';
 import { newId, newSpanId, newTraceId } from '../ids.js';
 import { hasScope, type KeyService } from '../keys/service.js';
 import { checkUnbound } from '../keys/binding.js';
@@ -372,14 +379,17 @@ export function bodyMiddleware(
     }
     if (typeof body === 'string') {
       if (!isStorableString(body)) throw invalid('request body holds a U+0000 character');
-    } else if (MAY_HOLD_UNSTORABLE.test(text)) {
-      const bad = findUnstorable(body);
+    } else {
+      const bad = MAY_HOLD_UNSTORABLE.test(text) ? findUnstorable(body) : undefined;
       if (bad?.what === 'string') {
         throw invalid(
           `${bad.at} holds a lone UTF-16 surrogate or a U+0000 character: strings must be well-formed Unicode without NUL`,
         );
       }
       if (bad) throw invalid(`${bad.at} holds a number too large to represent`);
+      // A number JSON.parse rounded: policies would decide on a value the caller did not send.
+      const inexact = MAY_HOLD_INEXACT.test(text) ? findInexactNumber(text) : undefined;
+      if (inexact) throw invalid(inexactNumberMessage(inexact));
     }
     if (
       kind !== 'json' &&
