@@ -674,6 +674,62 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
     );
   });
 
+  // `opa eval -d policy.rego -d data.json` refuses such a set: "conflicting rule for data path
+  // x/flag found". Arbiter compiles without the data, and the wasm then read the rule through
+  // `data.x.flag` and the document through `data.x`: two values for one path.
+  describe('a data document where a policy defines a rule', () => {
+    const RULE = 'package shadowed\n\nflag := false\n';
+    const READS =
+      'package authz.agent\n\ndeny contains "shadowed flag is set" if data.shadowed.flag == true\n\ndeny contains "shadowed document says the flag is set" if data.shadowed == {"flag": true}\n';
+    const refused = (path: string, policy: string, held: string) =>
+      new RegExp(
+        `^conflicting rule for data path ${path}: policy ${policy} defines a rule there \\(row 3\\) and the data hold a value at ${held}; OPA refuses such a set: move the document or the rule; nothing changed$`,
+      );
+
+    afterEach(async () => {
+      for (const name of ['shadowed', 'shadowed-reader']) await remove(name);
+      for (const p of ['shadowed', 'shadowed/flag/x', 'shadowed-other']) {
+        const r = await call('DELETE', data(p));
+        expect(r.status, `cleanup of ${p}: ${r.text}`).to.be.oneOf([204, 404]);
+      }
+    });
+
+    it('refuses (400) the data document, and changes nothing', async () => {
+      expect((await put('shadowed', { rego: RULE })).status).to.equal(201);
+      expect((await put('shadowed-reader', { rego: READS })).status).to.equal(201);
+      for (const [p, body, held] of [
+        ['shadowed', { flag: true }, 'shadowed/flag'],
+        ['shadowed', { flag: null }, 'shadowed/flag'],
+        ['shadowed', 5, 'shadowed'],
+        ['shadowed', ['flag'], 'shadowed'],
+        ['shadowed/flag/x', 1, 'shadowed/flag'],
+      ] as const) {
+        await expectUnchanged(async () => {
+          expectError(await call('PUT', data(p), { body }), 400, refused('shadowed/flag', 'shadowed', held));
+        });
+      }
+      // Beside the rule, not on it: OPA merges the two, and so does the compiled policy.
+      expect((await call('PUT', data('shadowed'), { body: { other: 1 } })).status).to.equal(201);
+      expect((await authorize()).status).to.equal(200);
+    });
+
+    it('refuses (400) the policy whose rule lands on a data document, and changes nothing', async () => {
+      expect((await call('PUT', data('shadowed'), { body: { flag: true } })).status).to.equal(201);
+      await expectUnchanged(async () => {
+        expectError(
+          await put('shadowed', { rego: RULE }),
+          400,
+          refused('shadowed/flag', 'shadowed', 'shadowed/flag'),
+        );
+        expectError(
+          await call('POST', a.platform + '/api/v1/bundle', { body: { policies: { shadowed: RULE } } }),
+          400,
+          refused('shadowed/flag', 'shadowed', 'shadowed/flag'),
+        );
+      });
+    });
+  });
+
   // OPA reads every JSON number exactly (9007199254740993 is not 9007199254740992, 1e-400 is not
   // 0) and the compiled policy compares its literals exactly too; JSON.parse rounds to a double.
   describe('numbers a double cannot hold exactly', () => {

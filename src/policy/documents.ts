@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { canonicalJson } from '../common/canonical-json.js';
 import { invalid } from '../errors.js';
+import type { RegoAst } from './paired.js';
 import type { DataDocument } from './types.js';
 
 /**
@@ -68,4 +69,75 @@ export function dataTree(docs: Pick<DataDocument, 'path' | 'value'>[]): Record<s
     node[segs[segs.length - 1] as string] = d.value;
   }
   return root;
+}
+
+/** Where a module defines a rule that the data also hold (ruleDataConflict). */
+export interface RuleDataConflict {
+  /** The rule's path below `data`, `/`-separated (as OPA names it). */
+  path: string;
+  policy: string;
+  row: number;
+  /** Where the data hold a value: the rule's path, or the prefix of it that holds a non-object. */
+  held: string;
+}
+
+/**
+ * The first rule of `modules` whose path the data also hold, as OPA's compiler finds it when it
+ * is given data (`opa eval -d`, `opa run`: "conflicting rule for data path p found"): a rule's path
+ * (its package and the ground prefix of its head, `x.y[z]` is `x/y`) conflicts when the data hold
+ * any value there, or a value other than an object at the nearest prefix they hold. `opa build`
+ * never sees Arbiter's data, and the compiled policy then read the rule through `data.x.flag` and
+ * the document through `data.x`: two values for one path, where OPA refuses the set.
+ */
+export function ruleDataConflict(
+  modules: { name: string; ast: RegoAst }[],
+  data: Record<string, unknown>,
+): RuleDataConflict | undefined {
+  if (Object.keys(data).length === 0) return undefined;
+  for (const { name, ast } of modules) {
+    const pkg = groundStrings(ast.package.path.slice(1));
+    if (pkg.length < ast.package.path.length - 1) continue;
+    for (const rule of ast.rules ?? []) {
+      const ref = rule.head.ref ?? [];
+      if (ref[0]?.type !== 'var') continue;
+      const segs = [...pkg, String(ref[0].value), ...groundStrings(ref.slice(1))];
+      const held = heldAt(data, segs);
+      if (held === undefined) continue;
+      const row = rule.head.location?.row ?? rule.location?.row ?? 0;
+      return { path: segs.join('/'), policy: name, row, held: segs.slice(0, held).join('/') };
+    }
+  }
+  return undefined;
+}
+
+/** The leading string terms of a ref (up to its first variable or other term). */
+function groundStrings(terms: { type: string; value: unknown }[]): string[] {
+  const out: string[] = [];
+  for (const t of terms) {
+    if (t.type !== 'string' || typeof t.value !== 'string') break;
+    out.push(t.value);
+  }
+  return out;
+}
+
+/**
+ * OPA's storage.NonEmpty: how many of `segs` lead to where the data hold a value that conflicts
+ * (all of them: a value at the path; fewer: a value other than an object on the way), or
+ * undefined when an object on the way lacks the next key.
+ */
+function heldAt(data: unknown, segs: string[]): number | undefined {
+  let node: unknown = data;
+  for (const [i, s] of segs.entries()) {
+    if (Array.isArray(node)) {
+      // OPA's store reads an array by a decimal index; any other key is not found there.
+      if (!/^(?:0|[1-9]\d*)$/.test(s) || Number(s) >= node.length) return i;
+      node = node[Number(s)];
+    } else if (typeof node === 'object' && node !== null) {
+      if (!Object.hasOwn(node, s)) return undefined;
+      node = (node as Record<string, unknown>)[s];
+    } else {
+      return i;
+    }
+  }
+  return segs.length;
 }

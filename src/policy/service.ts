@@ -7,6 +7,7 @@ import {
   checkRego,
   dataSha256,
   dataTree,
+  ruleDataConflict,
   overlaps,
   regoSha256,
 } from './documents.js';
@@ -809,8 +810,9 @@ export class PolicyService {
   }
 
   /**
-   * `e`, once checked off the serving thread (each evaluation under the eval budget plus 1 s of
-   * its own): its thresholds, and — for a set about to go live (`live`) — that it finishes
+   * `e`, once checked: no rule where the data hold a value (OPA refuses such a set; documents.ts,
+   * ruleDataConflict), then off the serving thread (each evaluation under the eval budget plus 1 s
+   * of its own): its thresholds, and — for a set about to go live (`live`) — that it finishes
    * evaluating each of the most recent recorded decisions, so that a set that would stall the
    * serving thread on inputs like those is never installed. Any error — a malformed threshold, a
    * check that failed or did not finish — refuses the change (400) with the live set and the
@@ -823,6 +825,14 @@ export class PolicyService {
     try {
       const recent =
         check === 'live' && this.recentInputs ? await this.recentInputs(PREFLIGHT_DECISIONS) : [];
+      const clash = ruleDataConflict((await this.compiler.parse(modules)).modules, e.data);
+      if (clash) {
+        throw invalid(
+          `conflicting rule for data path ${clash.path}: policy ${clash.policy} defines a rule there ` +
+            `(row ${clash.row}) and the data hold a value at ${clash.held}; OPA refuses such a set: ` +
+            'move the document or the rule; nothing changed',
+        );
+      }
       const errors = await thresholdErrorsOn(thread, e.threadSet);
       if (errors.length > 0) throw invalid(thresholdErrorMessage(modules, errors));
       // One at a time: each has its own allowance, and none is left running when this returns.
