@@ -493,6 +493,37 @@ onceOnly('arbiter policy check and test (no server)', () => {
     }
   });
 
+  it('check: a number a double cannot hold exactly (it would be pushed rounded) is exit 1 naming file and where', () => {
+    const cases: [Record<string, string>, string][] = [
+      [
+        { 'data.json': '{"blocked": {"ids": [1, 9007199254740993]}}' },
+        'data.json: blocked.ids.1 holds the number 9007199254740993, which a double cannot hold exactly (it would be pushed as 9007199254740992): write it as a string',
+      ],
+      [
+        { 'rbac/data.yaml': 'floor: 0.1\nids:\n  - 0x20000000000001\n' },
+        'rbac/data.yaml:3: 0x20000000000001 is a number a double cannot hold exactly (it would be pushed as 9007199254740992): quote it to make it a string',
+      ],
+      [
+        { 'data.yaml': 'limits:\n  min: 1.0000000000000000001\n' },
+        'data.yaml:2: 1.0000000000000000001 is a number a double cannot hold exactly (it would be pushed as 1): quote it to make it a string',
+      ],
+    ];
+    for (const [files, message] of cases) {
+      const dir = tempDir({ 'a.rego': HARMLESS, ...files });
+      const r = policy(['check', dir]);
+      expect(r.code, r.stdout + r.stderr).to.equal(1);
+      expect(r.stderr).to.contain(`${dir}/${message}`);
+    }
+    // Numbers a double holds, however they are written, are fine.
+    const dir = tempDir({
+      'a.rego': HARMLESS,
+      'data.json': '{"n": [0.1, 1.0, 1E5, 9007199254740992, 1e300]}',
+      'x/data.yaml': 'n: [0x1F, 0o17, +.5, 1., 1e3, -2.50, 9007199254740992]\n',
+    });
+    const ok = policy(['check', dir]);
+    expect(ok.code, ok.stdout + ok.stderr).to.equal(0);
+  });
+
   it('check and test: data.yaml beyond YAML 1.2 core (merge keys, other tags) is exit 1 naming file and line', () => {
     const LOCKDOWN = [
       'lockdown_defaults: &lock {blocked_prefixes: ["staging/db"]}',

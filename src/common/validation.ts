@@ -265,7 +265,7 @@ export function findInexactNumber(text: string): { at: string; literal: string; 
       if (literal.length < 16 && !/[eE]/.test(literal)) continue;
       const value = Number(literal);
       // Infinity (1e400) is findUnstorable's to report.
-      if (!Number.isFinite(value) || decimalValue(literal) === decimalValue(String(value))) continue;
+      if (!Number.isFinite(value) || holdsExactly(literal, value)) continue;
       const at = open
         .map((o) => (o.index !== undefined ? String(o.index) : (JSON.parse(o.key ?? '""') as string)))
         .join('.');
@@ -283,6 +283,11 @@ export function findInexactNumber(text: string): { at: string; literal: string; 
     }
   }
   return undefined;
+}
+
+/** Whether `value` (finite) is exactly the number a JSON number literal writes. */
+export function holdsExactly(literal: string, value: number): boolean {
+  return decimalValue(literal) === decimalValue(String(value));
 }
 
 /** A JSON number literal's exact decimal value as `[-]digits e exponent`, digits without leading or trailing zeros. */

@@ -3,6 +3,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import YAML from 'yaml';
 import type { Module } from './compiler.js';
+import { findInexactNumber, holdsExactly, MAY_HOLD_INEXACT } from '../common/validation.js';
 import { checkDataPath, POLICY_NAME } from './documents.js';
 
 /** A policy directory as read: its policies, its data documents, and the file of each document. */
@@ -91,6 +92,14 @@ export async function readPolicyDir(dir: string): Promise<PolicyDir> {
       let value: unknown;
       try {
         value = rel.endsWith('.json') ? JSON.parse(text) : parseYaml(text, full);
+        const inexact =
+          rel.endsWith('.json') && MAY_HOLD_INEXACT.test(text) ? findInexactNumber(text) : undefined;
+        if (inexact) {
+          throw new DataFileError(
+            `${full}: ${inexact.at} holds the number ${inexact.literal}, which a double cannot hold exactly ` +
+              `(it would be pushed as ${inexact.read}): write it as a string`,
+          );
+        }
       } catch (e) {
         if (e instanceof DataFileError) throw e;
         throw new Error(`${full}: ${(e as Error).message}`, { cause: e });
@@ -187,9 +196,34 @@ function parseYaml(text: string, file: string): unknown {
             'schema (strings, numbers, booleans, null, maps and lists)',
         );
       }
+      // (In Node, not Scalar: a Scalar visitor would replace this one for scalars.) A number a
+      // double cannot hold exactly would be pushed rounded, where OPA reads it exactly.
+      if (!YAML.isScalar(node) || typeof node.value !== 'number' || !Number.isFinite(node.value)) return;
+      if (node.source !== undefined && !yamlNumberExact(node.source, node.value)) {
+        throw new DataFileError(
+          `${at(node)}: ${node.source} is a number a double cannot hold exactly (it would be pushed as ` +
+            `${String(node.value)}): quote it to make it a string`,
+        );
+      }
     },
   });
   return doc.toJS({ maxAliasCount: 100 });
+}
+
+/** Whether a YAML 1.2 core-schema number (`0x1F`, `0o17`, `+.5`, `1.`, `1e3`) is exactly `value`. */
+function yamlNumberExact(source: string, value: number): boolean {
+  const text = source.trim();
+  const based = /^([-+]?)0([xo])([0-9a-fA-F]+)$/.exec(text);
+  if (based) {
+    const [, sign = '', base = 'x', digits = ''] = based;
+    const n = BigInt(`0${base}${digits}`) * (sign === '-' ? -1n : 1n);
+    return Number.isInteger(value) && n === BigInt(value);
+  }
+  const decimal = text
+    .replace(/^\+/, '')
+    .replace(/^(-?)\./, '$10.')
+    .replace(/\.(?=[eE]|$)/, '');
+  return holdsExactly(decimal, value);
 }
 
 /**
