@@ -357,7 +357,8 @@ function followOtherProcesses(
 /** What /healthz answers: storage usable and a policy set loaded. */
 async function healthOf(stores: Stores, { policies }: Pick<Services, 'policies'>) {
   const revision = policies.evaluator?.revision ?? null;
-  if (!(await stores.ping())) return { ok: false, revision, error: 'storage is unusable' };
+  const unusable = await stores.health();
+  if (unusable !== undefined) return { ok: false, revision, error: unusable };
   if (revision === null) return { ok: false, revision, error: 'no policy set is loaded' };
   return { ok: true, revision };
 }

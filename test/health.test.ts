@@ -1,8 +1,23 @@
 import Database from 'better-sqlite3';
 import { expect } from 'chai';
 import path from 'node:path';
-import { onEveryBackend, onSqliteOnly } from './helpers/backends.js';
+import { onEveryBackend, onPostgresOnly, onSqliteOnly } from './helpers/backends.js';
 import { Arbiter, call } from './helpers/harness.js';
+import { queryDatabase, TEST_SERVER_URL } from './helpers/postgres.js';
+
+const DECISION = { agent_id: 'deploy-bot', action: 'read', resource: 'repo/arbiter', confidence: 0.95 };
+
+/** /healthz says unavailable, naming why, and no decision is answered (503, never allow). */
+async function expectUnusable(a: Arbiter, why: RegExp): Promise<void> {
+  const d = await call('POST', a.engine + '/v1/agent/authorize', { body: DECISION });
+  expect(d.status, d.text).to.equal(503);
+  for (const base of [a.engine, a.platform]) {
+    const r = await call('GET', base + '/healthz', { key: null });
+    expect(r.status, r.text).to.equal(503);
+    expect(r.json.status).to.equal('unavailable');
+    expect(r.json.error).to.be.a('string').and.match(why);
+  }
+}
 
 // /healthz reads storage: every backend. The 503 test breaks the SQLite file behind the service,
 // so it is SQLite's own; test/postgres-cluster.test.ts covers an unreachable PostgreSQL.
@@ -21,6 +36,51 @@ onEveryBackend('GET /healthz', () => {
       expect(r.status).to.equal(200);
       expect(r.json).to.deep.equal({ status: 'ok', revision: 1 });
     }
+  });
+
+  // Reads still work, so a probe that only reads said ok while every decision answered 503.
+  it('answers 503 while the audit chain cannot be appended to (its recorded head is unreadable), and recovers', async () => {
+    const [count] = await a.stored<{ value: string }>("SELECT value FROM meta WHERE key = 'audit_count'");
+    await a.alter("UPDATE meta SET value = 'x' WHERE key = 'audit_count'");
+    try {
+      await expectUnusable(a, /audit/);
+    } finally {
+      await a.alter("UPDATE meta SET value = $1 WHERE key = 'audit_count'", [count!.value]);
+    }
+    expect((await call('GET', a.engine + '/healthz', { key: null })).status).to.equal(200);
+    const d = await call('POST', a.engine + '/v1/agent/authorize', { body: DECISION });
+    expect(d.status, d.text).to.equal(200);
+  });
+
+  onPostgresOnly('with the database read-only', () => {
+    // What a client meets after a failover to a standby, or with default_transaction_read_only.
+    const readOnly = async (on: boolean) => {
+      const name = new URL(a.databaseUrl!).pathname.slice(1);
+      await queryDatabase(
+        TEST_SERVER_URL,
+        `ALTER DATABASE ${name} ${on ? 'SET default_transaction_read_only = on' : 'RESET default_transaction_read_only'}`,
+      );
+      // Sessions keep the setting they began with: end them, and the pool opens new ones.
+      await queryDatabase(
+        TEST_SERVER_URL,
+        'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
+        [name],
+      );
+    };
+
+    it('answers 503 while the database refuses writes, and recovers', async () => {
+      await readOnly(true);
+      try {
+        // The pool notices its ended sessions on their next use.
+        await call('GET', a.engine + '/healthz', { key: null });
+        await expectUnusable(a, /read-only/);
+      } finally {
+        await readOnly(false);
+      }
+      expect((await call('GET', a.engine + '/healthz', { key: null })).status).to.equal(200);
+      const d = await call('POST', a.engine + '/v1/agent/authorize', { body: DECISION });
+      expect(d.status, d.text).to.equal(200);
+    });
   });
 
   onSqliteOnly('with the database file broken', () => {

@@ -65,6 +65,16 @@ export function readStoredHead(s: StoredHead): RecordedHead {
   return { ok: true, head: { hash, count: Number(count) } };
 }
 
+/**
+ * What /healthz says when appends cannot go on from the recorded head (every decision then
+ * answers 503), or undefined when they can. The reason is verify's to tell, to an audit:read key.
+ */
+export function appendProblem(s: StoredHead): string | undefined {
+  return readStoredHead(s).ok
+    ? undefined
+    : 'the audit trail cannot be appended to: its recorded head is unreadable (GET /api/v1/audit/verify says why)';
+}
+
 /** The head of the chain for an append: as recorded, or an error when it cannot be read. */
 export function headForAppend(s: StoredHead): ChainHead {
   const r = readStoredHead(s);

@@ -75,7 +75,7 @@ function guarded(stores: Stores): Stores {
     keys: wrap(stores.keys),
     policies: wrap(stores.policies),
     webhooks: wrap(stores.webhooks),
-    ping: () => stores.ping(),
+    health: () => stores.health(),
     close: () => stores.close(),
   };
 }

@@ -30,8 +30,12 @@ export interface Stores {
   readonly changes: ChangeFeed;
   /** CPU seconds of the thread that commits decisions, when it is a thread of its own (metrics). */
   writerCpuSeconds?(): Promise<number | undefined>;
-  /** Liveness for /healthz: true when a read succeeds now. Never throws. */
-  ping(): Promise<boolean>;
+  /**
+   * For /healthz: undefined when storage can record now (a read succeeds, writes are accepted and
+   * the audit chain can be appended to), else why not, in words fit for an unauthenticated caller.
+   * Never throws.
+   */
+  health(): Promise<string | undefined>;
   close(): Promise<void>;
 }
 

@@ -1,3 +1,4 @@
+import { appendProblem } from '../../audit/chain.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Stores } from '../stores.js';
 import { PgAuditStore } from './audit.js';
@@ -7,7 +8,7 @@ import { PgChangeFeed } from './feed.js';
 import { PgKeyStore } from './keys.js';
 import { migrate } from './migrations.js';
 import { PgPolicyStore } from './policies.js';
-import { createPool } from './pool.js';
+import { createPool, rows } from './pool.js';
 import { PgQueueStore } from './queue.js';
 import { PgTokenStore } from './tokens.js';
 import { PgWebhookStore } from './webhooks.js';
@@ -48,12 +49,22 @@ export async function openPostgresStores(opts: PostgresOptions): Promise<Stores>
     policies: new PgPolicyStore(pool, chain),
     webhooks: new PgWebhookStore(pool, chain),
     changes: opts.listen ? feed : { crossProcess: true, subscribe: () => () => undefined },
-    async ping(): Promise<boolean> {
+    /**
+     * A server that answers but refuses writes (a standby after a failover, or
+     * default_transaction_read_only) records no decision: it is as unusable as one that is down.
+     */
+    async health(): Promise<string | undefined> {
       try {
-        await pool.query('SELECT 1');
-        return true;
+        const [r] = await rows<{ ro: string; h: string | null; c: string | null }>(
+          pool,
+          `SELECT current_setting('transaction_read_only') AS ro,
+             (SELECT value FROM meta WHERE key = 'audit_head') AS h,
+             (SELECT value FROM meta WHERE key = 'audit_count') AS c`,
+        );
+        if (r?.ro !== 'off') return 'storage is read-only: no decision can be recorded';
+        return appendProblem({ audit_head: r.h ?? undefined, audit_count: r.c ?? undefined });
       } catch {
-        return false;
+        return 'storage is unusable';
       }
     },
     async close(): Promise<void> {

@@ -1,3 +1,4 @@
+import { appendProblem } from '../../audit/chain.js';
 import { SILENT_FEED, type Stores } from '../stores.js';
 import { AuditWriter, SqliteAuditStore } from './audit.js';
 import { openDatabase, type Db } from './db.js';
@@ -50,7 +51,6 @@ export function sqliteStores(
 ): Stores {
   const writer = new AuditWriter(db, onAuditAppend);
   const decisions = committer ?? inProcessCommitter(new DecisionWriter(db, writer));
-  const probe = db.prepare("SELECT value FROM meta WHERE key = 'revision'").pluck();
   return {
     backend: 'sqlite',
     audit: new SqliteAuditStore(db, writer),
@@ -65,12 +65,12 @@ export function sqliteStores(
     ...(decisions.cpuSeconds
       ? { writerCpuSeconds: () => decisions.cpuSeconds?.() ?? Promise.resolve(undefined) }
       : {}),
-    /** Reads a row, so a locked or unreadable file fails it. */
-    async ping(): Promise<boolean> {
+    /** Reads the chain head, so an unreadable file or a head no append can follow fails it. */
+    async health(): Promise<string | undefined> {
       try {
-        return typeof probe.get() === 'string';
+        return appendProblem(writer.readHead());
       } catch {
-        return false;
+        return 'storage is unusable';
       }
     },
     async close(): Promise<void> {
