@@ -298,15 +298,20 @@ onEveryBackend('audit trail', () => {
     });
 
     it('records key creation and revocation done with the CLI', async () => {
-      a.createKey('audited-key', ['audit:read'], { tenant: 'acme' });
+      a.createKey('audited-key', ['audit:read'], { tenant: 'acme', agent: 'audited-bot' });
       const created = await oneEvent('key.create', 'resource', 'audited-key');
-      expect(created).to.include({ outcome: 'success', tenant_id: 'acme' });
+      expect(created).to.include({ outcome: 'success', tenant_id: 'acme', agent_id: 'audited-bot' });
       expect(created.details.scopes).to.deep.equal(['audit:read']);
 
       const r = a.cli(['keys', 'revoke', 'audited-key']);
       expect(r.code, r.stderr).to.equal(0);
       const revoked = await oneEvent('key.revoke', 'resource', 'audited-key');
-      expect(revoked.outcome).to.equal('success');
+      // The revocation names the same key, tenant and agent as its creation, so the filters that
+      // find one find the other.
+      expect(revoked).to.include({ outcome: 'success', tenant_id: 'acme', agent_id: 'audited-bot' });
+      expect(revoked.details.key_id).to.equal(created.details.key_id);
+      const ofTenant = await auditEvents(a, 'tenant_id=acme&agent_id=audited-bot');
+      expect(ofTenant.map((e) => e.kind)).to.have.members(['key.create', 'key.revoke']);
     });
 
     it('records the policies seeded at first start', async () => {

@@ -115,13 +115,16 @@ export class KeyService {
   async revoke(name: string, actor: string): Promise<{ key: ApiKeyRecord; tokensRevoked: number }> {
     const requestId = newId();
     const r = await this.store.revoke(name, new Date().toISOString(), {
-      key: (tokensRevoked) => ({
+      // The same key, tenant and agent as its key.create, so the filters that find one find both.
+      key: (tokensRevoked, rec) => ({
         kind: 'key.revoke',
         actor,
         outcome: 'success',
         resource: name,
+        tenant_id: rec.tenant,
+        agent_id: rec.agent,
         request_id: requestId,
-        details: { tokens_revoked: tokensRevoked },
+        details: { key_id: rec.id, tokens_revoked: tokensRevoked },
       }),
       token: (t) => tokenRevokeEvent(t, actor, null, { key: name }),
     });

@@ -48,12 +48,15 @@ export interface KeyStore {
   /**
    * Marks the key revoked and, in the same transaction, every token it minted that is unrevoked
    * and unexpired at `at`, each with its own `token` event; the `key` event is told how many
-   * tokens that was. Returns the key and that count (0 when the key was already revoked: nothing
+   * tokens that was, and the key's record. Returns the key and that count (0 when the key was already revoked: nothing
    * is written), or undefined if no such key.
    */
   revoke(
     name: string,
     at: string,
-    events: { key: (tokensRevoked: number) => NewAuditEvent; token: (t: TokenRecord) => NewAuditEvent },
+    events: {
+      key: (tokensRevoked: number, key: ApiKeyRecord) => NewAuditEvent;
+      token: (t: TokenRecord) => NewAuditEvent;
+    },
   ): Promise<{ key: ApiKeyRecord; tokensRevoked: number } | undefined>;
 }

@@ -831,7 +831,8 @@ export function storageContract(backend: Backend): void {
         const told: number[] = [];
         const tokenEvents: string[] = [];
         const revoked = await stores.keys.revoke('ci-bot', iso(), {
-          key: (n) => {
+          key: (n, rec) => {
+            expect(rec.id).to.equal(k.id);
             told.push(n);
             return { kind: 'key.revoke', details: { tokens_revoked: n } };
           },

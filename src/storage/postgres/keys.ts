@@ -52,7 +52,10 @@ export class PgKeyStore implements KeyStore {
   async revoke(
     name: string,
     at: string,
-    events: { key: (tokensRevoked: number) => NewAuditEvent; token: (t: TokenRecord) => NewAuditEvent },
+    events: {
+      key: (tokensRevoked: number, key: ApiKeyRecord) => NewAuditEvent;
+      token: (t: TokenRecord) => NewAuditEvent;
+    },
   ): Promise<{ key: ApiKeyRecord; tokensRevoked: number } | undefined> {
     return tx(this.pool, async (c) => {
       const head = await this.chain.lockHead(c);
@@ -70,7 +73,10 @@ export class PgKeyStore implements KeyStore {
           )
         ).map(tokenFromRow);
         tokensRevoked = tokens.length;
-        await this.chain.appendAfter(c, head, [...tokens.map(events.token), events.key(tokensRevoked)]);
+        await this.chain.appendAfter(c, head, [
+          ...tokens.map(events.token),
+          events.key(tokensRevoked, keyFromRow(r)),
+        ]);
         await notify(c, { topic: 'keys' });
         r.revoked_at = at;
       }

@@ -75,7 +75,10 @@ export class SqliteKeyStore implements KeyStore {
   async revoke(
     name: string,
     at: string,
-    events: { key: (tokensRevoked: number) => NewAuditEvent; token: (t: TokenRecord) => NewAuditEvent },
+    events: {
+      key: (tokensRevoked: number, key: ApiKeyRecord) => NewAuditEvent;
+      token: (t: TokenRecord) => NewAuditEvent;
+    },
   ): Promise<{ key: ApiKeyRecord; tokensRevoked: number } | undefined> {
     // This connection's own commit does not change its data_version: forget every cached key,
     // whether or not the transaction commits (synchronous: no request runs in between).
@@ -89,7 +92,10 @@ export class SqliteKeyStore implements KeyStore {
   private revokeInTx(
     name: string,
     at: string,
-    events: { key: (tokensRevoked: number) => NewAuditEvent; token: (t: TokenRecord) => NewAuditEvent },
+    events: {
+      key: (tokensRevoked: number, key: ApiKeyRecord) => NewAuditEvent;
+      token: (t: TokenRecord) => NewAuditEvent;
+    },
   ): { key: ApiKeyRecord; tokensRevoked: number } | undefined {
     return this.db
       .transaction(() => {
@@ -107,7 +113,7 @@ export class SqliteKeyStore implements KeyStore {
               .all(at, name, at) as Row[]
           ).map(tokenFromRow);
           tokensRevoked = tokens.length;
-          this.writer.appendInTx([...tokens.map(events.token), events.key(tokensRevoked)]);
+          this.writer.appendInTx([...tokens.map(events.token), events.key(tokensRevoked, keyFromRow(r))]);
           r.revoked_at = at;
         }
         return { key: keyFromRow(r), tokensRevoked };
