@@ -15,6 +15,7 @@ import {
   type Response,
 } from './helpers/harness.js';
 import { queryDatabase } from './helpers/postgres.js';
+import { canonicalJson } from '../src/common/canonical-json.js';
 import { ASCII_NAME } from '../src/common/validation.js';
 
 /** Every field SPEC §8 gives an audit event. */
@@ -289,6 +290,13 @@ onEveryBackend('audit trail', () => {
       const putEvent = await oneEvent('data.put', 'request_id', put.headers.get('x-request-id'));
       expect(putEvent.outcome).to.equal('success');
       expect(JSON.stringify(putEvent.resource)).to.match(/audit_probe/);
+      // Which value went live, by content, as a policy PUT and a bundle's data_sha256 record it.
+      const sha = (v: unknown) => createHash('sha256').update(canonicalJson(v), 'utf8').digest('hex');
+      expect(putEvent.details).to.deep.equal({ sha256: sha({ on: true }), created: true });
+      const again = await call('PUT', url, { body: { on: false } });
+      expect(again.status, again.text).to.equal(200);
+      const againEvent = await oneEvent('data.put', 'request_id', again.headers.get('x-request-id'));
+      expect(againEvent.details).to.deep.equal({ sha256: sha({ on: false }), created: false });
 
       const del = await call('DELETE', url);
       expect(del.status, del.text).to.be.oneOf([200, 204]);

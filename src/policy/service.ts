@@ -393,18 +393,20 @@ export class PolicyService {
         { path: dataPath, value, updated_at: '' },
       ];
       const prepared = await this.checked(await this.withData(snap, dataTree(docs)), snap.policies, 'live');
+      const sha256 = dataSha256(value);
+      const created = !snap.data.some((d) => d.path === dataPath);
       const c = await this.store.commit(
         {
           ...NO_CHANGE,
           expectedRevision: snap.revision,
-          putData: [{ path: dataPath, value, sha256: dataSha256(value) }],
+          putData: [{ path: dataPath, value, sha256 }],
           actor: ctx.actor,
         },
-        (revision) => [this.event('data.put', dataPath, revision, ctx, {})],
+        // What went live, by content, as policy.put and a bundle's data_sha256 record it.
+        (revision) => [this.event('data.put', dataPath, revision, ctx, { sha256, created })],
       );
       if (!c.ok) return 'stale' in c ? STALE : notFoundOf(dataPath);
       await this.install(prepared, c.revision);
-      const created = !snap.data.some((d) => d.path === dataPath);
       return { done: { path: dataPath, created, revision: c.revision, updated_at: c.time } };
     });
     await this.announce(result.revision);
