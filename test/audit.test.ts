@@ -529,6 +529,26 @@ onEveryBackend('audit trail', () => {
       expect(await auditEvents(a, `agent_id=filt-agent-1&since=${future}`)).to.deep.equal([]);
     });
 
+    it('compares since and until finer than a millisecond as the instants they name', async () => {
+      const all = await auditEvents(a, 'agent_id=filt-agent-1');
+      const known = all.find((e) => e.request_id === ids.agent![1]);
+      // Half a millisecond after the event (times are stored to the millisecond): since excludes
+      // it, until includes it. Both used to be cut to the millisecond, and answered the opposite.
+      const after = (known.time as string).replace('Z', '5Z');
+      const since = await auditEvents(a, `agent_id=filt-agent-1&since=${after}`);
+      expect(reqIds(since)).to.not.include(ids.agent![1]);
+      expect(reqIds(since)).to.deep.equal(reqIds(all.filter((e) => e.time > known.time)));
+      const until = await auditEvents(a, `agent_id=filt-agent-1&until=${after}`);
+      expect(reqIds(until)).to.include(ids.agent![1]);
+      expect(reqIds(until)).to.deep.equal(reqIds(all.filter((e) => e.time <= known.time)));
+      // Nine digits; and an instant whose next millisecond is in year 10000, which no stored time
+      // reaches and no time text of four-digit years can name: 400, as for year 10000 itself.
+      const nine = (known.time as string).replace('Z', '000001Z');
+      expect(reqIds(await auditEvents(a, `agent_id=filt-agent-1&until=${nine}`))).to.include(ids.agent![1]);
+      expectError(await audit(a, 'since=9999-12-31T23:59:59.9995Z'), 400, /since/);
+      expectError(await audit(a, 'until=9999-12-31T23:59:59.9995Z'), 400, /until/);
+    });
+
     it('confines a tenant-bound key to its tenant', async () => {
       const events = await auditEvents(a, 'kind=decision', filtReader);
       expect(reqIds(events)).to.deep.equal([...ids.user1!, ...ids.user2!].reverse());

@@ -34,6 +34,18 @@ export function isRfc3339(s: string): boolean {
 }
 
 /**
+ * The first whole millisecond at or after the instant an RFC 3339 text (isRfc3339) names, as
+ * ISO 8601 UTC, or undefined when that is past year 9999. Times are stored to the millisecond, so
+ * a bound finer than that selects exactly the stored times it should, `>=` and `<` alike, at its
+ * next millisecond; cut to its millisecond (as Date.parse reads it) it selected the opposite.
+ */
+export function millisecondAtOrAfter(s: string): string | undefined {
+  const beyondMs = /\.\d{3}(\d+)/.exec(s)?.[1] ?? '';
+  const t = Date.parse(s) + (/[1-9]/.test(beyondMs) ? 1 : 0);
+  return new Date(t).getUTCFullYear() > 9999 ? undefined : new Date(t).toISOString();
+}
+
+/**
  * Identifiers, actions and resources carry no whitespace or control characters: they end up in
  * token scopes (space-delimited, RFC 6749 §3.3) and in logs, where either would let one value
  * pass for several. Control characters are C0, DEL and C1 (U+0080–U+009F: NEL is a line break to

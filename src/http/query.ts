@@ -1,6 +1,6 @@
 import type { Middleware } from 'koa';
 import { MAX_LIMIT, MAX_PAGE_BYTES, parseLimit } from '../common/pagination.js';
-import { isRfc3339, isStorableString, type JsonSchema } from '../common/validation.js';
+import { isRfc3339, isStorableString, millisecondAtOrAfter, type JsonSchema } from '../common/validation.js';
 import { invalid } from '../errors.js';
 import type { Ctx, RouteDef, State } from './context.js';
 
@@ -121,15 +121,21 @@ export function filterParam<N extends string>(name: N, description: string): Que
   });
 }
 
-/** An RFC 3339 date-time with a time zone, read as the instant it names (ISO 8601, UTC). */
+/**
+ * An RFC 3339 date-time with a time zone, read as the instant it names (ISO 8601, UTC), as a
+ * bound on stored times: digits past the millisecond take the next one (millisecondAtOrAfter).
+ */
 export function timeParam<N extends string>(name: N, description: string): QueryParam<N, string> {
   return queryParam({
     name,
     description,
     schema: { type: 'string', format: 'date-time' },
     parse: (raw: string) => {
-      if (!isRfc3339(raw)) throw invalid(`query parameter ${name} must be an RFC 3339 date-time`);
-      return new Date(raw).toISOString();
+      const bound = isRfc3339(raw) ? millisecondAtOrAfter(raw) : undefined;
+      if (bound === undefined) {
+        throw invalid(`query parameter ${name} must be an RFC 3339 date-time in years 0000-9999 (UTC)`);
+      }
+      return bound;
     },
   });
 }
