@@ -163,6 +163,36 @@ onEveryBackend('audit verify: rows outside the chain and its recorded head', () 
     }
   });
 
+  it('points at an event whose body was replaced by JSON that is not an event, hash recomputed', async () => {
+    const a = await withEvents();
+    const [first, second] = await rows(a);
+    const notObject = /^event 2 has a body that is not a JSON object: it was modified$/;
+    const unlinked = /^prev_hash does not match the event before it/;
+    for (const [body, reason] of [
+      ['null', notObject],
+      ['1', notObject],
+      ['"x"', notObject],
+      ['[]', notObject],
+      ['{"id":7}', unlinked],
+      ['{"id":"fake","prev_hash":null}', unlinked],
+      // Linked, but without the fields its row's columns hold.
+      [`{"id":"fake","prev_hash":"${first!.hash}"}`, /^the indexed columns of this event differ/],
+    ] as const) {
+      await a.alter('UPDATE audit_events SET body = $1, hash = $2 WHERE seq = 2', [body, sha256Hex(body)]);
+      // 200 {ok: false} naming the event by number (its id is not to be trusted), never a 500.
+      const v = await verify(a);
+      expect(v, body).to.deep.equal({
+        ok: false,
+        checked: 1,
+        first_bad: body.includes('fake') ? 'fake' : null,
+        reason: v.reason,
+      });
+      expect(v.reason, body).to.match(reason);
+    }
+    await a.alter('UPDATE audit_events SET body = $1, hash = $2 WHERE seq = 2', [second!.body, second!.hash]);
+    expect(await verify(a)).to.include({ ok: true });
+  });
+
   it('fails when the forged row is recorded as the head too: a gap in the numbering', async () => {
     const a = await withEvents();
     const n = (await rows(a)).length;

@@ -214,33 +214,45 @@ export type ChainCheck = { ok: true; hash: string } | { ok: false; id: string | 
  * hashes to its hash, links to `prev`, and its index columns are the body's own values (so a filter cannot be made to hide it).
  */
 export function checkStoredEvent(row: StoredEvent, prev: string, seq: number): ChainCheck {
-  let content: Omit<AuditEvent, 'hash'>;
+  let parsed: unknown;
   try {
-    content = JSON.parse(row.body) as Omit<AuditEvent, 'hash'>;
+    parsed = JSON.parse(row.body);
   } catch {
     return { ok: false, id: null, reason: `event ${row.seq} has a body that is not JSON: it was modified` };
   }
+  // Every stored body is an object (completeEvent's): anything else was written by someone else,
+  // and reading its fields would fail the walk instead of reporting the event.
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    return {
+      ok: false,
+      id: null,
+      reason: `event ${row.seq} has a body that is not a JSON object: it was modified`,
+    };
+  }
+  const content = parsed as Omit<AuditEvent, 'hash'>;
+  // The id a tampered body claims is reported only when it could be one.
+  const id = typeof content.id === 'string' ? content.id : null;
   if (row.seq !== seq) {
     return {
       ok: false,
-      id: content.id,
+      id,
       reason: `event ${seq} is missing: the next stored event is number ${row.seq}, so an event was deleted or renumbered`,
     };
   }
   if (sha256Hex(row.body) !== row.hash) {
-    return { ok: false, id: content.id, reason: 'event content does not match its hash: it was modified' };
+    return { ok: false, id, reason: 'event content does not match its hash: it was modified' };
   }
   if (content.prev_hash !== prev) {
     return {
       ok: false,
-      id: content.id,
+      id,
       reason: 'prev_hash does not match the event before it: an event was deleted, inserted or reordered',
     };
   }
   if (canonicalJson(indexColumns(content)) !== canonicalJson(row.columns)) {
     return {
       ok: false,
-      id: content.id,
+      id,
       reason: 'the indexed columns of this event differ from its hashed content: they were modified',
     };
   }
