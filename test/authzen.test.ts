@@ -310,6 +310,30 @@ onEveryBackend('AuthZEN Authorization API 1.0 (SPEC §14)', () => {
       expect((await evaluation(own, { key })).status).to.equal(200);
     });
 
+    it("records the tenant an agent subject claims, so that the tenant's reviewers see its item", async () => {
+      const claim = (tenant: string) => ({
+        ...AZ.approval,
+        subject: {
+          ...AZ.approval.subject,
+          properties: { ...AZ.approval.subject.properties, tenant_id: tenant },
+        },
+      });
+      const r = await evaluation(claim('acme'));
+      expect(r.json.context.status, r.text).to.equal('requires_approval');
+      const id = r.json.context.request_id as string;
+      const [event] = await auditEvents(a.platform, { kind: 'decision', request_id: id });
+      expect(event.tenant_id).to.equal('acme');
+      const acmeReviewer = a.createKey('authzen-acme-reviewer', ['queue:read'], { tenant: 'acme' });
+      const item = await call('GET', `${a.engine}/v1/queue/${id}`, { key: acmeReviewer });
+      expect(item.status, item.text).to.equal(200);
+      expect(item.json.tenant_id).to.equal('acme');
+      const listed = await call('GET', `${a.engine}/v1/queue/pending`, { key: acmeReviewer });
+      expect((listed.json.items as { id: string }[]).map((i) => i.id)).to.include(id);
+      // Another tenant's reviewer does not see it.
+      const globexReviewer = a.createKey('authzen-globex-reviewer', ['queue:read'], { tenant: 'globex' });
+      expectError(await call('GET', `${a.engine}/v1/queue/${id}`, { key: globexReviewer }), 403);
+    });
+
     it('needs a key with the authorize scope', async () => {
       expectError(await evaluation(AZ.allow, { key: null }), 401);
       const key = a.createKey('authzen-reader', ['queue:read']);

@@ -248,7 +248,11 @@ export class AuthzenService {
         confidence,
         context,
       };
-      return this.decisions.authorizeAgent(request, principal, ids, idemKey, { authzen, sizeChecked });
+      return this.decisions.authorizeAgent(request, principal, ids, idemKey, {
+        authzen,
+        sizeChecked,
+        ...(claimed !== undefined ? { tenant: claimed } : {}),
+      });
     }
     const tenant = ev.subject.properties?.tenant_id ?? this.defaultTenant;
     if (typeof tenant !== 'string') throw invalid('subject.properties.tenant_id must be a string');

@@ -82,6 +82,12 @@ interface Call {
 export interface DecisionExtras {
   authzen?: Record<string, unknown>;
   /**
+   * The tenant an AuthZEN agent subject claims (`subject.properties.tenant_id`), already held to
+   * the key's binding: the decision's tenant when it acts for no user, so that the tenant's
+   * reviewers see its queue item (a native agent request has no such field: the key's tenant).
+   */
+  tenant?: string;
+  /**
    * The caller has held this request to the size limit already (an AuthZEN batch checks every
    * evaluation before it decides any): it is not measured again. Unset, it is measured here.
    */
@@ -171,7 +177,7 @@ export class DecisionService {
       subject: {
         agent_id: req.agent_id,
         user_id: null,
-        tenant_id: obo?.tenant_id ?? principal.tenant,
+        tenant_id: obo?.tenant_id ?? extras.tenant ?? principal.tenant,
         action: req.action,
         resource: req.resource,
         confidence: req.confidence,
