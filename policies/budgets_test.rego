@@ -41,10 +41,12 @@ test_other_actions_declare_no_budget if {
 	d.limits == []
 }
 
+# Each budget on its own: `every`, so that a deny for only one of them fails the test.
 test_payment_without_its_budget_in_data_denied_not_unmetered if {
-	some name in ["invoice_payments_per_day", "invoice_spend_per_day"]
-	d := data.authz.decision with input as pay(10)
-		with data.budgets as object.remove({"invoice_payments_per_day": 3, "invoice_spend_per_day": 99.5}, [name])
-	d.status == "deny"
-	d.reasons == [concat("", ["invoices.pay has no daily budget: data.budgets.", name, " must be a number"])]
+	every name in ["invoice_payments_per_day", "invoice_spend_per_day"] {
+		d := data.authz.decision with input as pay(10)
+			with data.budgets as object.remove({"invoice_payments_per_day": 3, "invoice_spend_per_day": 99.5}, [name])
+		d.status == "deny"
+		d.reasons == [concat("", ["invoices.pay has no daily budget: data.budgets.", name, " must be a number"])]
+	}
 }

@@ -728,11 +728,35 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
         );
       });
     });
+
+    it('refuses (400) a data change that lands on a rule only the shadow set defines, and changes nothing', async () => {
+      const shadow = policy('shadowed') + '?mode=shadow';
+      expect((await call('PUT', shadow, { body: { rego: RULE } })).status).to.equal(201);
+      try {
+        await expectUnchanged(async () => {
+          const shadowed = refused('shadowed/flag', 'shadowed', 'shadowed/flag');
+          const asShadow = new RegExp(shadowed.source.replace('policy shadowed', 'shadow policy shadowed'));
+          expectError(await call('PUT', data('shadowed'), { body: { flag: true } }), 400, asShadow);
+          expectError(
+            await call('POST', a.platform + '/api/v1/bundle', {
+              body: { policies: {}, data: { shadowed: { flag: true } } },
+            }),
+            400,
+            asShadow,
+          );
+        });
+        const report = await call('GET', a.platform + '/api/v1/shadow');
+        expect(report.json.policies.map((p: { name: string }) => p.name)).to.deep.equal(['shadowed']);
+      } finally {
+        const dropped = await call('DELETE', shadow);
+        expect(dropped.status, dropped.text).to.equal(204);
+      }
+    });
   });
 
   // OPA reads every JSON number exactly (9007199254740993 is not 9007199254740992, 1e-400 is not
   // 0) and the compiled policy compares its literals exactly too; JSON.parse rounds to a double.
-  describe('numbers a double cannot hold exactly', () => {
+  describe('numbers that would reach the policy as another number', () => {
     const json = (raw: string) => ({ raw, headers: { 'content-type': 'application/json' } });
     const BLOCKED =
       'package authz.agent\n\ndeny contains "account 9007199254740993 is blocked" if input.context.account == 9007199254740993\n';
@@ -758,14 +782,14 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
       expectError(
         await call('POST', engine, json(withAccount('9007199254740993'))),
         400,
-        'context.account holds the number 9007199254740993, which a double cannot hold exactly ' +
-          '(it would be read as 9007199254740992): send it as a string',
+        'context.account holds the number 9007199254740993, which would reach the policy as ' +
+          '9007199254740992 (numbers are read as doubles): send it as a string',
       );
       // A confidence above 1.0 that rounds to 1 is out of range, not a confidence of 1.
       expectError(
         await call('POST', engine, json(withAccount('1').replace('0.95', '1.0000000000000000001'))),
         400,
-        /^confidence holds the number 1\.0000000000000000001, which a double cannot hold exactly \(it would be read as 1\)/,
+        /^confidence holds the number 1\.0000000000000000001, which would reach the policy as 1 \(/,
       );
     });
 
@@ -776,19 +800,21 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
         ['{"floor":1e-400}', 'floor'],
         ['[0.1000000000000000000001]', '0'],
         ['18446744073709551615', 'request body'],
+        // An exact double (2^60), but passed on as 1152921504606847000: another number to OPA.
+        ['{"id":1152921504606846976}', 'id'],
       ] as const) {
         await expectUnchanged(async () => {
           expectError(
             await call('PUT', data('inexact-nums'), json(raw)),
             400,
-            new RegExp(`^${at.replace('.', '\\.')} holds the number .*, which a double cannot hold exactly`),
+            new RegExp(`^${at.replace('.', '\\.')} holds the number .*, which would reach the policy as `),
           );
         });
       }
       expectError(await call('GET', data('inexact-nums')), 404);
     });
 
-    it('accepts the numbers a double holds, however they are written', async () => {
+    it('accepts the numbers that come back as written, however they are written', async () => {
       const raw =
         '{"n":[0.1,1.0,1E5,-2.50,9007199254740992,1e300,0.30000000000000004,5e-324,123456789012345.6,' +
         '1.7976931348623157e308,100000000000000000000000,"9007199254740993 in a string",-1.5e-7]}';

@@ -185,6 +185,11 @@ onceOnly('arbiter policy check and test (no server)', () => {
     const r3 = policy(['check', thresholds]);
     expect(r3.code).to.equal(1);
     expect(r3.stdout).to.contain(`${path.join(thresholds, 't.rego')}:3:1`);
+    // A data document where a rule is: OPA and the server refuse the set, though it compiles.
+    const clash = tempDir({ 'x.rego': 'package x\n\nflag := false\n', 'data.json': '{"x": {"flag": true}}' });
+    const r4 = policy(['check', clash]);
+    expect(r4.code, r4.stdout + r4.stderr).to.equal(1);
+    expect(r4.stdout).to.contain(`${path.join(clash, 'x.rego')}:3:1: conflicting rule for data path x/flag`);
   });
 
   it('check: a rule of the wrong shape for the decision module is blamed on its own file and row, not on builtin/authz.rego', () => {
@@ -493,19 +498,24 @@ onceOnly('arbiter policy check and test (no server)', () => {
     }
   });
 
-  it('check: a number a double cannot hold exactly (it would be pushed rounded) is exit 1 naming file and where', () => {
+  it('check: a number that would reach the policy as another number is exit 1 naming file and where', () => {
     const cases: [Record<string, string>, string][] = [
       [
         { 'data.json': '{"blocked": {"ids": [1, 9007199254740993]}}' },
-        'data.json: blocked.ids.1 holds the number 9007199254740993, which a double cannot hold exactly (it would be pushed as 9007199254740992): write it as a string',
+        'data.json: blocked.ids.1 holds the number 9007199254740993, which would reach the policy as 9007199254740992 (numbers are read as doubles): write it as a string',
       ],
       [
         { 'rbac/data.yaml': 'floor: 0.1\nids:\n  - 0x20000000000001\n' },
-        'rbac/data.yaml:3: 0x20000000000001 is a number a double cannot hold exactly (it would be pushed as 9007199254740992): quote it to make it a string',
+        'rbac/data.yaml:3: the line holds the number 0x20000000000001, which would reach the policy as 9007199254740992 (numbers are read as doubles): quote it to make it a string',
       ],
       [
         { 'data.yaml': 'limits:\n  min: 1.0000000000000000001\n' },
-        'data.yaml:2: 1.0000000000000000001 is a number a double cannot hold exactly (it would be pushed as 1): quote it to make it a string',
+        'data.yaml:2: the line holds the number 1.0000000000000000001, which would reach the policy as 1 (numbers are read as doubles): quote it to make it a string',
+      ],
+      [
+        // 2^60 in hex: an exact double, but pushed as 1152921504606847000.
+        { 'data.yaml': 'n: 0x1000000000000000\n' },
+        'data.yaml:1: the line holds the number 0x1000000000000000, which would reach the policy as 1152921504606847000 (numbers are read as doubles): quote it to make it a string',
       ],
     ];
     for (const [files, message] of cases) {

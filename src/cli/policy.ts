@@ -6,7 +6,7 @@ import { parseArgs } from 'node:util';
 import { loadConfig } from '../config.js';
 import { BUILTIN_MODULE_PATH, CompileError, RegoCompiler } from '../policy/compiler.js';
 import { EvaluationThread, thresholdErrorsOn } from '../policy/eval-thread.js';
-import { dataTree } from '../policy/documents.js';
+import { dataTree, ruleDataConflict } from '../policy/documents.js';
 import { BUNDLED_BUILTIN, readPolicyDir } from '../policy/policy-dir.js';
 import { thresholdErrorMessage } from '../policy/thresholds.js';
 import { CliUsageError, HttpRefused, Refused } from './policy-errors.js';
@@ -202,6 +202,16 @@ async function check(dir: string, io: Io): Promise<number> {
       const more = lines.length > 1 ? ` (and ${lines.length - 1} more)` : '';
       const error = `${lines[0] ?? 'the policies do not compile'}${more}`;
       print(io, lines, { ok: false, errors: problems, error, exit: 1 });
+      return 1;
+    }
+    // A rule where the data hold a value: the server refuses the set (and a seed from it), as OPA
+    // does; `opa build` never sees the data, so the compile above cannot tell.
+    const clash = ruleDataConflict((await compiler.parse(local.modules)).modules, dataTree(local.data));
+    if (clash) {
+      const message =
+        `${fileOf(clash.policy)}:${clash.row}:1: conflicting rule for data path ${clash.path}: ` +
+        `the data hold a value at ${clash.held}; OPA refuses such a set: move the document or the rule`;
+      print(io, [message], { ok: false, errors: [{ message }], error: message, exit: 1 });
       return 1;
     }
     // On a thread, as the service checks a change: a `thresholds` rule that never finishes is

@@ -4,11 +4,10 @@ import { AppError, forbidden, invalid, notFound } from '../errors.js';
 import { readBodyText, parseJson } from './body.js';
 import { HttpError, toHttpError } from './errors.js';
 import {
-  findInexactNumber,
   findUnstorable,
+  inexactNumberIn,
   inexactNumberMessage,
   isStorableString,
-  MAY_HOLD_INEXACT,
   MAY_HOLD_UNSTORABLE,
 } from '../common/validation.js';
 import { newId, newSpanId, newTraceId } from '../ids.js';
@@ -388,8 +387,11 @@ export function bodyMiddleware(
       }
       if (bad) throw invalid(`${bad.at} holds a number too large to represent`);
       // A number JSON.parse rounded: policies would decide on a value the caller did not send.
-      const inexact = MAY_HOLD_INEXACT.test(text) ? findInexactNumber(text) : undefined;
-      if (inexact) throw invalid(inexactNumberMessage(inexact));
+      const inexact = inexactNumberIn(text);
+      if (inexact) {
+        const { at, literal, read } = inexact;
+        throw invalid(inexactNumberMessage(`${at} holds`, literal, read, 'send it as a string'));
+      }
     }
     if (
       kind !== 'json' &&

@@ -3,7 +3,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import YAML from 'yaml';
 import type { Module } from './compiler.js';
-import { findInexactNumber, holdsExactly, MAY_HOLD_INEXACT } from '../common/validation.js';
+import { holdsExactly, inexactNumberIn, inexactNumberMessage } from '../common/validation.js';
 import { checkDataPath, POLICY_NAME } from './documents.js';
 
 /** A policy directory as read: its policies, its data documents, and the file of each document. */
@@ -92,12 +92,11 @@ export async function readPolicyDir(dir: string): Promise<PolicyDir> {
       let value: unknown;
       try {
         value = rel.endsWith('.json') ? JSON.parse(text) : parseYaml(text, full);
-        const inexact =
-          rel.endsWith('.json') && MAY_HOLD_INEXACT.test(text) ? findInexactNumber(text) : undefined;
+        const inexact = rel.endsWith('.json') ? inexactNumberIn(text) : undefined;
         if (inexact) {
+          const { at, literal, read } = inexact;
           throw new DataFileError(
-            `${full}: ${inexact.at} holds the number ${inexact.literal}, which a double cannot hold exactly ` +
-              `(it would be pushed as ${inexact.read}): write it as a string`,
+            inexactNumberMessage(`${full}: ${at} holds`, literal, read, 'write it as a string'),
           );
         }
       } catch (e) {
@@ -201,8 +200,12 @@ function parseYaml(text: string, file: string): unknown {
       if (!YAML.isScalar(node) || typeof node.value !== 'number' || !Number.isFinite(node.value)) return;
       if (node.source !== undefined && !yamlNumberExact(node.source, node.value)) {
         throw new DataFileError(
-          `${at(node)}: ${node.source} is a number a double cannot hold exactly (it would be pushed as ` +
-            `${String(node.value)}): quote it to make it a string`,
+          inexactNumberMessage(
+            `${at(node)}: the line holds`,
+            node.source,
+            String(node.value),
+            'quote it to make it a string',
+          ),
         );
       }
     },
@@ -217,7 +220,8 @@ function yamlNumberExact(source: string, value: number): boolean {
   if (based) {
     const [, sign = '', base = 'x', digits = ''] = based;
     const n = BigInt(`0${base}${digits}`) * (sign === '-' ? -1n : 1n);
-    return Number.isInteger(value) && n === BigInt(value);
+    // Exact as a double, and written back as the same integer (2^60 is pushed as 1152921504606847000).
+    return Number.isInteger(value) && n === BigInt(value) && holdsExactly(n.toString(), value);
   }
   const decimal = text
     .replace(/^\+/, '')

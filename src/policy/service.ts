@@ -822,18 +822,36 @@ export class PolicyService {
    * impact candidate, which is not, is checked on a thread of its own, closed after, so that one
    * which never finishes cannot fail anyone else's check.
    */
+  /** 400 when a rule of `modules` sits where `data` hold a value (documents.ts, ruleDataConflict). */
+  private async refuseRuleDataConflict(
+    modules: Module[],
+    data: Record<string, unknown>,
+    set: '' | 'shadow ',
+  ): Promise<void> {
+    const clash = ruleDataConflict((await this.compiler.parse(modules)).modules, data);
+    if (clash) {
+      throw invalid(
+        `conflicting rule for data path ${clash.path}: ${set}policy ${clash.policy} defines a rule there ` +
+          `(row ${clash.row}) and the data hold a value at ${clash.held}; OPA refuses such a set: ` +
+          'move the document or the rule; nothing changed',
+      );
+    }
+  }
+
   private async checked(e: Evaluator, modules: Module[], check: Check): Promise<Evaluator> {
     const thread = check === 'isolated' ? new EvaluationThread() : this.checkThread;
     try {
       const recent =
         check === 'live' && this.recentInputs ? await this.recentInputs(PREFLIGHT_DECISIONS) : [];
-      const clash = ruleDataConflict((await this.compiler.parse(modules)).modules, e.data);
-      if (clash) {
-        throw invalid(
-          `conflicting rule for data path ${clash.path}: policy ${clash.policy} defines a rule there ` +
-            `(row ${clash.row}) and the data hold a value at ${clash.held}; OPA refuses such a set: ` +
-            'move the document or the rule; nothing changed',
-        );
+      await this.refuseRuleDataConflict(modules, e.data, '');
+      // A change to go live leaves the shadow set (the live set with the shadow modules in place)
+      // compiling too: a data document on a rule only a shadow module defines is refused here,
+      // as the shadow module would be refused after it.
+      if (check === 'live') {
+        const shadow = (await this.store.shadow()).policies;
+        if (shadow.length > 0) {
+          await this.refuseRuleDataConflict(shadowModules(modules, shadow), e.data, 'shadow ');
+        }
       }
       const errors = await thresholdErrorsOn(thread, e.threadSet);
       if (errors.length > 0) throw invalid(thresholdErrorMessage(modules, errors));

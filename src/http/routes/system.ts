@@ -56,13 +56,14 @@ export function systemRoutes(d: RouteDeps, all: () => RouteDef[]): RouteDef[] {
       ok: {
         status: 200,
         description:
-          'Healthy: {"status":"ok","revision":N}; 503 when storage is unusable or no policy set is loaded',
+          'Healthy: {"status":"ok","revision":N}; 503 when storage is unusable (unreachable, read-only, or its audit chain head unreadable) or no policy set is loaded',
         schema: exact({ status: { const: 'ok' }, revision: { type: ['integer', 'null'] } }),
       },
       also: [
         {
           status: 503,
-          description: 'storage is unusable or no policy set is loaded',
+          description:
+            'storage is unusable (unreachable, read-only, or its audit chain head unreadable) or no policy set is loaded',
           schema: exact({ status: { const: 'unavailable' }, error: { type: 'string' } }),
         },
       ],

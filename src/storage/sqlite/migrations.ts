@@ -525,14 +525,16 @@ export const migrations: readonly Migration[] = [
       -- filter finds them. Earlier rows take it from their decision's audit event.
       ALTER TABLE decisions ADD COLUMN user_id TEXT;
       ALTER TABLE tokens ADD COLUMN user_id TEXT;
-      UPDATE decisions SET user_id = CASE
-        WHEN kind = 'human' THEN subject
-        ELSE (SELECT a.user_id FROM audit_events a
-              WHERE a.request_id = decisions.request_id AND a.kind = 'decision' ORDER BY a.seq LIMIT 1)
-      END;
-      UPDATE tokens SET user_id =
-        (SELECT d.user_id FROM decisions d WHERE d.request_id = tokens.request_id)
-      WHERE request_id IS NOT NULL;
+      -- Only the rows that get a user are written (most agent decisions act for no user).
+      UPDATE decisions SET user_id = subject WHERE kind = 'human';
+      UPDATE decisions SET user_id = (SELECT a.user_id FROM audit_events a
+          WHERE a.request_id = decisions.request_id AND a.kind = 'decision' AND a.user_id IS NOT NULL
+          ORDER BY a.seq LIMIT 1)
+        WHERE kind = 'agent' AND EXISTS (SELECT 1 FROM audit_events a
+          WHERE a.request_id = decisions.request_id AND a.kind = 'decision' AND a.user_id IS NOT NULL);
+      UPDATE tokens SET user_id = (SELECT d.user_id FROM decisions d WHERE d.request_id = tokens.request_id)
+        WHERE request_id IS NOT NULL AND EXISTS (SELECT 1 FROM decisions d
+          WHERE d.request_id = tokens.request_id AND d.user_id IS NOT NULL);
     `,
   },
 ];
