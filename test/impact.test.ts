@@ -122,6 +122,22 @@ onEveryBackend('POST /api/v1/impact: replay recorded decisions against a candida
     for (const s of clean.json.samples) expect(s).to.not.have.property('error');
   });
 
+  it('replays a candidate whose `limits` are malformed as the fail-closed deny the engine would answer', async () => {
+    // The candidate's policy answer for reads stays allow, but the engine cannot charge its limit
+    // and answers deny: that is what promoting it would change.
+    const BAD_LIMIT =
+      'package authz.agent\n\nlimits contains {"key": "k", "window": "forever", "max": 1} if input.action == "read"\n';
+    const r = await impact({ policies: { 'bad-limit': BAD_LIMIT } });
+    expect(r.status, r.text).to.equal(200);
+    // The four allowed reads (one from the `limit` test) turn to deny; the low-confidence read was
+    // a deny already, but fails too.
+    expect(r.json).to.deep.include({ replayed: 8, changed: 4, changes: { 'allow→deny': 4 }, errors: 5 });
+    expect(r.json.samples).to.have.length(4);
+    for (const s of r.json.samples) {
+      expect(s.error).to.match(/^invalid limit: limit "k": window "forever"/);
+    }
+  });
+
   it('replays a removed policy (null) and changed data documents', async () => {
     // Without the agent policy nothing allows an agent: every agent allow and approval is denied.
     const removed = await impact({ policies: { agent: null } });

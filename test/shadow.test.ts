@@ -365,6 +365,27 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
     }
   });
 
+  it('counts a candidate whose `limits` are malformed as the fail-closed deny it would answer live, not as agreeing', async () => {
+    // Compiles, and answers allow for reads, but its limit cannot be charged: live, the engine
+    // answers that allow with a deny naming the limit. The shadow must report what a promotion does.
+    const BAD_LIMIT =
+      'package authz.agent\n\nlimits contains {"key": "k", "window": "forever", "max": 1} if input.action == "read"\n';
+    expect((await putShadow('bad-limit', { rego: BAD_LIMIT })).status).to.equal(201);
+    try {
+      const read = await decisionEvent(await authorize(AGENT.allow, 200));
+      expect(read.outcome).to.equal('allow');
+      expect(read.details.shadow_result).to.equal('error');
+      expect(read.details.shadow.status).to.equal('deny');
+      expect(read.details.shadow.message).to.match(/^invalid limit: limit "k": window "forever"/);
+      // A decision the candidate declares no limit on agrees as before.
+      const held = await decisionEvent(await authorize(AGENT.approval, 202));
+      expect(held.details.shadow_result).to.equal('agree');
+      expect(await report()).to.deep.include({ decisions: 2, agree: 1, disagree: 0, errors: 1, changes: {} });
+    } finally {
+      expect((await dropShadow('bad-limit')).status).to.equal(204);
+    }
+  });
+
   it('answers a decision made right after a shadow change with the new set, also while its thread starts', async () => {
     const shadowOf = async (body: unknown, status: number) =>
       (await decisionEvent(await authorize(body, status))).details.shadow_result as string | undefined;

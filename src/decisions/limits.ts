@@ -1,4 +1,5 @@
 import type { LimitDeclaration, LimitUse } from '../queue/types.js';
+import type { PolicyDecision } from '../policy/evaluator.js';
 import { parseDurationNs } from '../policy/host-builtins.js';
 
 /**
@@ -43,6 +44,24 @@ function amount(v: unknown, what: 'cost' | 'max', key: string): number {
   if (what === 'cost' && micro / MICRO < v) micro += 1;
   if (what === 'max' && micro / MICRO > v) micro -= 1;
   return micro;
+}
+
+/**
+ * A policy decision as the engine answers it, and the budgets it declares: a malformed `limits`
+ * makes it the fail-closed deny naming the limit (never an allow whose budgets go unenforced). The
+ * one place this is decided, for the live answer, the shadow set's and impact replay's: a
+ * candidate is compared by what it would answer live.
+ */
+export function withLimits(decision: PolicyDecision): {
+  decision: PolicyDecision;
+  limits: LimitDeclaration[];
+} {
+  try {
+    return { decision, limits: parseLimits(decision.limits) };
+  } catch (e) {
+    const error = `invalid limit: ${(e as Error).message}`;
+    return { decision: { status: 'deny', message: error, reasons: ['invalid_limit'], error }, limits: [] };
+  }
 }
 
 /**

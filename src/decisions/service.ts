@@ -10,7 +10,7 @@ import { failClosed, type DecisionStatus, type PolicyDecision } from '../policy/
 import type { PolicyService } from '../policy/service.js';
 import type { LimitDeclaration, LimitUse, QueueItem } from '../queue/types.js';
 import { requestDigest } from './digest.js';
-import { chargeAt, fromMicro, parseLimits } from './limits.js';
+import { chargeAt, fromMicro, withLimits } from './limits.js';
 import { agentRequestSchema, humanRequestSchema, type AgentRequest, type HumanRequest } from './schemas.js';
 import type { DecisionRecord, DecisionStore, RecordOutcome } from './store.js';
 
@@ -334,7 +334,7 @@ export class DecisionService {
     const evaluator = this.policies.evaluator;
     const started = process.hrtime.bigint();
     const paired = evaluator ? this.policies.shadowSet.pair(input, evaluator) : undefined;
-    let decision: PolicyDecision = paired
+    const answered: PolicyDecision = paired
       ? paired.live
       : evaluator
         ? evaluator.evaluate(input)
@@ -345,14 +345,8 @@ export class DecisionService {
             error: 'no policy set',
           };
     const latencyNs = Number(process.hrtime.bigint() - started);
-    let limits: LimitDeclaration[] = [];
-    try {
-      limits = parseLimits(decision.limits);
-    } catch (e) {
-      // A malformed budget is a policy fault: fail closed, naming it, never allow unlimited.
-      const error = `invalid limit: ${(e as Error).message}`;
-      decision = { status: 'deny', message: error, reasons: ['invalid_limit'], error };
-    }
+    // A malformed budget is a policy fault: fail closed, naming it, never allow unlimited.
+    const { decision, limits } = withLimits(answered);
     return {
       evaluation: { decision, limits, revision: evaluator?.revision ?? null, latencyNs },
       pairedShadow: paired?.shadow,
@@ -432,7 +426,10 @@ interface ShadowOutcome {
 }
 
 /** The shadow set's answer `d` compared with the live answer (an error when it gave none). */
-function shadowOutcome(d: PolicyDecision, live: PolicyDecision, generation: number): ShadowOutcome {
+function shadowOutcome(answered: PolicyDecision, live: PolicyDecision, generation: number): ShadowOutcome {
+  // The shadow set's answer as the engine would give it live: malformed limits are its fail-closed
+  // deny, an error (as the live answer is), not the policy's allow.
+  const d = withLimits(answered).decision;
   return {
     result: d.error ? 'error' : d.status === live.status ? 'agree' : 'disagree',
     status: d.status,

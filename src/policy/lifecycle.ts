@@ -1,5 +1,6 @@
 import type { AuditStore } from '../audit/store.js';
 import type { AuditEvent } from '../audit/types.js';
+import { withLimits } from '../decisions/limits.js';
 import { decisionAgent, type DecisionStore } from '../decisions/store.js';
 import { compileSchema, type JsonSchema } from '../common/validation.js';
 import { busy, conflict, invalid, notFound } from '../errors.js';
@@ -186,9 +187,10 @@ export class LifecycleService {
               [live, candidate].map((t) => Promise.all(chunk.map((x) => t.evaluate(x.input)))),
             );
             chunk.forEach(({ event }, j) => {
-              const w = replayed(was?.[j], event, 'live');
-              const n = replayed(now?.[j], event, 'candidate');
-              const error = now?.[j]?.error;
+              const w = replayed(was?.[j], event, 'live').status;
+              const after = replayed(now?.[j], event, 'candidate');
+              const n = after.status;
+              const error = after.error;
               report.replayed++;
               if (error !== undefined) report.errors++;
               if (w === n) return;
@@ -329,14 +331,21 @@ function* chunks<T extends { length: number }>(replayable: T[]): Generator<T[]> 
   if (chunk.length > 0) yield chunk;
 }
 
-/** A replayed status; a thread that could not evaluate stops the replay with a 400 naming the decision. */
-function replayed(d: PolicyDecision | undefined, event: AuditEvent, set: 'live' | 'candidate'): string {
+/**
+ * A replayed decision as the engine would answer it (malformed limits are its fail-closed deny,
+ * with the error); a thread that could not evaluate stops the replay with a 400 naming the decision.
+ */
+function replayed(
+  d: PolicyDecision | undefined,
+  event: AuditEvent,
+  set: 'live' | 'candidate',
+): PolicyDecision {
   if (!d || d.reasons[0] === THREAD_FAILURE) {
     throw invalid(
       `impact replay stopped: the ${set} set could not evaluate decision ${event.request_id}: ${d?.message ?? 'no answer'}`,
     );
   }
-  return d.status;
+  return withLimits(d).decision;
 }
 
 /** The policy inputs of the `n` most recent decision events, newest first (those that recorded one). */
