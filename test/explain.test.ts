@@ -90,6 +90,29 @@ onEveryBackend('GET /api/v1/decisions/{request_id}/explain: OPA explains a recor
     }
   });
 
+  it('replays a decision whose `limits` are malformed as the fail-closed deny the engine answered', async () => {
+    // The rules allow the read, but its limit cannot be charged: the engine denied it, naming it.
+    const BAD_LIMIT =
+      'package authz.agent\n\nlimits contains {"key": "k", "window": "forever", "max": 1} if input.action == "read"\n';
+    const put = await call('PUT', `${a.platform}/api/v1/policies/bad-limit`, { body: { rego: BAD_LIMIT } });
+    expect(put.status, put.text).to.equal(201);
+    try {
+      const denied = await authorize(AGENT.allow, 403);
+      const r = await explain(denied);
+      expect(r.status, r.text).to.equal(200);
+      expect(r.json.recorded).to.deep.equal({ status: 'deny' });
+      expect(r.json.replayed).to.deep.equal({ status: 'deny' });
+      expect(r.json.fired).to.deep.include({
+        policy: 'bad-limit',
+        row: 3,
+        rule: 'limits',
+        text: 'limits contains {"key": "k", "window": "forever", "max": 1} if input.action == "read"',
+      });
+    } finally {
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/bad-limit`)).status).to.equal(204);
+    }
+  });
+
   it('answers 404 for an unknown request id, and changes nothing', async () => {
     const before = await auditCount(a.platform);
     expectError(await explain('0193a0b0-0000-7000-8000-000000000000'), 404, /not found/);

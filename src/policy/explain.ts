@@ -18,6 +18,8 @@ export interface FiredRule {
 
 export interface Explanation {
   status: DecisionStatus | 'error';
+  /** The budgets the decision declared (`limits`), unchecked, as the evaluator gives them. */
+  limits?: unknown;
   fired: FiredRule[];
 }
 
@@ -127,7 +129,7 @@ export class Explainer {
       args.push('-d', builtin, '-d', dataFile, 'data.authz.decision');
       const run = await this.run(args, JSON.stringify(input));
       let parsed: {
-        result?: { expressions?: { value?: { status?: unknown } }[] }[];
+        result?: { expressions?: { value?: { status?: unknown; limits?: unknown } }[] }[];
         explanation?: TraceEvent[];
         errors?: OpaError[];
       } = {};
@@ -155,7 +157,11 @@ export class Explainer {
         value && (value.status === 'allow' || value.status === 'deny' || value.status === 'requires_approval')
           ? value.status
           : 'error';
-      return { status, fired: firedRules(parsed.explanation ?? [], files) };
+      return {
+        status,
+        ...(value?.limits !== undefined ? { limits: value.limits } : {}),
+        fired: firedRules(parsed.explanation ?? [], files),
+      };
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

@@ -298,11 +298,16 @@ export class LifecycleService {
       );
     }
     const r = await this.explainer.explain(set.modules, set.data, input);
+    // As the engine answers it: malformed limits make the rules' answer the fail-closed deny.
+    const status =
+      r.status === 'error'
+        ? r.status
+        : withLimits({ status: r.status, message: '', reasons: [], limits: r.limits }).decision.status;
     return {
       request_id: requestId,
       revision,
       recorded: { status: event.outcome ?? 'unknown' },
-      replayed: { status: r.status },
+      replayed: { status },
       fired: r.fired,
     };
   }
