@@ -487,6 +487,54 @@ const CASES: PairCase[] = [
     copies: ['lib.unused.x'],
     shares: ['authz.decision', 'authz.deny_reasons'],
   },
+  // Found by differential probing (2026-11-29): `==` holds 1 equal to 1.0 (and 1e3 to 1000, 0.5
+  // to 0.50), so the changed rule was taken as unchanged and the shadow side answered the live
+  // decision, while the shadow set on its own writes the number as it is written.
+  {
+    title:
+      'writes a number of a changed rule as another, equal by == (1 to 1.0): json.marshal tells them apart',
+    live: [
+      ...EXAMPLE,
+      {
+        name: 'scale',
+        rego:
+          'package authz.agent\n\nscale := 1\n\n' +
+          'deny contains concat("", ["scale ", json.marshal(scale)]) if input.action == "drop"\n',
+      },
+    ],
+    shadow: [
+      {
+        name: 'scale',
+        rego:
+          'package authz.agent\n\nscale := 1.0\n\n' +
+          'deny contains concat("", ["scale ", json.marshal(scale)]) if input.action == "drop"\n',
+      },
+    ],
+    copies: ['authz.agent.scale', 'authz.agent.deny'],
+    compares: ['authz.agent.scale'],
+  },
+  {
+    title: 'writes a member of a changed multi-value rule as another, equal by == (1e3 to 1000)',
+    live: [
+      ...EXAMPLE,
+      {
+        name: 'fees',
+        rego:
+          'package authz.agent\n\nfees contains 1000\n\n' +
+          'deny contains concat("", ["fees ", json.marshal(fees)]) if input.action == "drop"\n',
+      },
+    ],
+    shadow: [
+      {
+        name: 'fees',
+        rego:
+          'package authz.agent\n\nfees contains 1e3\n\n' +
+          'deny contains concat("", ["fees ", json.marshal(fees)]) if input.action == "drop"\n',
+      },
+    ],
+    compares: ['authz.agent.fees'],
+    comparesByChanges: ['authz.agent.fees'],
+  },
   {
     title: 'adds a function that meets a conflict on some inputs (no clean pair there)',
     shadow: [

@@ -265,8 +265,15 @@ export function planRules(live: ParsedPolicy[], shadow: ParsedPolicy[], builtin:
     // Where every changed rule has the value its live rule has, with the input and with each
     // input a rule between them and the decision evaluates them with, every rule reading them
     // does too (Rego has no recursion), and so does the decision: the copy is not evaluated.
-    const equal = (d: Delta) => `${d.shadow} == ${d.live}`;
-    entry.push('same if {', ...deltas.map((d) => `\t${equal(d)}`));
+    // `==` alone is not enough: it holds 1 equal to 1.0, 1e3 to 1000 and 0.5 to 0.50, which the
+    // rules reading them can tell apart (json.marshal, sprintf write each as it is written), so
+    // the values must also be written out the same. (json.marshal alone would hold a set equal
+    // to an array of its members.)
+    const equal = (d: Delta) => [
+      `${d.shadow} == ${d.live}`,
+      `json.marshal(${d.shadow}) == json.marshal(${d.live})`,
+    ];
+    entry.push('same if {', ...deltas.flatMap((d) => equal(d).map((e) => `\t${e}`)));
     if (delegated) entry.push(`\t${FRESH}_delegated_same`);
     entry.push('}', '');
     if (delegated) {
@@ -277,7 +284,7 @@ export function planRules(live: ParsedPolicy[], shadow: ParsedPolicy[], builtin:
         '',
         `${FRESH}_delegated_same if {`,
         `\t${d}`,
-        ...deltas.map((d) => `\t${equal(d)} with input as ${di}`),
+        ...deltas.flatMap((d) => equal(d).map((e) => `\t${e} with input as ${di}`)),
         '}',
         '',
       );
