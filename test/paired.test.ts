@@ -535,6 +535,23 @@ const CASES: PairCase[] = [
     compares: ['authz.agent.fees'],
     comparesByChanges: ['authz.agent.fees'],
   },
+  // Of two rules giving values equal by == but written differently, a complete rule keeps the
+  // first one's: the copies are evaluated in the order of the set's own files, not of the list.
+  {
+    title:
+      'adds a rule giving a value equal by == (1.0) to a live rule’s (1), in a module whose name sorts first',
+    live: [
+      ...EXAMPLE,
+      {
+        name: 'zscale',
+        rego:
+          'package authz.agent\n\nscale := 1 if input.action == "drop"\n\n' +
+          'deny contains concat("", ["scale ", json.marshal(scale)]) if input.action == "drop"\n',
+      },
+    ],
+    shadow: [{ name: 'ascale', rego: 'package authz.agent\n\nscale := 1.0 if input.confidence > 0.5\n' }],
+    compares: ['authz.agent.scale'],
+  },
   {
     title: 'adds a function that meets a conflict on some inputs (no clean pair there)',
     shadow: [

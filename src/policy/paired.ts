@@ -614,7 +614,15 @@ function copyModules(
     (r) => r.module,
   );
   const out: Module[] = [];
-  for (const m of set.shadowModules) {
+  // A package's rules are evaluated in the order of their files' paths (compiler.ts writes the
+  // builtin module to builtin/authz.rego, the others to policies/<name>.rego), and of two rules
+  // giving values equal by == but written differently (1, 1.0) the first one's is kept. The
+  // copies are named to sort as the set's own files do, so that the copy keeps the same one.
+  const path = (m: ParsedModule) =>
+    Buffer.from(m === set.builtin ? 'builtin/authz.rego' : `policies/${m.name}.rego`);
+  const ordered = [...set.shadowModules].sort((a, b) => Buffer.compare(path(a), path(b)));
+  const width = String(ordered.length).length;
+  for (const m of ordered) {
     const rules = copiedRules.get(m);
     if (!rules) continue;
     const lines: string[] = [`package ${[SHADOW_ROOT, ...m.pkg].join('.')}`, ''];
@@ -623,7 +631,8 @@ function copyModules(
       if (r.withData) unsupported(`a copied rule of ${m.name} uses with on data`);
       lines.push('', rewrite(r, route));
     }
-    out.push({ name: `copy-${out.length}-${m.name}`, rego: lines.join('\n') + '\n' });
+    const n = String(out.length).padStart(width, '0');
+    out.push({ name: `copy-${n}-${m.name}`, rego: lines.join('\n') + '\n' });
   }
   return out;
 }
