@@ -54,9 +54,12 @@ export interface KeyStore {
   revoke(
     name: string,
     at: string,
-    events: {
-      key: (tokensRevoked: number, key: ApiKeyRecord) => NewAuditEvent;
-      token: (t: TokenRecord) => NewAuditEvent;
-    },
+    events: KeyRevokeEvents,
   ): Promise<{ key: ApiKeyRecord; tokensRevoked: number } | undefined>;
+}
+
+/** The events of a key's revocation: the key's own (told the count and the key), and each token's. */
+export interface KeyRevokeEvents {
+  key: (tokensRevoked: number, key: ApiKeyRecord) => NewAuditEvent;
+  token: (t: TokenRecord) => NewAuditEvent;
 }

@@ -811,17 +811,6 @@ export class PolicyService {
     return modules ? this.checked(e, modules, check) : e;
   }
 
-  /**
-   * `e`, once checked: no rule where the data hold a value (OPA refuses such a set; documents.ts,
-   * ruleDataConflict), then off the serving thread (each evaluation under the eval budget plus 1 s
-   * of its own): its thresholds, and — for a set about to go live (`live`) — that it finishes
-   * evaluating each of the most recent recorded decisions, so that a set that would stall the
-   * serving thread on inputs like those is never installed. Any error — a malformed threshold, a
-   * check that failed or did not finish — refuses the change (400) with the live set and the
-   * store untouched. Changes (live and shadow) are serialized and share one check thread; an
-   * impact candidate, which is not, is checked on a thread of its own, closed after, so that one
-   * which never finishes cannot fail anyone else's check.
-   */
   /** 400 when a rule of `modules` sits where `data` hold a value (documents.ts, ruleDataConflict). */
   private async refuseRuleDataConflict(
     modules: Module[],
@@ -838,6 +827,17 @@ export class PolicyService {
     }
   }
 
+  /**
+   * `e`, once checked: no rule where the data hold a value (OPA refuses such a set; documents.ts,
+   * ruleDataConflict), then off the serving thread (each evaluation under the eval budget plus 1 s
+   * of its own): its thresholds, and — for a set about to go live (`live`) — that it finishes
+   * evaluating each of the most recent recorded decisions, so that a set that would stall the
+   * serving thread on inputs like those is never installed. Any error — a malformed threshold, a
+   * check that failed or did not finish — refuses the change (400) with the live set and the
+   * store untouched. Changes (live and shadow) are serialized and share one check thread; an
+   * impact candidate, which is not, is checked on a thread of its own, closed after, so that one
+   * which never finishes cannot fail anyone else's check.
+   */
   private async checked(e: Evaluator, modules: Module[], check: Check): Promise<Evaluator> {
     const thread = check === 'isolated' ? new EvaluationThread() : this.checkThread;
     try {

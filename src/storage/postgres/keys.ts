@@ -1,6 +1,5 @@
 import type { NewAuditEvent } from '../../audit/types.js';
-import type { ApiKeyRecord, KeyStore } from '../../keys/types.js';
-import type { TokenRecord } from '../../tokens/types.js';
+import type { ApiKeyRecord, KeyRevokeEvents, KeyStore } from '../../keys/types.js';
 import { keyFromRow, tokenFromRow, type Row } from '../rows.js';
 import { notify, type PgChain } from './chain.js';
 import { one, rows, tx, type Pool } from './pool.js';
@@ -52,10 +51,7 @@ export class PgKeyStore implements KeyStore {
   async revoke(
     name: string,
     at: string,
-    events: {
-      key: (tokensRevoked: number, key: ApiKeyRecord) => NewAuditEvent;
-      token: (t: TokenRecord) => NewAuditEvent;
-    },
+    events: KeyRevokeEvents,
   ): Promise<{ key: ApiKeyRecord; tokensRevoked: number } | undefined> {
     return tx(this.pool, async (c) => {
       const head = await this.chain.lockHead(c);

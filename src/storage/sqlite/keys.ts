@@ -1,7 +1,6 @@
 import type { Statement } from 'better-sqlite3';
 import type { NewAuditEvent } from '../../audit/types.js';
-import type { ApiKeyRecord, KeyStore } from '../../keys/types.js';
-import type { TokenRecord } from '../../tokens/types.js';
+import type { ApiKeyRecord, KeyRevokeEvents, KeyStore } from '../../keys/types.js';
 import { keyFromRow, tokenFromRow, type Row } from '../rows.js';
 import type { AuditWriter } from './audit.js';
 import type { Db } from './db.js';
@@ -75,10 +74,7 @@ export class SqliteKeyStore implements KeyStore {
   async revoke(
     name: string,
     at: string,
-    events: {
-      key: (tokensRevoked: number, key: ApiKeyRecord) => NewAuditEvent;
-      token: (t: TokenRecord) => NewAuditEvent;
-    },
+    events: KeyRevokeEvents,
   ): Promise<{ key: ApiKeyRecord; tokensRevoked: number } | undefined> {
     // This connection's own commit does not change its data_version: forget every cached key,
     // whether or not the transaction commits (synchronous: no request runs in between).
@@ -92,10 +88,7 @@ export class SqliteKeyStore implements KeyStore {
   private revokeInTx(
     name: string,
     at: string,
-    events: {
-      key: (tokensRevoked: number, key: ApiKeyRecord) => NewAuditEvent;
-      token: (t: TokenRecord) => NewAuditEvent;
-    },
+    events: KeyRevokeEvents,
   ): { key: ApiKeyRecord; tokensRevoked: number } | undefined {
     return this.db
       .transaction(() => {
