@@ -395,4 +395,21 @@ onEveryBackend('bound keys and the routes that span every tenant', () => {
     const unbound = a.createKey('unbound-auditor', ['audit:read']);
     expect((await call('GET', a.platform + '/api/v1/audit/verify', { key: unbound })).json.ok).to.equal(true);
   });
+
+  it("answers 403 to a bound key reading /metrics, which counts every tenant's decisions and events", async () => {
+    const tenantKey = a.createKey('tenant-scraper', ['metrics:read'], { tenant: 'acme' });
+    const agentKey = a.createKey('agent-scraper', ['metrics:read'], { agent: 'deploy-bot' });
+    for (const api of [a.engine, a.platform]) {
+      const r = await call('GET', api + '/metrics', { key: tenantKey });
+      expectError(r, 403, /API key is bound to tenant acme and cannot read the metrics/);
+      expect(r.text).to.not.include('arbiter_decisions_total');
+      expectError(
+        await call('GET', api + '/metrics', { key: agentKey }),
+        403,
+        /API key is bound to agent deploy-bot and cannot read the metrics/,
+      );
+    }
+    const unbound = a.createKey('unbound-scraper', ['metrics:read']);
+    expect((await call('GET', a.engine + '/metrics', { key: unbound })).status).to.equal(200);
+  });
 });

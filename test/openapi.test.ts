@@ -91,7 +91,8 @@ onceOnly('GET /openapi.json', () => {
         r.global === undefined ? undefined : true,
       );
     }
-    // What spans every tenant refuses bound keys: every admin route, the chain, the budget counters.
+    // What spans every tenant refuses bound keys: every admin route, the chain, the budget counters,
+    // the metrics.
     expect(
       routes
         .filter((r) => r.global !== undefined)
@@ -105,6 +106,7 @@ onceOnly('GET /openapi.json', () => {
       'GET /api/v1/webhooks',
       'GET /api/v1/webhooks/{name}',
       'GET /api/v1/webhooks/{name}/deliveries',
+      'GET /metrics',
       'POST /api/v1/signing-keys/rotate',
       'PUT /api/v1/webhooks/{name}',
     ]);

@@ -87,6 +87,12 @@ export function systemRoutes(d: RouteDeps, all: () => RouteDef[]): RouteDef[] {
       produces: ['text/plain'],
       apis: BOTH,
       scope: d.config.metricsPublic ? null : 'metrics:read',
+      // The counters and gauges sum every tenant's decisions, queue items, tokens and audit
+      // events, as the chain's length does: not one tenant's (or agent's) to read. Public
+      // metrics are the operator's choice, and then no key is asked for.
+      ...(d.config.metricsPublic
+        ? {}
+        : { global: "cannot read the metrics, which count every tenant's decisions and events" }),
       body: 'none',
       summary: 'Prometheus metrics',
       handler: async (ctx) => {
