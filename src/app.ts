@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { isReservedKind } from './audit/kinds.js';
@@ -24,6 +25,7 @@ import { RegoCompiler } from './policy/compiler.js';
 import { guardEvaluations, unguardEvaluations } from './policy/evaluator.js';
 import { StallWatchdog } from './policy/stall-watchdog.js';
 import { openStores, type Stores } from './storage/index.js';
+import { useCursorKey } from './common/pagination.js';
 import { buildServices, type Services } from './services.js';
 
 /** In-flight requests get this long to finish at shutdown; then their connections are cut. */
@@ -121,6 +123,13 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
   };
   let built: Services | undefined;
   try {
+    // One key seals every process's list cursors, so a page handed out by one pages on another.
+    useCursorKey(
+      Buffer.from(
+        await stores.sharedSecret('cursor_key', randomBytes(32).toString('base64url')),
+        'base64url',
+      ),
+    );
     // A live (or proven shadow) set that never finishes on some input ends this process rather
     // than leaving it listening and answering nothing (ADR 0011).
     if (config.evalStallSeconds > 0) {

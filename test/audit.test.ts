@@ -598,6 +598,55 @@ onEveryBackend('audit trail', () => {
       }
     });
 
+    it("seals cursors: a tenant's reader cannot read a position in the shared chain from them", async () => {
+      // Found by a tenancy probe: the cursor was base64url of "audit:<seq>", so two of an acme
+      // reader's cursors told how many other tenants' events came between them.
+      const acmeReader = a.createKey('acme-auditor', ['audit:read'], { tenant: 'acme' });
+      for (let i = 0; i < 3; i++) await decide(a, AGENT.allow, { key: acmeKey });
+      const seen = new Set<string>();
+      for (const query of [
+        'limit=1',
+        'limit=1',
+        'kind=decision&limit=1',
+        'since=2000-01-01T00:00:00Z&limit=1',
+      ]) {
+        const r = await audit(a, query, acmeReader);
+        expect(r.status, r.text).to.equal(200);
+        const cursor = r.json.next_cursor as string;
+        expect(cursor).to.be.a('string');
+        // It was "audit:<seq>" in the clear; now a fresh IV each time, so never the same text.
+        expect(Buffer.from(cursor, 'base64url').toString('latin1')).to.not.include('audit');
+        expect(seen.has(cursor), 'the same page gave the same cursor twice').to.equal(false);
+        seen.add(cursor);
+        // It still pages, within the tenant.
+        const next = await audit(a, `${query}&cursor=${encodeURIComponent(cursor)}`, acmeReader);
+        expect(next.status, next.text).to.equal(200);
+        expect(next.json.events).to.have.length(1);
+        expect(next.json.events[0].tenant_id).to.equal('acme');
+      }
+    });
+
+    it('answers 400 for a cursor altered by one character, and pages with it unaltered', async () => {
+      const r = await audit(a, 'limit=2');
+      const cursor = r.json.next_cursor as string;
+      const i = Math.floor(cursor.length / 2);
+      const altered = cursor.slice(0, i) + (cursor[i] === 'A' ? 'B' : 'A') + cursor.slice(i + 1);
+      expectError(await audit(a, `limit=2&cursor=${altered}`), 400, /cursor/);
+      expect((await audit(a, `limit=2&cursor=${cursor}`)).status).to.equal(200);
+    });
+
+    it('keeps a cursor valid across a restart (the key is stored with the data)', async () => {
+      const first = await audit(a, 'kind=decision&limit=2');
+      const cursor = first.json.next_cursor as string;
+      const before = await audit(a, `kind=decision&limit=2&cursor=${cursor}`);
+      await a.restart();
+      const after = await audit(a, `kind=decision&limit=2&cursor=${cursor}`);
+      expect(after.status, after.text).to.equal(200);
+      expect(after.json.events.map((e: { id: string }) => e.id)).to.deep.equal(
+        before.json.events.map((e: { id: string }) => e.id),
+      );
+    });
+
     it('returns next_cursor null when everything fits on one page', async () => {
       const r = await audit(a, 'kind=decision&agent_id=filt-agent-1&limit=3');
       expect(r.status).to.equal(200);

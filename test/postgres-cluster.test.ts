@@ -208,6 +208,21 @@ onPostgresOnly('several engines on one database (SPEC §10)', function () {
     expectError(other, 422);
   });
 
+  it('pages a list with a cursor handed out by the other process (one sealing key for both)', async () => {
+    for (let i = 0; i < 3; i++) await authorize(a, AGENT.allow);
+    const list = (x: Arbiter, cursor?: string) =>
+      call('GET', `${x.platform}/api/v1/audit?kind=decision&limit=2${cursor ? `&cursor=${cursor}` : ''}`);
+    const first = await list(a);
+    const cursor = first.json.next_cursor as string;
+    expect(cursor).to.be.a('string');
+    const onA = await list(a, cursor);
+    const onB = await list(b, cursor);
+    expect(onB.status, onB.text).to.equal(200);
+    expect(onB.json.events.map((e: { id: string }) => e.id)).to.deep.equal(
+      onA.json.events.map((e: { id: string }) => e.id),
+    );
+  });
+
   it('keeps one verified chain after concurrent load on both processes, and verify on either covers it all', async () => {
     const answers = await Promise.all(
       Array.from({ length: 120 }, (_, i) =>

@@ -1,3 +1,4 @@
+import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import { invalid } from '../errors.js';
 
 export const DEFAULT_LIMIT = 100;
@@ -24,11 +25,33 @@ export function parseLimit(raw: string): number {
 }
 
 /**
- * Cursors are opaque: base64url of `<kind>:<position>`. The kind stops a cursor of one list being
- * replayed against another; a cursor that does not decode is a 400 naming it.
+ * The key that seals cursors: every process of a deployment shares it (startArbiter installs the
+ * store's, useCursorKey), so a cursor handed out by one engine pages on another and after a
+ * restart. Until then (the CLI, a process of its own) a key of this process alone.
+ */
+let cursorKey: Buffer = randomBytes(32);
+
+/** Seals cursors with `key` (32 bytes, AES-256-GCM) from now on. */
+export function useCursorKey(key: Buffer): void {
+  if (key.length !== 32) throw new Error('a cursor key is 32 bytes');
+  cursorKey = key;
+}
+
+const IV_BYTES = 12;
+const TAG_BYTES = 16;
+
+/**
+ * Cursors are opaque and sealed: base64url of AES-256-GCM over `<kind>:<position>` (a fresh IV
+ * each, then the tag). A position can be a row's place in a list every tenant shares (an audit
+ * event's number in the one chain), which a tenant-bound key must not read: two of its cursors
+ * would tell how many other tenants' events came between (docs/decisions.md). The kind stops a
+ * cursor of one list being replayed against another; one that does not open is a 400 naming it.
  */
 export function encodeCursor(kind: string, position: string): string {
-  return Buffer.from(`${kind}:${position}`, 'utf8').toString('base64url');
+  const iv = randomBytes(IV_BYTES);
+  const cipher = createCipheriv('aes-256-gcm', cursorKey, iv);
+  const sealed = Buffer.concat([cipher.update(`${kind}:${position}`, 'utf8'), cipher.final()]);
+  return Buffer.concat([iv, sealed, cipher.getAuthTag()]).toString('base64url');
 }
 
 /** The 400 for a cursor that is not one this list handed out. */
@@ -36,8 +59,21 @@ export const badCursor = () => invalid('query parameter cursor is not a valid cu
 
 /** The position a cursor of list `kind` carries. */
 export function decodeCursor(raw: string, kind: string): string {
-  if (!/^[A-Za-z0-9_-]{1,512}$/.test(raw)) throw badCursor();
-  const text = Buffer.from(raw, 'base64url').toString('utf8');
+  if (!/^[A-Za-z0-9_-]{1,1024}$/.test(raw)) throw badCursor();
+  const bytes = Buffer.from(raw, 'base64url');
+  if (bytes.length <= IV_BYTES + TAG_BYTES) throw badCursor();
+  let text: string;
+  try {
+    const decipher = createDecipheriv('aes-256-gcm', cursorKey, bytes.subarray(0, IV_BYTES));
+    decipher.setAuthTag(bytes.subarray(bytes.length - TAG_BYTES));
+    text = Buffer.concat([
+      decipher.update(bytes.subarray(IV_BYTES, bytes.length - TAG_BYTES)),
+      decipher.final(),
+    ]).toString('utf8');
+  } catch {
+    // Not sealed with this deployment's key: forged, altered, or from another deployment.
+    throw badCursor();
+  }
   const prefix = `${kind}:`;
   if (!text.startsWith(prefix) || text.length === prefix.length) throw badCursor();
   return text.slice(prefix.length);

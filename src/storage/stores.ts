@@ -36,6 +36,12 @@ export interface Stores {
    * Never throws.
    */
   health(): Promise<string | undefined>;
+  /**
+   * The value stored under `name` (a secret every process of the deployment shares, such as the
+   * key that seals list cursors), storing `ifNone` first when there is none: the first process to
+   * ask decides it, the others and later starts read the same.
+   */
+  sharedSecret(name: 'cursor_key', ifNone: string): Promise<string>;
   close(): Promise<void>;
 }
 

@@ -152,6 +152,19 @@ export function storageContract(backend: Backend): void {
       await dispose();
     });
 
+    describe('shared secrets', () => {
+      it('keeps the first value stored under a name, for every connection of the deployment', async () => {
+        expect(await stores.sharedSecret('cursor_key', 'first')).to.equal('first');
+        expect(await stores.sharedSecret('cursor_key', 'second')).to.equal('first');
+        const other = await second();
+        try {
+          expect(await other.sharedSecret('cursor_key', 'third')).to.equal('first');
+        } finally {
+          await other.close();
+        }
+      });
+    });
+
     describe('audit chain', () => {
       it('starts empty at the genesis hash, and is healthy', async () => {
         expect(await headOf(stores)).to.deep.equal({ hash: GENESIS_HASH, count: 0 });

@@ -67,6 +67,15 @@ export async function openPostgresStores(opts: PostgresOptions): Promise<Stores>
         return 'storage is unusable';
       }
     },
+    async sharedSecret(name: string, ifNone: string): Promise<string> {
+      await pool.query('INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING', [
+        name,
+        ifNone,
+      ]);
+      const [r] = await rows<{ value: string }>(pool, 'SELECT value FROM meta WHERE key = $1', [name]);
+      if (!r) throw new Error(`meta ${name} was not stored`);
+      return r.value;
+    },
     async close(): Promise<void> {
       await feed.close();
       await pool.end();

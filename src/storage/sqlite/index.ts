@@ -73,6 +73,10 @@ export function sqliteStores(
         return 'storage is unusable';
       }
     },
+    async sharedSecret(name: string, ifNone: string): Promise<string> {
+      db.prepare('INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)').run(name, ifNone);
+      return (db.prepare('SELECT value FROM meta WHERE key = ?').get(name) as { value: string }).value;
+    },
     async close(): Promise<void> {
       await decisions.close();
       db.pragma('optimize');
