@@ -1,4 +1,5 @@
 import { AppError, unavailable } from '../errors.js';
+import { VERSION } from '../version.js';
 
 /**
  * Turns a driver error that means "the database cannot serve now" into an `unavailable` error
@@ -51,4 +52,26 @@ export function migrationFailed(m: { version: number; name: string }, e: unknown
   return new Error(`schema migration ${m.version} ("${m.name}") failed and was rolled back: ${why}`, {
     cause: e,
   });
+}
+
+/**
+ * Why this build must not use a database: the migrations applied to it that this build does not
+ * know (a newer Arbiter has upgraded it), named with this build's version and newest migration;
+ * undefined when it knows every one. An upgrade goes one way: an older engine would misread what a
+ * newer one writes, or leave empty a column the newer one relies on (docs/decisions.md).
+ */
+export function unknownMigrations(
+  applied: readonly { version: number | string; name: string }[],
+  known: readonly { version: number }[],
+): string | undefined {
+  const ours = new Set(known.map((m) => m.version));
+  const unknown = applied.filter((m) => !ours.has(Number(m.version)));
+  if (unknown.length === 0) return undefined;
+  const named = unknown.map((m) => `${m.version} ("${m.name}")`).join(', ');
+  const newest = Math.max(...known.map((m) => m.version));
+  return (
+    `the database has schema migration${unknown.length > 1 ? 's' : ''} ${named}, which this build ` +
+    `(Arbiter ${VERSION}, schema version ${newest}) does not know: a newer Arbiter has upgraded it; ` +
+    'run that version or a newer one (README "Upgrading")'
+  );
 }

@@ -1,6 +1,7 @@
 import { maskPassword } from '../common/urls.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../observability/logger.js';
+import { unavailable } from '../errors.js';
 import { storageCall } from './failure.js';
 import { openPostgresStores } from './postgres/index.js';
 import { openSqliteStores } from './sqlite/index.js';
@@ -48,21 +49,38 @@ export async function openStores(config: Config, opts: OpenOptions = {}): Promis
       : `the SQLite database in ARBITER_DATA_DIR (${config.dataDir})`;
     throw new Error(`cannot open ${where}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
   }
-  return guarded(stores);
+  return guarded(stores, opts.serving === true);
 }
+
+/** How often a serving process looks for a newer Arbiter's migration of its database. */
+const SCHEMA_CHECK_MS = 1_000;
 
 /**
  * Every store method, whatever the backend, reports an unreachable database as an `unavailable`
- * error (503), in one place rather than in each method.
+ * error (503), in one place rather than in each method. In a serving process (`watchSchema`),
+ * once a newer Arbiter has migrated the database (a rolling upgrade), every method refuses with
+ * `unavailable` naming the versions, and /healthz says so, so that nothing is read or written by
+ * code older than the schema; the process serves again if the schema becomes its own again.
  */
-function guarded(stores: Stores): Stores {
+function guarded(stores: Stores, watchSchema: boolean): Stores {
+  let refused: string | undefined;
+  const check = () =>
+    stores.schemaProblem().then(
+      (p) => (refused = p),
+      () => undefined, // unreachable: every call says so on its own
+    );
+  const timer = watchSchema ? setInterval(() => void check(), SCHEMA_CHECK_MS) : undefined;
+  timer?.unref();
   const wrap = <T extends object>(store: T): T =>
     new Proxy(store, {
       get(target, prop, receiver) {
         const v = Reflect.get(target, prop, receiver) as unknown;
         if (typeof v !== 'function') return v;
         return (...args: unknown[]) =>
-          storageCall(async () => (v as (...a: unknown[]) => unknown).apply(target, args));
+          storageCall(async () => {
+            if (refused !== undefined) throw unavailable(refused);
+            return (v as (...a: unknown[]) => unknown).apply(target, args);
+          });
       },
     });
   return {
@@ -75,7 +93,11 @@ function guarded(stores: Stores): Stores {
     keys: wrap(stores.keys),
     policies: wrap(stores.policies),
     webhooks: wrap(stores.webhooks),
-    health: () => stores.health(),
-    close: () => stores.close(),
+    health: async () => (await stores.schemaProblem().catch(() => undefined)) ?? stores.health(),
+    schemaProblem: () => stores.schemaProblem(),
+    close: () => {
+      clearInterval(timer);
+      return stores.close();
+    },
   };
 }

@@ -42,6 +42,11 @@ export interface Stores {
    * ask decides it, the others and later starts read the same.
    */
   sharedSecret(name: 'cursor_key', ifNone: string): Promise<string>;
+  /**
+   * Why this build must not use the database any more (a newer Arbiter has migrated it, see
+   * unknownMigrations in src/storage/failure.ts), or undefined. Rejects when it cannot be read.
+   */
+  schemaProblem(): Promise<string | undefined>;
   close(): Promise<void>;
 }
 

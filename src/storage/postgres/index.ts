@@ -6,7 +6,7 @@ import { PgChain } from './chain.js';
 import { PgDecisionStore, PgLimitStore } from './decisions.js';
 import { PgChangeFeed } from './feed.js';
 import { PgKeyStore } from './keys.js';
-import { migrate } from './migrations.js';
+import { migrate, schemaProblem } from './migrations.js';
 import { PgPolicyStore } from './policies.js';
 import { createPool, rows } from './pool.js';
 import { PgQueueStore } from './queue.js';
@@ -76,6 +76,7 @@ export async function openPostgresStores(opts: PostgresOptions): Promise<Stores>
       if (!r) throw new Error(`meta ${name} was not stored`);
       return r.value;
     },
+    schemaProblem: () => schemaProblem(pool),
     async close(): Promise<void> {
       await feed.close();
       await pool.end();

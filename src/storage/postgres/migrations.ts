@@ -1,6 +1,6 @@
 import type { Logger } from '../../observability/logger.js';
-import { migrationFailed } from '../failure.js';
-import { tx, type Pool } from './pool.js';
+import { migrationFailed, unknownMigrations } from '../failure.js';
+import { rows, tx, type Pool } from './pool.js';
 
 /**
  * The PostgreSQL schema, as numbered forward-only migrations (a released one is never edited; a
@@ -197,6 +197,13 @@ export const migrations: readonly { version: number; name: string; sql: string }
   },
 ];
 
+const APPLIED = 'SELECT version, name FROM schema_migrations ORDER BY version';
+
+/** Why this build must not use the database (see unknownMigrations), or undefined. */
+export async function schemaProblem(pool: Pool): Promise<string | undefined> {
+  return unknownMigrations(await rows<{ version: number; name: string }>(pool, APPLIED), migrations);
+}
+
 /** Any fixed number: the key of the advisory lock that serializes migrations across processes. */
 const MIGRATION_LOCK = 7_106_652_481;
 
@@ -210,11 +217,11 @@ export async function migrate(pool: Pool, log?: Logger): Promise<void> {
     await c.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
     await c.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
       version integer PRIMARY KEY, name text NOT NULL, applied_at text NOT NULL)`);
-    const done = new Set(
-      (await c.query<{ version: number }>('SELECT version FROM schema_migrations')).rows.map(
-        (r) => r.version,
-      ),
-    );
+    const applied = (await c.query<{ version: number; name: string }>(APPLIED)).rows;
+    // Checked under the lock: a newer Arbiter's schema is never migrated or served by this one.
+    const newer = unknownMigrations(applied, migrations);
+    if (newer !== undefined) throw new Error(newer);
+    const done = new Set(applied.map((r) => r.version));
     for (const m of migrations) {
       if (done.has(m.version)) continue;
       // One transaction for them all: a failure rolls every one of this start's back.

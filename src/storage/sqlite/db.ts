@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
 import { existsSync, mkdirSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { migrationFailed } from '../failure.js';
+import { migrationFailed, unknownMigrations } from '../failure.js';
 import { migrations } from './migrations.js';
 
 export type Db = Database.Database;
@@ -48,6 +48,8 @@ function makeDirectory(dir: string): void {
 function migrate(db: Db): void {
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`);
+  const newer = schemaProblem(db);
+  if (newer !== undefined) throw new Error(newer);
   const isApplied = db.prepare('SELECT 1 FROM schema_migrations WHERE version = ?').pluck();
   for (const m of migrations) {
     // Checked inside the write transaction so that processes starting together apply it once. A
@@ -67,4 +69,10 @@ function migrate(db: Db): void {
       throw migrationFailed(m, e);
     }
   }
+}
+
+/** Why this build must not use the database (see unknownMigrations), or undefined. */
+export function schemaProblem(db: Db): string | undefined {
+  const applied = db.prepare('SELECT version, name FROM schema_migrations ORDER BY version').all();
+  return unknownMigrations(applied as { version: number; name: string }[], migrations);
 }

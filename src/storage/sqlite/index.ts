@@ -1,7 +1,7 @@
 import { appendProblem } from '../../audit/chain.js';
 import { SILENT_FEED, type Stores } from '../stores.js';
 import { AuditWriter, SqliteAuditStore } from './audit.js';
-import { openDatabase, type Db } from './db.js';
+import { openDatabase, schemaProblem, type Db } from './db.js';
 import {
   DecisionWriter,
   inProcessCommitter,
@@ -77,6 +77,7 @@ export function sqliteStores(
       db.prepare('INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)').run(name, ifNone);
       return (db.prepare('SELECT value FROM meta WHERE key = ?').get(name) as { value: string }).value;
     },
+    schemaProblem: async () => schemaProblem(db),
     async close(): Promise<void> {
       await decisions.close();
       db.pragma('optimize');
