@@ -1,5 +1,6 @@
 import Database from 'better-sqlite3';
 import { expect } from 'chai';
+import { renameSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { onEveryBackend, onPostgresOnly, onSqliteOnly } from './helpers/backends.js';
 import { Arbiter, call } from './helpers/harness.js';
@@ -110,5 +111,43 @@ onEveryBackend('GET /healthz', () => {
       const again = await call('GET', a.engine + '/healthz', { key: null });
       expect(again.status).to.equal(200);
     });
+  });
+});
+
+// The data directory removed (a cleanup job, a volume unmounted) or moved under a running process:
+// SQLite keeps writing to the file it holds open, which no longer is the database at its path. A
+// restart opens (or creates) whatever is there, so everything answered meanwhile would be lost.
+onSqliteOnly('with the data directory removed or moved under it', () => {
+  let a: Arbiter;
+  beforeEach(async () => {
+    a = await Arbiter.start();
+    const d = await call('POST', a.engine + '/v1/agent/authorize', { body: DECISION });
+    expect(d.status, d.text).to.equal(200);
+  });
+  afterEach(async () => {
+    await a.close();
+  });
+
+  it('answers 503 (never allow) and /healthz 503 while the file is moved away, and recovers when it is back', async () => {
+    const moved = a.dataDir + '-moved';
+    renameSync(a.dataDir, moved);
+    try {
+      await expectUnusable(a, /database file/);
+      const put = await call('PUT', a.platform + '/api/v1/data/moved', { body: { v: 1 } });
+      expect(put.status, put.text).to.equal(503);
+      expect(put.json).to.have.all.keys('error');
+    } finally {
+      renameSync(moved, a.dataDir);
+    }
+    expect((await call('GET', a.engine + '/healthz', { key: null })).status).to.equal(200);
+    const d = await call('POST', a.engine + '/v1/agent/authorize', { body: DECISION });
+    expect(d.status, d.text).to.equal(200);
+    const v = await call('GET', a.platform + '/api/v1/audit/verify');
+    expect(v.json.ok, v.text).to.equal(true);
+  });
+
+  it('answers 503 (never allow) and /healthz 503 once the directory is removed', async () => {
+    rmSync(a.dataDir, { recursive: true, force: true });
+    await expectUnusable(a, /database file/);
   });
 });

@@ -13,7 +13,7 @@ import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
 import { newId } from '../../ids.js';
 import { deliveriesFor, outboxMessages } from '../../webhooks/events.js';
 import { auditFromRow, type Row } from '../rows.js';
-import type { Db } from './db.js';
+import { checkInPlace, type Db } from './db.js';
 
 const AUDIT_ROW =
   'seq, time, kind, trace_id, request_id, agent_id, user_id, tenant_id, action, outcome, body, hash';
@@ -30,7 +30,7 @@ export class AuditWriter {
   private readonly hooks: Statement;
   private readonly insertDelivery: Statement;
   constructor(
-    db: Db,
+    private readonly db: Db,
     private readonly onAppend: (kinds: string[]) => void,
   ) {
     this.head = db.prepare("SELECT key, value FROM meta WHERE key IN ('audit_head', 'audit_count')");
@@ -52,6 +52,8 @@ export class AuditWriter {
   }
 
   appendInTx(events: NewAuditEvent[]): AuditEvent[] {
+    // Every state change appends here: none is recorded in a file that is no longer the database.
+    checkInPlace(this.db);
     const { linked, head } = linkEvents(headForAppend(this.readHead()), events);
     for (const l of linked) this.insert.run({ ...l.columns, seq: l.seq, body: l.body, hash: l.hash });
     // As integer text: a number would be bound as a REAL and written as "12.0" (read as 12 too).

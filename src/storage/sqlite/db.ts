@@ -12,7 +12,10 @@ export type Db = Database.Database;
  */
 export function openDatabase(dataDir: string, sync: 'full' | 'normal', opts: { migrate?: boolean } = {}): Db {
   makeDirectory(dataDir);
-  const db = new Database(path.join(dataDir, 'arbiter.db'));
+  const file = path.join(dataDir, 'arbiter.db');
+  const db = new Database(file);
+  const { dev, ino } = statSync(file);
+  opened.set(db, { file, dev, ino });
   db.pragma('journal_mode = WAL');
   db.pragma(`synchronous = ${sync === 'full' ? 'FULL' : 'NORMAL'}`);
   db.pragma('busy_timeout = 5000');
@@ -22,6 +25,33 @@ export function openDatabase(dataDir: string, sync: 'full' | 'normal', opts: { m
   // filtered audit queries pick the selective index.
   db.pragma('optimize=0x10002');
   return db;
+}
+
+/** The file each connection opened: its path, device and inode. */
+const opened = new WeakMap<Db, { file: string; dev: number; ino: number }>();
+
+/**
+ * Why nothing can be recorded through `db` when the file it writes is no longer the database at
+ * its path (removed, moved or replaced under the running process: SQLite notices none of these
+ * and keeps writing to the file it holds open, which the next start would not find); undefined
+ * while it is in place, again once it is back.
+ */
+export function misplaced(db: Db): string | undefined {
+  const was = opened.get(db);
+  if (!was) return undefined;
+  try {
+    const now = statSync(was.file);
+    if (now.dev === was.dev && now.ino === was.ino) return undefined;
+  } catch {
+    // Gone: as below.
+  }
+  return 'storage is unusable: the database file was removed, moved or replaced while open; nothing can be recorded';
+}
+
+/** Throws a storage failure (SQLITE_CANTOPEN: 503, never an answer) when `db` is misplaced. */
+export function checkInPlace(db: Db): void {
+  const problem = misplaced(db);
+  if (problem) throw Object.assign(new Error(problem), { code: 'SQLITE_CANTOPEN' });
 }
 
 /**

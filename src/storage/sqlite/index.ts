@@ -1,7 +1,7 @@
 import { appendProblem } from '../../audit/chain.js';
 import { SILENT_FEED, type Stores } from '../stores.js';
 import { AuditWriter, SqliteAuditStore } from './audit.js';
-import { openDatabase, schemaProblem, type Db } from './db.js';
+import { misplaced, openDatabase, schemaProblem, type Db } from './db.js';
 import {
   DecisionWriter,
   inProcessCommitter,
@@ -65,10 +65,13 @@ export function sqliteStores(
     ...(decisions.cpuSeconds
       ? { writerCpuSeconds: () => decisions.cpuSeconds?.() ?? Promise.resolve(undefined) }
       : {}),
-    /** Reads the chain head, so an unreadable file or a head no append can follow fails it. */
+    /**
+     * Reads the chain head, so an unreadable file or a head no append can follow fails it, and
+     * checks that the file is still the database at its path.
+     */
     async health(): Promise<string | undefined> {
       try {
-        return appendProblem(writer.readHead());
+        return misplaced(db) ?? appendProblem(writer.readHead());
       } catch {
         return 'storage is unusable';
       }
