@@ -16,16 +16,23 @@
 #
 # Data (policies/data.json): budgets.invoice_payments_per_day, budgets.invoice_spend_per_day.
 #
-#   agent        action        resource       context.amount  budgets charged
-#   -----------  ------------  -------------  --------------  ----------------------------------
-#   finance-bot  invoices.pay  invoices/i-1   1200            agent:finance-bot:invoices.pay (1),
-#                                                             agent:finance-bot:invoices.usd (1200)
-#   finance-bot  invoices.pay  invoices/i-1   (missing)       none: denied, an unpriced payment
+#   key's tenant  agent        action        context.amount  budgets charged
+#   ------------  -----------  ------------  --------------  ----------------------------------------
+#   (unbound)     finance-bot  invoices.pay  1200            agent:finance-bot:invoices.pay (1),
+#                                                            agent:finance-bot:invoices.usd (1200)
+#   acme          finance-bot  invoices.pay  1200            tenant:acme:agent:finance-bot:invoices.pay,
+#                                                            tenant:acme:agent:finance-bot:invoices.usd
+#   (any)         finance-bot  invoices.pay  (missing)       none: denied, an unpriced payment
+#
+# Budgets are per tenant: agent ids are each tenant's own names, so acme's finance-bot and
+# globex's are two agents with two budgets. A key bound to a tenant counts in that tenant's
+# counters; without the tenant in the key, one tenant could spend another's budget (and learn
+# from the refusal that it had). Agent keys should be bound to their tenant.
 package authz.agent
 
 # How many invoices an agent may pay per day, whatever the amounts.
 limits contains {
-	"key": concat(":", ["agent", input.agent_id, "invoices.pay"]),
+	"key": concat(":", [budget_holder, "invoices.pay"]),
 	"window": "24h",
 	"max": data.budgets.invoice_payments_per_day,
 } if {
@@ -34,7 +41,7 @@ limits contains {
 
 # How much an agent may pay per day: each payment costs its amount.
 limits contains {
-	"key": concat(":", ["agent", input.agent_id, "invoices.usd"]),
+	"key": concat(":", [budget_holder, "invoices.usd"]),
 	"window": "24h",
 	"max": data.budgets.invoice_spend_per_day,
 	"cost": input.context.amount,
@@ -42,6 +49,11 @@ limits contains {
 	input.action == "invoices.pay"
 	priced_invoice
 }
+
+# Whose budget a decision spends: the agent, within the tenant of the key that asks.
+budget_holder := concat(":", ["tenant", input.principal.tenant, "agent", input.agent_id]) if {
+	is_string(input.principal.tenant)
+} else := concat(":", ["agent", input.agent_id])
 
 # Without a price the spend budget above would not apply: refuse rather than pay unmetered.
 deny contains "invoices.pay requires a positive numeric context.amount" if {

@@ -23,6 +23,13 @@ test_payment_declares_count_and_spend_budgets if {
 	}
 }
 
+# A key bound to a tenant spends that tenant's budget: two tenants' finance-bot are two agents.
+test_budgets_are_per_tenant if {
+	d := data.authz.decision with input as object.union(pay(1200), {"principal": {"name": "acme-finance", "tenant": "acme", "agent": "finance-bot"}})
+	d.status == "allow"
+	{l.key | some l in d.limits} == {"tenant:acme:agent:finance-bot:invoices.pay", "tenant:acme:agent:finance-bot:invoices.usd"}
+}
+
 test_budgets_follow_data if {
 	d := data.authz.decision with input as pay(10)
 		with data.budgets as {"invoice_payments_per_day": 3, "invoice_spend_per_day": 99.5}

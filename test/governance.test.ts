@@ -848,6 +848,33 @@ onEveryBackend('the example governance policies (policies/)', function () {
     expect(count.json.limits[0]).to.include({ used: 1, max: 50 });
   });
 
+  it('keeps each tenant’s finance-bot to its own budget (found by a tenancy probe)', async () => {
+    // The counters were keyed by agent id alone: acme spending 20000 left globex's finance-bot
+    // nothing, and globex's refusal named acme's counter.
+    const acme = a.createKey('acme-finance', ['authorize'], { tenant: 'acme' });
+    const globex = a.createKey('globex-finance', ['authorize'], { tenant: 'globex' });
+    const pay = (key: string, amount: number) =>
+      call('POST', `${a.engine}/v1/agent/authorize`, {
+        key,
+        body: {
+          agent_id: 'finance-bot',
+          action: 'invoices.pay',
+          resource: 'invoices/t-1',
+          confidence: 0.95,
+          context: { amount },
+        },
+      });
+    expect((await pay(acme, 20_000)).status).to.equal(200);
+    const acmeOver = await pay(acme, 1);
+    expect(acmeOver.status).to.equal(403);
+    expect(acmeOver.json.message).to.include('"tenant:acme:agent:finance-bot:invoices.usd"');
+    expect((await pay(globex, 10)).status).to.equal(200);
+    const usage = (tenant: string) =>
+      call('GET', `${a.platform}/api/v1/limits?key=tenant:${tenant}:agent:finance-bot:invoices.usd`);
+    expect((await usage('acme')).json.limits[0]).to.include({ used: 20_000, remaining: 0 });
+    expect((await usage('globex')).json.limits[0]).to.include({ used: 10, remaining: 19_990 });
+  });
+
   it('answers the request_digest that the README recipe computes', async () => {
     const readme = readFileSync(path.join(REPO, 'README.md'), 'utf8');
     const section = readme.slice(readme.indexOf('## Governance: on behalf of'));
