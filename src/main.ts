@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { parseArgs } from 'node:util';
+import { parseArgsOnce } from './cli/args.js';
 import { prepareStorage, startArbiter } from './app.js';
 import { openStores } from './storage/index.js';
 import { isWorker, runPrimary } from './cluster.js';
@@ -34,7 +34,7 @@ connection error.`;
 class UsageError extends Error {}
 
 async function serve(args: string[]): Promise<void> {
-  const { values } = parseArgs({
+  const { values } = parseArgsOnce({
     args,
     options: { role: { type: 'string', default: 'all' }, workers: { type: 'string' } },
     strict: true,
@@ -88,7 +88,7 @@ async function keys(args: string[]): Promise<void> {
   const actor = `cli:${process.env.USER ?? 'unknown'}`;
   try {
     if (sub === 'create') {
-      const { values } = parseArgs({
+      const { values } = parseArgsOnce({
         args: rest,
         options: {
           name: { type: 'string' },
@@ -120,13 +120,18 @@ async function keys(args: string[]): Promise<void> {
         }),
       );
     } else if (sub === 'list') {
-      parseArgs({ args: rest, options: {}, strict: true });
+      parseArgsOnce({ args: rest, options: {}, strict: true });
       for (const k of await service.list()) {
         const { hash: _hash, ...shown } = k;
         console.log(JSON.stringify(shown));
       }
     } else if (sub === 'revoke') {
-      const { positionals } = parseArgs({ args: rest, options: {}, allowPositionals: true, strict: true });
+      const { positionals } = parseArgsOnce({
+        args: rest,
+        options: {},
+        allowPositionals: true,
+        strict: true,
+      });
       if (positionals.length !== 1) throw new UsageError('keys revoke needs exactly one key name');
       const r = await service.revoke(positionals[0] as string, actor);
       console.log(
@@ -144,7 +149,7 @@ async function keys(args: string[]): Promise<void> {
 async function audit(args: string[]): Promise<void> {
   const [sub, ...rest] = args;
   if (sub !== 'verify') throw new UsageError(`unknown audit command ${sub ?? '(none)'}`);
-  const { values } = parseArgs({
+  const { values } = parseArgsOnce({
     args: rest,
     options: { head: { type: 'string' }, count: { type: 'string' } },
     strict: true,

@@ -315,6 +315,22 @@ onEveryBackend('authentication and scopes (SPEC §2)', () => {
       expect(r.stdout).to.not.match(/arb_/);
     });
 
+    it('refuses an option given twice rather than keeping the last (found by a tenancy probe)', async () => {
+      // parseArgs kept the last value: --tenant acme --tenant globex bound the key to globex.
+      for (const args of [
+        ['--tenant', 'acme', '--tenant', 'globex'],
+        ['--tenant=acme', '--tenant', 'globex'],
+        ['--scopes', 'queue:read'],
+      ]) {
+        const r = a.cli(['keys', 'create', '--name', 'twice', '--scopes', 'authorize', ...args]);
+        expect(r.code, r.stdout).to.equal(1);
+        expect(r.stderr).to.match(/option --(tenant|scopes) is given more than once/);
+        expect(r.stdout).to.not.match(/arb_/);
+      }
+      const created = await auditEvents(a.platform, { kind: 'key.create' });
+      expect(created.map((e) => e.resource)).to.not.include('twice');
+    });
+
     it("refuses the names admin and system (any case): what they did would read as ARBITER_ADMIN_KEY's or Arbiter's", async () => {
       for (const [name, whose] of [
         ['admin', "ARBITER_ADMIN_KEY's principal"],

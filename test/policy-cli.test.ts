@@ -270,6 +270,10 @@ onceOnly('arbiter policy check and test (no server)', () => {
     expect(policy(['frobnicate', POLICIES]).code).to.equal(2);
     expect(policy(['check', '--prune', POLICIES]).code).to.equal(2);
     expect(policy(['check', '--nope', POLICIES]).code).to.equal(2);
+    // An option given twice is refused, not read as its last value (push --url a --url b).
+    const twice = policy(['diff', '--url', 'http://127.0.0.1:1', '--url', 'http://127.0.0.1:2', POLICIES]);
+    expect(twice.code).to.equal(2);
+    expect(twice.stderr).to.contain('option --url is given more than once');
     const none = policy([]);
     expect(none.code).to.equal(2);
     expect(none.stderr).to.contain(

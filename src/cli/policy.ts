@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import { cp, mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
+import { parseArgsOnce } from './args.js';
 import { loadConfig } from '../config.js';
 import { BUILTIN_MODULE_PATH, CompileError, RegoCompiler } from '../policy/compiler.js';
 import { EvaluationThread, thresholdErrorsOn } from '../policy/eval-thread.js';
@@ -72,7 +72,7 @@ export async function policyCommand(args: string[], out: Out, err: Out): Promise
   };
   let parsed;
   try {
-    parsed = parseArgs({
+    parsed = parseArgsOnce({
       args: rest,
       allowPositionals: true,
       strict: true,
