@@ -107,7 +107,8 @@ const REFRESH_MS = 1_000;
 export async function startArbiter(config: Config, role: Role, log: Logger): Promise<Running> {
   const metrics = createMetrics();
   const clustered = isWorker();
-  let link: WorkerLink | undefined;
+  // First, before storage is read: from here on the primary waits for this worker on every change.
+  const link = clustered ? new WorkerLink(log, metrics.registry) : undefined;
   const stores = await openStores(config, { serving: true, log, ...storeObservers(metrics) });
   // CPU per thread (Linux): what a decision costs the serving thread and the writer thread.
   threadCpuGauge(metrics, async () => ({
@@ -153,12 +154,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
       { revision: started.revision, seeded: started.seeded, policyDir: config.policyDir },
       clustered ? 'worker loaded the policy set' : 'policy set loaded',
     );
-    if (clustered)
-      link = new WorkerLink(
-        (change) => (change.topic === 'revision' ? policies.refresh() : signingKeys.reload()),
-        log,
-        metrics.registry,
-      );
+    link?.serve((change) => (change.topic === 'revision' ? policies.refresh() : signingKeys.reload()));
     const unfollow = followOtherProcesses(stores, services, clustered, log);
     startSweepers(services, metrics, log);
     await tokens.init();

@@ -28,6 +28,7 @@ export interface Listener {
 export type Changed = { topic: 'revision'; revision: number } | { topic: 'signing_keys' };
 
 type ToPrimary =
+  | { arbiter: 'linked' }
   | { arbiter: 'listening'; listeners: Listener[] }
   | { arbiter: 'changed'; id: string; change: Changed }
   | { arbiter: 'refreshed'; id: string }
@@ -44,12 +45,21 @@ const SYNC_TIMEOUT_MS = 5_000;
 const isOurs = (m: unknown): m is { arbiter: string } =>
   typeof m === 'object' && m !== null && typeof (m as { arbiter?: unknown }).arbiter === 'string';
 
-/** The worker side: tells the primary about changes and answers its refresh requests. */
+/**
+ * The worker side: tells the primary about changes and answers its refresh requests. Made first
+ * thing in a worker, before storage is read, and says so (`linked`): from then on the primary
+ * waits for this worker's answer to every change. A refresh that arrives while the worker is still
+ * starting is answered once it has started (`serve`): its start may have read the store before the
+ * change was made.
+ */
 export class WorkerLink {
   private readonly waiting = new Map<string, (m: ToWorker) => void>();
+  private started!: (refresh: (change: Changed) => Promise<void>) => void;
+  private readonly refresh = new Promise<(change: Changed) => Promise<void>>((resolve) => {
+    this.started = resolve;
+  });
 
   constructor(
-    private readonly refresh: (change: Changed) => Promise<void>,
     private readonly log: Logger,
     registry: Registry,
   ) {
@@ -60,13 +70,20 @@ export class WorkerLink {
       if (!isOurs(m)) return;
       const msg = m as ToWorker;
       if (msg.arbiter === 'refresh') {
-        this.refresh(msg.change)
+        this.refresh
+          .then((refresh) => refresh(msg.change))
           .catch((err: unknown) => this.log.error({ err, change: msg.change }, 'refresh failed'))
           .finally(() => this.send({ arbiter: 'refreshed', id: msg.id }));
         return;
       }
       this.waiting.get(msg.id)?.(msg);
     });
+    this.send({ arbiter: 'linked' });
+  }
+
+  /** The worker has started: refreshes (held ones first) are made with `refresh`. */
+  serve(refresh: (change: Changed) => Promise<void>): void {
+    this.started(refresh);
   }
 
   listening(listeners: Listener[]): void {
@@ -118,9 +135,15 @@ export async function runPrimary(workers: number, log: Logger): Promise<{ stop: 
   let stopping = false;
   let announced = false;
   const ready = new Map<number, Listener[]>();
+  // Workers whose link is up: a change waits for their answer. One that has not linked yet is
+  // still loading and has read nothing: it loads the change when it starts. (A replacement forked
+  // just before a change was waited for in vain until SYNC_TIMEOUT_MS: its refresh was lost.)
+  const linked = new Set<number>();
 
   const relay = (from: Worker, msg: ToPrimary) => {
-    if (msg.arbiter === 'listening') {
+    if (msg.arbiter === 'linked') {
+      linked.add(from.id);
+    } else if (msg.arbiter === 'listening') {
       ready.set(from.id, msg.listeners);
       if (!announced && ready.size === workers) {
         announced = true;
@@ -131,7 +154,8 @@ export async function runPrimary(workers: number, log: Logger): Promise<{ stop: 
       const others = Object.values(cluster.workers ?? {}).filter(
         (w): w is Worker => !!w && w !== from && w.isConnected(),
       );
-      let left = others.length;
+      const awaited = others.filter((w) => linked.has(w.id));
+      let left = awaited.length;
       const finish = () =>
         from.isConnected() && from.send({ arbiter: 'synced', id: msg.id } satisfies ToWorker);
       if (left === 0) return finish();
@@ -145,7 +169,7 @@ export async function runPrimary(workers: number, log: Logger): Promise<{ stop: 
           isOurs(m) &&
           (m as ToPrimary).arbiter === 'refreshed' &&
           (m as unknown as { id: string }).id === msg.id &&
-          others.includes(w)
+          awaited.includes(w)
         ) {
           if (--left === 0) {
             cleanup();
@@ -154,7 +178,7 @@ export async function runPrimary(workers: number, log: Logger): Promise<{ stop: 
         }
       };
       const onExit = (w: Worker) => {
-        if (others.includes(w) && --left === 0) {
+        if (awaited.includes(w) && --left === 0) {
           cleanup();
           finish();
         }
@@ -184,6 +208,7 @@ export async function runPrimary(workers: number, log: Logger): Promise<{ stop: 
   });
   cluster.on('exit', (w, code, signal) => {
     ready.delete(w.id);
+    linked.delete(w.id);
     if (stopping) return;
     log.error({ worker: w.process.pid, code, signal }, 'worker exited; starting a replacement');
     cluster.fork();

@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import { expect } from 'chai';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { createServer, type AddressInfo } from 'node:net';
 import path from 'node:path';
@@ -521,5 +521,58 @@ onEveryBackend('process lifecycle', () => {
         await a.close();
       }
     });
+  });
+});
+
+/** The processes whose parent is `pid` (a primary's workers), from /proc. */
+function childrenOf(pid: number): number[] {
+  const out: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      // "pid (comm) state ppid …": comm may hold spaces, so read after its closing parenthesis.
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === pid) out.push(Number(entry));
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return out;
+}
+
+onSqliteOnly('several workers (--workers)', function () {
+  this.timeout(120_000);
+
+  it('answers a change made just after a worker died without waiting for its replacement (found by a crash probe)', async () => {
+    // The primary sent the change to the replacement before it listened, and waited out its 5 s
+    // sync timeout for an answer that never came ("workers did not confirm a change in time").
+    const a = await Arbiter.start({ ARBITER_WORKERS: '2' });
+    try {
+      const workers = childrenOf(a.pid as number);
+      expect(workers, 'two workers').to.have.length(2);
+      process.kill(workers[0] as number, 'SIGKILL');
+      // The change is made while the replacement is starting (forked, not yet serving).
+      const deadline = Date.now() + 30_000;
+      const replaced = () => childrenOf(a.pid as number).some((p) => !workers.includes(p));
+      while (!replaced() && Date.now() < deadline) await sleep(20);
+      expect(replaced(), 'no replacement was forked').to.equal(true);
+      const put = await call('PUT', `${a.platform}/api/v1/data/after-kill`, { body: { n: 1 } });
+      expect(put.status, put.text).to.equal(201);
+      const revision = put.json.revision as number;
+      expect(revision).to.be.a('number');
+      // Every worker that answers serves the change, the replacement too once it has loaded (the
+      // two first workers and it: three loads).
+      const loads = () => a.logs.filter((l) => /worker loaded the policy set/.test(l)).length;
+      while (loads() < 3 && Date.now() < deadline) await sleep(100);
+      expect(loads(), 'the replacement did not start').to.equal(3);
+      for (let i = 0; i < 12; i++) {
+        const h = await call('GET', `${a.engine}/healthz`, { headers: { connection: 'close' } });
+        expect(h.json.revision).to.equal(revision);
+      }
+      expect(a.logs.filter((l) => /did not confirm a change in time/.test(l))).to.deep.equal([]);
+    } finally {
+      await a.close();
+    }
   });
 });

@@ -81,6 +81,11 @@ export class Arbiter {
     return a;
   }
 
+  /** The process id of the running service (with ARBITER_WORKERS, the primary's). */
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+
   /** The PostgreSQL URL this instance uses, if any. */
   get databaseUrl(): string | undefined {
     return this.env.ARBITER_DATABASE_URL;
