@@ -27,7 +27,11 @@ export function threadCommitter(
     const w = new Worker(new URL('./writer-thread.js', import.meta.url), { workerData: { dataDir, sync } });
     w.on(
       'message',
-      (m: { id: number; outcomes?: RecordOutcome[]; error?: string } | { cpu: number; seconds?: number }) => {
+      (
+        m:
+          | { id: number; outcomes?: RecordOutcome[]; error?: string; code?: string }
+          | { cpu: number; seconds?: number },
+      ) => {
         if ('cpu' in m) {
           cpuAsks.get(m.cpu)?.(m.seconds);
           cpuAsks.delete(m.cpu);
@@ -40,7 +44,10 @@ export function threadCommitter(
           onCommitted(m.outcomes);
           entry.resolve(m.outcomes);
         } else {
-          entry.reject(new Error(m.error ?? 'decision batch failed'));
+          // With the driver's code (SQLITE_BUSY, SQLITE_FULL, …), so that a storage failure reads
+          // as one (asStorageFailure) on this side of the thread too.
+          const err = new Error(m.error ?? 'decision batch failed');
+          entry.reject(m.code === undefined ? err : Object.assign(err, { code: m.code }));
         }
       },
     );

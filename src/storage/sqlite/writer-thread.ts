@@ -27,6 +27,11 @@ parentPort?.on('message', (m: { id: number; batch: RecordArgs[] } | { close: tru
   try {
     parentPort?.postMessage({ id: m.id, outcomes: writer.recordBatch(m.batch) });
   } catch (e) {
-    parentPort?.postMessage({ id: m.id, error: e instanceof Error ? e.message : String(e) });
+    const code = (e as { code?: unknown })?.code;
+    parentPort?.postMessage({
+      id: m.id,
+      error: e instanceof Error ? e.message : String(e),
+      ...(typeof code === 'string' ? { code } : {}),
+    });
   }
 });
