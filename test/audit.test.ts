@@ -14,8 +14,10 @@ import {
   storedText,
   type Response,
 } from './helpers/harness.js';
+import { sealedCursor } from './helpers/cursors.js';
 import { queryDatabase } from './helpers/postgres.js';
 import { canonicalJson } from '../src/common/canonical-json.js';
+import { encodeCursor } from '../src/common/pagination.js';
 import { ASCII_NAME } from '../src/common/validation.js';
 
 /** Every field SPEC §8 gives an audit event. */
@@ -626,6 +628,18 @@ onEveryBackend('audit trail', () => {
       }
     });
 
+    it('answers 400 for a cursor written from a real position, as the unsealed format gave it', async () => {
+      // Unsealed, "audit:<seq>" of an event that exists paged from there.
+      const [row] = await a.stored<{ seq: number | string }>('SELECT max(seq) AS seq FROM audit_events');
+      expectError(await audit(a, `cursor=${b64url(`audit:${Number(row!.seq)}`)}`), 400, /cursor/);
+      // A cursor is as long wherever its event is in the chain: a sealed text keeps its length, so
+      // the text is padded (event 9's and event 10^15's are one length).
+      const lengths = new Set(
+        ['9', '10', '1000000', '1234567890123456'].map((seq) => encodeCursor('audit', seq).length),
+      );
+      expect(lengths.size).to.equal(1);
+    });
+
     it('answers 400 for a cursor altered by one character, and pages with it unaltered', async () => {
       const r = await audit(a, 'limit=2');
       const cursor = r.json.next_cursor as string;
@@ -677,15 +691,26 @@ onEveryBackend('audit trail', () => {
       ['limit 10001', 'limit=10001', /limit/],
       ['limit abc', 'limit=abc', /limit/],
       ['a cursor that is not base64url', 'cursor=garbage!', /cursor/],
-      ['a cursor of audit:abc', `cursor=${b64url('audit:abc')}`, /cursor/],
-      ['a cursor of audit:0', `cursor=${b64url('audit:0')}`, /cursor/],
+      ['a cursor of audit:abc', 'cursor=SEALED(audit:abc)', /cursor/],
+      ['a cursor of audit:0', 'cursor=SEALED(audit:0)', /cursor/],
+      ['a cursor of audit:-1', 'cursor=SEALED(audit:-1)', /cursor/],
+      ['a cursor of audit: and 17 digits', 'cursor=SEALED(audit:12345678901234567)', /cursor/],
+      [
+        'a cursor of another list (trace)',
+        'cursor=SEALED(trace:0af7651916cd43dd8448eb211c80319c|1)',
+        /cursor/,
+      ],
       ['an unknown query parameter', 'colour=blue', /colour/],
       ['a repeated parameter', 'kind=decision&kind=token.mint', /kind/],
       ['an empty kind', 'kind=', /kind/],
     ];
     for (const [what, query, field] of cases) {
       it(`answers 400 naming the parameter for ${what}`, async () => {
-        expectError(await audit(a, query), 400, field);
+        // SEALED(kind:position): sealed with the service's key, so that the list's own checks of
+        // the position are what refuses it, not the seal.
+        const m = /SEALED\(([^:]+):(.*)\)/.exec(query);
+        const sent = m ? query.replace(m[0], await sealedCursor(a, m[1]!, m[2]!)) : query;
+        expectError(await audit(a, sent), 400, field);
       });
     }
 

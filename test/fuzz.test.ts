@@ -9,6 +9,7 @@ import { isReservedKind } from '../src/audit/kinds.js';
 import type { AuditEvent } from '../src/audit/types.js';
 import { SCOPES } from '../src/keys/types.js';
 import { ADMIN_KEY, AGENT, Arbiter, call, HUMAN } from './helpers/harness.js';
+import { sealedCursor } from './helpers/cursors.js';
 import { checkAnswer } from './helpers/openapi-check.js';
 import {
   encodeRequest,
@@ -1695,15 +1696,24 @@ onEveryBackend('fuzzing every route of the OpenAPI document', function () {
         message: ['forwarded event'],
         actor: ['other-engine'],
       },
+      // Sealed with the service's own key (cursors are sealed), so that each list's position
+      // checks are reached, and a few the seal alone refuses.
       cursors: [
+        ...(await Promise.all(
+          [
+            ['audit', '1'],
+            ['audit', '999999'],
+            ['audit', '0'],
+            ['audit', 'x'],
+            ['audit-t', '2026-01-01T00:00:00.000Z|1'],
+            ['policies', 'agent'],
+            ['data', 'agents'],
+            ['revisions', '1'],
+            ['queue', 'x'],
+            ['trace', `${traces[0] ?? 'x'}|1`],
+          ].map(([kind, position]) => sealedCursor(a, kind!, position!)),
+        )),
         b64('audit:1'),
-        b64('audit:999999'),
-        b64('audit:0'),
-        b64('audit:x'),
-        b64('audit-t:2026-01-01T00:00:00.000Z|1'),
-        b64('policies:agent'),
-        b64('data:agents'),
-        b64(`trace:${traces[0] ?? 'x'}|1`),
         b64('\ud800'),
         'not base64!',
         'A'.repeat(600),
