@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { migrationFailed, unknownMigrations } from '../failure.js';
 import { migrations } from './migrations.js';
@@ -13,6 +13,7 @@ export type Db = Database.Database;
 export function openDatabase(dataDir: string, sync: 'full' | 'normal', opts: { migrate?: boolean } = {}): Db {
   makeDirectory(dataDir);
   const file = path.join(dataDir, 'arbiter.db');
+  createPrivately(file);
   const db = new Database(file);
   const { dev, ino } = statSync(file);
   opened.set(db, { file, dev, ino });
@@ -55,7 +56,26 @@ export function checkInPlace(db: Db): void {
 }
 
 /**
- * Creates `dir` and any missing parents, one at a time. (Node's recursive mkdirSync never returns
+ * The database holds the signing keys' private halves, webhook secrets, the cursor key and every
+ * decision: what Arbiter creates for it is readable by the service's user only, whatever the umask
+ * (0700 directories, a 0600 file; SQLite gives the WAL and its index the database file's mode).
+ * What exists already keeps the mode its owner gave it.
+ */
+const PRIVATE_DIR = 0o700;
+const PRIVATE_FILE = 0o600;
+
+/** Creates the empty database file `file` with PRIVATE_FILE, unless it exists. */
+function createPrivately(file: string): void {
+  try {
+    closeSync(openSync(file, 'wx', PRIVATE_FILE));
+  } catch (e) {
+    // There already (another process starting at the same time may have made it).
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+  }
+}
+
+/**
+ * Creates `dir` and any missing parents, one at a time, with PRIVATE_DIR. (Node's recursive mkdirSync never returns
  * for a path under /proc, where mkdir answers ENOENT though the parent exists; this answers the
  * error.)
  */
@@ -67,7 +87,7 @@ function makeDirectory(dir: string): void {
   }
   for (const d of missing) {
     try {
-      mkdirSync(d);
+      mkdirSync(d, PRIVATE_DIR);
     } catch (e) {
       // Another process starting at the same time made it first.
       if ((e as NodeJS.ErrnoException).code !== 'EEXIST' || !statSync(d).isDirectory()) throw e;
