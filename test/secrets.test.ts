@@ -2,8 +2,9 @@ import { expect } from 'chai';
 import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { onEveryBackend, onSqliteOnly } from './helpers/backends.js';
-import { AGENT, Arbiter, auditEvents, call, storedText } from './helpers/harness.js';
+import { onceOnly, onEveryBackend, onSqliteOnly } from './helpers/backends.js';
+import { AGENT, Arbiter, auditEvents, call, REPO, storedText } from './helpers/harness.js';
+import { baseEnv, runSync } from './helpers/process.js';
 
 /** The permission bits of a file or directory. */
 const modeOf = (p: string) => statSync(p).mode & 0o777;
@@ -74,5 +75,38 @@ onEveryBackend('masked fields inside arrays', () => {
     expect(event.details.context).to.deep.equal(masked);
     const item = await call('GET', `${a.engine}/v1/queue/${r.json.request_id}`);
     expect(item.json.context).to.deep.equal(masked);
+  });
+});
+
+// CI runs the policy CLI and keeps what it prints: the key it was given must not be among it.
+onceOnly('the policy CLI and its API key', () => {
+  const policies = path.join(REPO, 'policies');
+  // Nothing listens on port 9 (discard): the key never reaches a server in these tests.
+  const run = (args: string[], env: Record<string, string> = {}) =>
+    runSync(['policy', 'diff', policies, '--url', 'http://127.0.0.1:9', ...args], baseEnv(env), 60_000);
+
+  it('refuses a key that cannot be sent in a header without echoing it (exit 2), also with --json', () => {
+    for (const [how, key] of [
+      ['--key', 'arb_0123456789abcdef_SECRET-PART\nSECOND-LINE'],
+      ['ARBITER_KEY', 'arb_0123456789abcdef_SECRET-PART\u0001SOH'],
+      ['--key', 'arb_0123456789abcdef_SECRET-PART with a space'],
+      ['ARBITER_KEY', 'arb_0123456789abcdef_SECRET-PART€'],
+    ] as const) {
+      for (const json of [[], ['--json']]) {
+        const r = how === '--key' ? run(['--key', key, ...json]) : run(json, { ARBITER_KEY: key });
+        expect(r.code, r.stderr).to.equal(2);
+        const said = r.stdout + r.stderr;
+        expect(said).to.match(/API key/);
+        expect(said).to.not.include('SECRET-PART');
+      }
+    }
+  });
+
+  it('still sends a key with surrounding whitespace (a file read with its line break), as fetch does', () => {
+    const r = run(['--key', 'arb_0123456789abcdef_SECRET-PART\r\n']);
+    // It got as far as the connection: refused there, not for the key.
+    expect(r.code, r.stderr).to.equal(2);
+    expect(r.stderr).to.match(/cannot reach/);
+    expect(r.stderr).to.not.include('SECRET-PART');
   });
 });

@@ -51,7 +51,16 @@ export class Server {
           'give the URL without them and the API key with --key or ARBITER_KEY',
       );
     }
-    this.key = key;
+    // Whitespace around it is dropped, as fetch drops it from a header value (a key read from a
+    // file with its line break). Anything else a header cannot carry is refused here, without the
+    // key: fetch's own error quotes the whole header, key and all, into what CI logs keep.
+    const sent = key.replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, '');
+    if (!/^[\x21-\x7e]+$/.test(sent)) {
+      throw new CliUsageError(
+        'the API key (--key or ARBITER_KEY) must be printable ASCII without spaces or line breaks; it is not shown',
+      );
+    }
+    this.key = sent;
   }
 
   /** One request; a transport failure is exit 2, an error answer is returned to the caller. */
