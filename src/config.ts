@@ -361,11 +361,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       // Every scalar as the text written in the file (the failsafe schema), as an environment
       // variable would give it: `admin_key: 1234567890123456789` or `authzen_default_tenant: 00123`
       // must not reach the setting as a rounded or shortened number. Each setting parses its text.
-      doc = YAML.parse(text, { schema: 'failsafe' });
+      // logLevel 'error': errors throw, warnings are not printed (they quote the line).
+      doc = YAML.parse(text, { schema: 'failsafe', logLevel: 'error' });
     } catch (e) {
-      throw new ConfigError(
-        `ARBITER_CONFIG: ${env.ARBITER_CONFIG} is not valid YAML: ${(e as Error).message}`,
-      );
+      throw new ConfigError(`ARBITER_CONFIG: ${env.ARBITER_CONFIG} is not valid YAML${whereInYaml(e)}`);
     }
     if (doc !== null && doc !== undefined && (typeof doc !== 'object' || Array.isArray(doc))) {
       throw new ConfigError(`ARBITER_CONFIG: ${env.ARBITER_CONFIG} must be a YAML mapping`);
@@ -420,6 +419,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     maxLongPollsPerKey: c.maxLongPollsPerKey ?? Math.max(1, Math.floor(c.maxLongPolls / 10)),
     auditMaskFields: Object.freeze([...c.auditMaskFields]),
   }) as Config;
+}
+
+/**
+ * Where a YAML error is: its code, line and column. Never its message, which quotes the line
+ * (or part of it), and the file holds `admin_key` and `database_url`.
+ */
+function whereInYaml(e: unknown): string {
+  if (!(e instanceof YAML.YAMLError)) return '';
+  const at = e.linePos?.[0];
+  return ` (${e.code}${at ? ` at line ${at.line}, column ${at.col}` : ''}); the line is not shown, as it may hold a secret`;
 }
 
 function yamlKey(envName: string): string {

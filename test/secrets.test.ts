@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { onceOnly, onEveryBackend, onSqliteOnly } from './helpers/backends.js';
@@ -108,5 +108,40 @@ onceOnly('the policy CLI and its API key', () => {
     expect(r.code, r.stderr).to.equal(2);
     expect(r.stderr).to.match(/cannot reach/);
     expect(r.stderr).to.not.include('SECRET-PART');
+  });
+});
+
+// Start-up errors go to a journal or a container log: they name the setting, never its value.
+onceOnly('a configuration file that is not valid YAML', () => {
+  let dir: string;
+  before(() => {
+    dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-config-'));
+  });
+  after(() => {
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('is refused naming the file, line and column, never quoting the line (which may hold a secret)', () => {
+    for (const [name, text, line] of [
+      ['nested.yaml', 'admin_key: SUPERSECRET-admin-key-0123: x\n', 1],
+      ['quote.yaml', 'log_level: info\ndatabase_url: "postgres://arbiter:SUPERSECRET@db/arbiter\n', 3],
+      ['block.yaml', 'admin_key: |SUPERSECRET-admin-key-0123\n', 1],
+      ['flow.yaml', 'admin_key: [SUPERSECRET-admin-key-0123\n', 2],
+    ] as const) {
+      const file = path.join(dir, name);
+      writeFileSync(file, text);
+      const r = runSync(['keys', 'list'], baseEnv({ ARBITER_CONFIG: file }));
+      expect(r.code, `${name}: ${r.stderr}`).to.equal(2);
+      expect(r.stderr, name).to.include(`ARBITER_CONFIG: ${file} is not valid YAML`);
+      expect(r.stderr, name).to.match(new RegExp(`line ${line}, column \\d+`));
+      expect(r.stdout + r.stderr, name).to.not.include('SUPERSECRET');
+    }
+  });
+
+  it('prints no YAML warning quoting a line either', () => {
+    const file = path.join(dir, 'tag.yaml');
+    writeFileSync(file, 'admin_key: !SUPERSECRET-tag-0123456789 x\n');
+    const r = runSync(['keys', 'list'], baseEnv({ ARBITER_CONFIG: file }));
+    expect(r.stdout + r.stderr).to.not.include('SUPERSECRET');
   });
 });
