@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { onceOnly, onEveryBackend, onSqliteOnly } from './helpers/backends.js';
@@ -143,5 +143,38 @@ onceOnly('a configuration file that is not valid YAML', () => {
     writeFileSync(file, 'admin_key: !SUPERSECRET-tag-0123456789 x\n');
     const r = runSync(['keys', 'list'], baseEnv({ ARBITER_CONFIG: file }));
     expect(r.stdout + r.stderr).to.not.include('SUPERSECRET');
+  });
+});
+
+// The OPA CLI compiles and explains policies from this process: it needs none of its secrets.
+onEveryBackend('the environment of the OPA processes Arbiter runs', () => {
+  let dir: string;
+  let a: Arbiter;
+  const seen = () => readFileSync(path.join(dir, 'env.txt'), 'utf8');
+  before(async () => {
+    dir = mkdtempSync(path.join(os.tmpdir(), 'arbiter-opa-env-'));
+    // An `opa` that writes down the environment it was given, then runs the real one.
+    const real = path.join(REPO, '.opa-bin', 'opa');
+    const wrapper = path.join(dir, 'opa');
+    writeFileSync(wrapper, `#!/bin/sh\nenv >> '${path.join(dir, 'env.txt')}'\nexec '${real}' "$@"\n`);
+    chmodSync(wrapper, 0o700);
+    a = await Arbiter.start({ ARBITER_OPA_BIN: wrapper, PGPASSWORD: 'PG-ENV-SECRET' });
+  });
+  after(async () => {
+    await a.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('holds no ARBITER_* setting and no PG* variable: not the admin key, not the database URL', async () => {
+    const r = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.deny });
+    expect(r.status, r.text).to.equal(403);
+    // An explanation runs `opa eval`, as a compile runs `opa check` and `opa build`.
+    const x = await call('GET', `${a.platform}/api/v1/decisions/${r.json.request_id}/explain`);
+    expect(x.status, x.text).to.equal(200);
+    const env = seen();
+    expect(env).to.match(/^PATH=/m);
+    expect(env).to.not.include(a.fullEnv().ARBITER_ADMIN_KEY);
+    expect(env).to.not.match(/^(ARBITER_|PG)/m);
+    if (a.databaseUrl) expect(env).to.not.include(new URL(a.databaseUrl).host);
   });
 });

@@ -13,6 +13,7 @@ import { CliUsageError, HttpRefused, Refused } from './policy-errors.js';
 import { checkTarget, isPolicyOrDataFile, writeInside } from './policy-files.js';
 import { changes, planJson, planOf, planText, type LocalSet, type Plan } from './policy-plan.js';
 import { errorOf, isObject, notArbiter, readLive, revisionOf, Server } from './policy-server.js';
+import { childEnv } from '../common/child-env.js';
 
 export { CliUsageError } from './policy-errors.js';
 
@@ -326,13 +327,18 @@ function run(
   cwd: string,
 ): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    execFile(bin, args, { cwd, maxBuffer: 64 * 1024 * 1024, timeout: 300_000 }, (e, stdout, stderr) => {
-      if (e && typeof e.code !== 'number') {
-        reject(new CliUsageError(`cannot run the OPA test runner at ${bin}: ${e.message}`));
-        return;
-      }
-      resolve({ code: e ? (e.code as number) : 0, stdout, stderr });
-    });
+    execFile(
+      bin,
+      args,
+      { cwd, env: childEnv(), maxBuffer: 64 * 1024 * 1024, timeout: 300_000 },
+      (e, stdout, stderr) => {
+        if (e && typeof e.code !== 'number') {
+          reject(new CliUsageError(`cannot run the OPA test runner at ${bin}: ${e.message}`));
+          return;
+        }
+        resolve({ code: e ? (e.code as number) : 0, stdout, stderr });
+      },
+    );
   });
 }
 

@@ -8,6 +8,7 @@ import { repoRoot } from '../config.js';
 import { ALLOWED_BUILTINS, restrictCapabilities } from './capabilities.js';
 import { type LocatedError, type ParsedModule, relocateContractErrors, ruleSites } from './contract.js';
 import { PAIRED_ENTRYPOINT, type ParsedPolicy, type RegoAst } from './paired.js';
+import { childEnv } from '../common/child-env.js';
 
 /** How many parse trees the compiler keeps (paired.ts reads each module of a set again on every change). */
 const PARSED_KEPT = 512;
@@ -344,7 +345,7 @@ export class RegoCompiler {
       const child = execFile(
         this.opaBin,
         args,
-        { cwd, maxBuffer: 64 * 1024 * 1024, timeout: 120_000 },
+        { cwd, env: childEnv(), maxBuffer: 64 * 1024 * 1024, timeout: 120_000 },
         (err, stdout, stderr) => {
           this.running.delete(child);
           if (err && typeof err.code !== 'number') return reject(err);

@@ -6,6 +6,7 @@ import type { Logger } from '../observability/logger.js';
 import { busy, conflict, unavailable } from '../errors.js';
 import { BUILTIN_MODULE_PATH, type Module } from './compiler.js';
 import type { DecisionStatus } from './evaluator.js';
+import { childEnv } from '../common/child-env.js';
 
 /** One rule of one policy that succeeded while the decision was evaluated. */
 export interface FiredRule {
@@ -179,7 +180,7 @@ export class Explainer {
       const child = execFile(
         '/bin/sh',
         ['-c', limit, this.opaBin, ...args],
-        { maxBuffer: MAX_TRACE_BYTES, timeout: this.timeoutMs, killSignal: 'SIGKILL' },
+        { env: childEnv(), maxBuffer: MAX_TRACE_BYTES, timeout: this.timeoutMs, killSignal: 'SIGKILL' },
         (err, stdout, stderr) => {
           if (!err) return resolve({ code: 0, stdout, stderr });
           // A bound on memory ends it the same way every time: a 409, not a 503 inviting a retry.
