@@ -178,3 +178,40 @@ onEveryBackend('the environment of the OPA processes Arbiter runs', () => {
     if (a.databaseUrl) expect(env).to.not.include(new URL(a.databaseUrl).host);
   });
 });
+
+// A failed evaluation is recorded with its error, and a builtin's error quotes its operand.
+onEveryBackend('a masked field quoted by a failing builtin', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start({ ARBITER_AUDIT_MASK_FIELDS: 'context.expiry' });
+    const put = await call('PUT', a.platform + '/api/v1/policies/expiry', {
+      raw: [
+        'package authz.agent',
+        '',
+        'deny contains "expired" if {',
+        '  input.action == "renew"',
+        '  time.parse_rfc3339_ns(input.context.expiry) < time.now_ns()',
+        '}',
+        '',
+      ].join('\n'),
+      headers: { 'content-type': 'text/plain' },
+    });
+    expect(put.status, put.text).to.equal(201);
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  it('is stored nowhere: the fail-closed message and the recorded error hold [masked] instead', async () => {
+    const body = { ...AGENT.allow, action: 'renew', context: { expiry: 'MASKED-NOT-A-TIME-42' } };
+    const r = await call('POST', a.engine + '/v1/agent/authorize', { body });
+    expect(r.status, r.text).to.equal(403);
+    expect(r.json.message).to.match(/^policy evaluation failed: time\.parse_rfc3339_ns/);
+    expect(r.json.message).to.include('[masked]');
+    const everything = await storedText(a);
+    expect(everything).to.include(r.json.request_id);
+    expect(everything).to.not.include('MASKED-NOT-A-TIME-42');
+    const [event] = await auditEvents(a.platform, { request_id: r.json.request_id, kind: 'decision' });
+    expect(event.details.error).to.include('[masked]');
+  });
+});

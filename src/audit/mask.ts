@@ -31,3 +31,30 @@ function maskWithin(value: unknown, path: string[]): unknown {
   if (typeof value !== 'object' || value === null) return value;
   return maskPath(value as Record<string, unknown>, path);
 }
+
+/**
+ * The values masking took out of `original` to make `masked` (what `makeMasker` made of it): the
+ * strings and numbers under every member replaced by MASK. For text that may quote them.
+ */
+export function maskedValues(original: unknown, masked: unknown): string[] {
+  const out: string[] = [];
+  const leaves = (v: unknown): void => {
+    if (typeof v === 'string' || typeof v === 'number') out.push(String(v));
+    else if (typeof v === 'object' && v !== null) for (const x of Object.values(v)) leaves(x);
+  };
+  const walk = (o: unknown, m: unknown): void => {
+    if (o === m) return;
+    if (m === MASK) return leaves(o);
+    if (typeof o !== 'object' || o === null || typeof m !== 'object' || m === null) return;
+    for (const [k, v] of Object.entries(o)) walk(v, (m as Record<string, unknown>)[k]);
+  };
+  walk(original, masked);
+  return out.filter((s) => s !== '' && s !== MASK);
+}
+
+/** `text` with every occurrence of each of `values` replaced by MASK (the longest first). */
+export function withoutValues(text: string, values: readonly string[]): string {
+  let out = text;
+  for (const v of [...values].sort((a, b) => b.length - a.length)) out = out.split(v).join(MASK);
+  return out;
+}

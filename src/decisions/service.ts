@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { canonicalJson } from '../common/canonical-json.js';
 import { eventUserId, type NewAuditEvent } from '../audit/types.js';
+import { maskedValues, withoutValues } from '../audit/mask.js';
 import { type AppError, tooLarge, unavailable, unprocessable } from '../errors.js';
 import { jsonBytesOver } from '../common/json-size.js';
 import { checkAdmits } from '../keys/binding.js';
@@ -266,9 +267,23 @@ export class DecisionService {
     const shadowing = pairedShadow
       ? shadowOutcome(pairedShadow, evaluation.decision, generation)
       : this.shadow(input, evaluation.decision);
-    const shadow = shadowing instanceof Promise ? await shadowing : shadowing;
+    const answered = shadowing instanceof Promise ? await shadowing : shadowing;
     const now = new Date();
     const masked: Subject = { ...subject, context: this.maskContext(subject.context) };
+    // Mask paths name fields of the policy input as well (e.g. authzen.subject.properties.ssn).
+    const maskedInput = this.mask(input);
+    // A failed evaluation's text is Arbiter's, and a builtin's error quotes its operand
+    // (`time.parse_rfc3339_ns: cannot parse "…"`), a masked field's value included: the text
+    // recorded and answered holds MASK in its place.
+    const hidden =
+      evaluation.decision.error !== undefined || answered?.result === 'error'
+        ? maskedValues(input, maskedInput)
+        : [];
+    const live = hidden.length > 0 ? withoutValuesIn(evaluation.decision, hidden) : evaluation.decision;
+    const shadow =
+      answered && hidden.length > 0
+        ? { ...answered, message: withoutValues(answered.message, hidden) }
+        : answered;
     const made = (decision: PolicyDecision) => {
       const item =
         decision.status === 'requires_approval'
@@ -279,8 +294,7 @@ export class DecisionService {
         event: decisionEvent(
           kind,
           masked,
-          // Mask paths name fields of the policy input as well (e.g. authzen.subject.properties.ssn).
-          this.mask(input),
+          maskedInput,
           decision,
           evaluation,
           principal,
@@ -293,7 +307,7 @@ export class DecisionService {
         item,
       };
     };
-    const chosen = made(evaluation.decision);
+    const chosen = made(live);
     // An allow consumes its budgets with its audit event; an exhausted one turns it into a deny.
     const charge =
       evaluation.decision.status === 'allow' && evaluation.limits.length > 0
@@ -436,6 +450,16 @@ function shadowOutcome(answered: PolicyDecision, live: PolicyDecision, generatio
     message: d.message,
     generation,
     live: live.status,
+  };
+}
+
+/** A failed evaluation's decision with `values` (masked fields' values) taken out of its text. */
+function withoutValuesIn(d: PolicyDecision, values: readonly string[]): PolicyDecision {
+  return {
+    ...d,
+    message: withoutValues(d.message, values),
+    reasons: d.reasons.map((r) => withoutValues(r, values)),
+    ...(d.error !== undefined ? { error: withoutValues(d.error, values) } : {}),
   };
 }
 
