@@ -20,8 +20,8 @@
 #   ------------  -----------  ------------  --------------  ----------------------------------------
 #   (unbound)     finance-bot  invoices.pay  1200            agent:finance-bot:invoices.pay (1),
 #                                                            agent:finance-bot:invoices.usd (1200)
-#   acme          finance-bot  invoices.pay  1200            tenant:acme:agent:finance-bot:invoices.pay,
-#                                                            tenant:acme:agent:finance-bot:invoices.usd
+#   acme          finance-bot  invoices.pay  1200            agent:["acme","finance-bot"]:invoices.pay,
+#                                                            agent:["acme","finance-bot"]:invoices.usd
 #   (any)         finance-bot  invoices.pay  (missing)       none: denied, an unpriced payment
 #
 # Budgets are per tenant: agent ids are each tenant's own names, so acme's finance-bot and
@@ -50,8 +50,10 @@ limits contains {
 	priced_invoice
 }
 
-# Whose budget a decision spends: the agent, within the tenant of the key that asks.
-budget_holder := concat(":", ["tenant", input.principal.tenant, "agent", input.agent_id]) if {
+# Whose budget a decision spends: the agent, within the tenant of the key that asks. The two ids
+# are written as a JSON array, not joined with ":", since either may hold ":" (tenant "a" with
+# agent "b:agent:c" must not meet tenant "a:agent:b" with agent "c").
+budget_holder := concat(":", ["agent", json.marshal([input.principal.tenant, input.agent_id])]) if {
 	is_string(input.principal.tenant)
 } else := concat(":", ["agent", input.agent_id])
 

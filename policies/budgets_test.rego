@@ -27,7 +27,14 @@ test_payment_declares_count_and_spend_budgets if {
 test_budgets_are_per_tenant if {
 	d := data.authz.decision with input as object.union(pay(1200), {"principal": {"name": "acme-finance", "tenant": "acme", "agent": "finance-bot"}})
 	d.status == "allow"
-	{l.key | some l in d.limits} == {"tenant:acme:agent:finance-bot:invoices.pay", "tenant:acme:agent:finance-bot:invoices.usd"}
+	{l.key | some l in d.limits} == {`agent:["acme","finance-bot"]:invoices.pay`, `agent:["acme","finance-bot"]:invoices.usd`}
+}
+
+# Ids holding ":" cannot make two tenants' agents share a budget.
+test_budget_keys_keep_ids_apart if {
+	one := data.authz.decision with input as object.union(pay(10), {"agent_id": "b:agent:c", "principal": {"name": "x", "tenant": "a"}})
+	two := data.authz.decision with input as object.union(pay(10), {"agent_id": "c", "principal": {"name": "y", "tenant": "a:agent:b"}})
+	{l.key | some l in one.limits} & {l.key | some l in two.limits} == set()
 }
 
 test_budgets_follow_data if {

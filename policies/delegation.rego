@@ -37,9 +37,10 @@ deny contains "delegated calls have no hourly budget: data.delegation.calls_per_
 # would make the line undefined (no deny) exactly when the number is missing.
 hourly_budget if is_number(data.delegation.calls_per_user_per_hour)
 
-# Each user's agents together make at most so many calls an hour on the user's behalf.
+# Each user's agents together make at most so many calls an hour on the user's behalf. The two ids
+# are written as a JSON array: either may hold ":".
 limits contains {
-	"key": concat(":", ["delegated", input.tenant_id, input.user_id]),
+	"key": concat(":", ["delegated", json.marshal([input.tenant_id, input.user_id])]),
 	"window": "1h",
 	"max": data.delegation.calls_per_user_per_hour,
 } if {

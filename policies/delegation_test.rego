@@ -17,7 +17,7 @@ obo(user, action, resource) := {
 test_admin_user_read_allowed_and_charged if {
 	d := data.authz.decision with input as obo("alice", "read", "repo/arbiter")
 	d.status == "allow"
-	d.limits == [{"key": "delegated:acme:alice", "window": "1h", "max": 1000}]
+	d.limits == [{"key": `delegated:["acme","alice"]`, "window": "1h", "max": 1000}]
 }
 
 test_user_without_the_right_denies_what_the_agent_may_do if {

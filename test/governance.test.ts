@@ -867,10 +867,13 @@ onEveryBackend('the example governance policies (policies/)', function () {
     expect((await pay(acme, 20_000)).status).to.equal(200);
     const acmeOver = await pay(acme, 1);
     expect(acmeOver.status).to.equal(403);
-    expect(acmeOver.json.message).to.include('"tenant:acme:agent:finance-bot:invoices.usd"');
+    expect(acmeOver.json.message).to.include(JSON.stringify('agent:["acme","finance-bot"]:invoices.usd'));
     expect((await pay(globex, 10)).status).to.equal(200);
     const usage = (tenant: string) =>
-      call('GET', `${a.platform}/api/v1/limits?key=tenant:${tenant}:agent:finance-bot:invoices.usd`);
+      call(
+        'GET',
+        `${a.platform}/api/v1/limits?key=${encodeURIComponent(`agent:${JSON.stringify([tenant, 'finance-bot'])}:invoices.usd`)}`,
+      );
     expect((await usage('acme')).json.limits[0]).to.include({ used: 20_000, remaining: 0 });
     expect((await usage('globex')).json.limits[0]).to.include({ used: 10, remaining: 19_990 });
   });
@@ -913,7 +916,10 @@ onEveryBackend('the example governance policies (policies/)', function () {
     const del = await obo('alice', 'delete', 'repo/old');
     expect(del.status).to.equal(403);
     expect(del.json.message).to.include('agent deploy-bot may not delete on behalf of a user');
-    const usage = await call('GET', `${a.platform}/api/v1/limits?key=delegated:acme:alice`);
+    const usage = await call(
+      'GET',
+      `${a.platform}/api/v1/limits?key=${encodeURIComponent('delegated:["acme","alice"]')}`,
+    );
     expect(usage.json.limits[0]).to.include({ window: '1h', used: 1, max: 1000 });
   });
 
@@ -951,7 +957,12 @@ onEveryBackend('the example governance policies (policies/)', function () {
       expect(obo.status, obo.text).to.equal(403);
       expect(obo.json.message).to.include('data.delegation.calls_per_user_per_hour must be a number');
       expect(
-        (await call('GET', `${a.platform}/api/v1/limits?key=delegated:acme:carol`)).json.limits,
+        (
+          await call(
+            'GET',
+            `${a.platform}/api/v1/limits?key=${encodeURIComponent('delegated:["acme","carol"]')}`,
+          )
+        ).json.limits,
       ).to.deep.equal([]);
     } finally {
       await put('budgets', budgets);
