@@ -63,7 +63,7 @@ export function systemRoutes(d: RouteDeps, all: () => RouteDef[]): RouteDef[] {
         {
           status: 503,
           description:
-            'storage is unusable (unreachable, read-only, or its audit chain head unreadable) or no policy set is loaded',
+            'storage is unusable (unreachable, read-only, its audit chain head unreadable, a schema a newer Arbiter migrated, or a SQLite file removed or replaced under it) or no policy set is loaded',
           schema: exact({ status: { const: 'unavailable' }, error: { type: 'string' } }),
         },
       ],
