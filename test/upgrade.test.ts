@@ -1,4 +1,7 @@
+import Database from 'better-sqlite3';
 import { expect } from 'chai';
+import path from 'node:path';
+import pg from 'pg';
 import { migrations as pgMigrations } from '../src/storage/postgres/migrations.js';
 import { migrations as sqliteMigrations } from '../src/storage/sqlite/migrations.js';
 import { VERSION } from '../src/version.js';
@@ -13,14 +16,65 @@ const newest = Math.max(
 
 /** What an engine says of a database a newer Arbiter has migrated (at start, and while serving). */
 const refusal = `the database has schema migration 999 ("from a newer Arbiter"), which this build (Arbiter ${VERSION}, schema version ${newest}) does not know`;
+/** The part of it every refusal has, whether it names the migration or the recorded schema version. */
+const refusedBuild = `which this build (Arbiter ${VERSION}, schema version ${newest}) does not know`;
+
+const NEWER_MIGRATION = 'INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)';
+const NEWER_VERSION = `INSERT INTO meta (key, value) VALUES ('schema_version', '999')
+  ON CONFLICT (key) DO UPDATE SET value = excluded.value`;
+const newerMigration = [999, 'from a newer Arbiter', new Date().toISOString()];
 
 /** As a newer Arbiter would leave the database: one migration more than this build knows. */
-const migrateFurther = (a: Arbiter) =>
-  a.alter('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [
-    999,
-    'from a newer Arbiter',
-    new Date().toISOString(),
-  ]);
+const migrateFurther = async (a: Arbiter) => {
+  await a.alter(NEWER_MIGRATION, newerMigration);
+  await a.alter(NEWER_VERSION);
+};
+
+/**
+ * A newer Arbiter's migration in progress, as its engine runs it (one transaction that takes the
+ * chain head first and records its schema version): begun, not yet committed.
+ */
+async function migrationInProgress(
+  a: Arbiter,
+): Promise<{ waiting: () => Promise<boolean>; commit: () => Promise<void> }> {
+  if (a.databaseUrl) {
+    const c = new pg.Client({ connectionString: a.databaseUrl });
+    await c.connect();
+    await c.query('BEGIN');
+    await c.query("SELECT key FROM meta WHERE key IN ('audit_head', 'audit_count') ORDER BY key FOR UPDATE");
+    await c.query(NEWER_MIGRATION, newerMigration);
+    await c.query(NEWER_VERSION);
+    return {
+      // A transaction of the engine waits for the head this one holds.
+      waiting: async () =>
+        (
+          await c.query(
+            `SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
+               AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'`,
+          )
+        ).rowCount !== 0,
+      commit: async () => {
+        await c.query('COMMIT');
+        await c.end();
+      },
+    };
+  }
+  const db = new Database(path.join(a.dataDir, 'arbiter.db'), { fileMustExist: true });
+  db.exec('BEGIN IMMEDIATE');
+  db.prepare(NEWER_MIGRATION.replace(/\$\d/g, '?')).run(...newerMigration);
+  db.exec(NEWER_VERSION);
+  return {
+    // SQLite does not show who waits for its write lock: give the engine's writer time to.
+    waiting: async () => {
+      await sleep(500);
+      return true;
+    },
+    commit: async () => {
+      db.exec('COMMIT');
+      db.close();
+    },
+  };
+}
 
 // An upgrade goes one way: an engine never serves a schema newer than its own, which it would
 // misread or under-fill (a newer migration's columns left empty by rows it writes). Storage: both.
@@ -48,6 +102,46 @@ onEveryBackend('a database a newer Arbiter has migrated', function () {
       'SELECT version FROM schema_migrations ORDER BY version DESC LIMIT 2',
     );
     expect(versions.map((r) => Number(r.version))).to.deep.equal([999, newest]);
+    const recorded = await a.stored<{ value: string }>("SELECT value FROM meta WHERE key = 'schema_version'");
+    expect(recorded).to.deep.equal([{ value: '999' }]);
+  });
+
+  it('records the schema version it migrated to, which every append reads with the chain head', async () => {
+    const recorded = await a.stored<{ value: string }>("SELECT value FROM meta WHERE key = 'schema_version'");
+    expect(recorded).to.deep.equal([{ value: String(newest) }]);
+    // A store an earlier build left has no such row: appends go on without it.
+    await a.alter("DELETE FROM meta WHERE key = 'schema_version'");
+    const d = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });
+    expect(d.status, d.text).to.equal(200);
+    // A newer Arbiter's version recorded there, without a migration row: every append refuses.
+    await a.alter(NEWER_VERSION);
+    const events = await a.count('audit_events');
+    const r = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });
+    expect(r.status, r.text).to.equal(503);
+    // Any append, with the reason.
+    const i = await call('POST', `${a.platform}/api/v1/audit/ingest`, { body: { kind: 'ext.check' } });
+    expect(i.status, i.text).to.equal(503);
+    expect((i.json as { error: string }).error).to.contain(
+      'the database has schema version 999, ' + refusedBuild,
+    );
+    expect(await a.count('audit_events')).to.equal(events);
+  });
+
+  it('refuses a decision that was already waiting for the chain head while a newer Arbiter migrated: 503, nothing recorded', async () => {
+    const before = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });
+    expect(before.status, before.text).to.equal(200);
+    const decisions = await a.count('decisions');
+    const events = await a.count('audit_events');
+    const migration = await migrationInProgress(a);
+    // Past the engine's once-a-second check (nothing committed yet), waiting for the head.
+    const pending = call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });
+    const deadline = Date.now() + 60_000;
+    while (!(await migration.waiting()) && Date.now() < deadline) await sleep(50);
+    await migration.commit();
+    const d = await pending;
+    expect(d.status, d.text).to.equal(503);
+    expect(await a.count('decisions')).to.equal(decisions);
+    expect(await a.count('audit_events')).to.equal(events);
   });
 
   it('stops a running engine: decisions and /healthz answer 503 naming the versions, nothing is recorded; it serves again once the schema is its own', async () => {
@@ -55,7 +149,7 @@ onEveryBackend('a database a newer Arbiter has migrated', function () {
     expect(before.status, before.text).to.equal(200);
     const decisions = await a.count('decisions');
     const events = await a.count('audit_events');
-    await migrateFurther(a);
+    await a.alter(NEWER_MIGRATION, newerMigration);
     // Checked every second by a serving process.
     await sleep(2_500);
     const d = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });

@@ -68,10 +68,46 @@ export function unknownMigrations(
   const unknown = applied.filter((m) => !ours.has(Number(m.version)));
   if (unknown.length === 0) return undefined;
   const named = unknown.map((m) => `${m.version} ("${m.name}")`).join(', ');
-  const newest = Math.max(...known.map((m) => m.version));
+  return newerSchema(`schema migration${unknown.length > 1 ? 's' : ''} ${named}`, known);
+}
+
+/** The meta row in which every migrating start records the newest schema version it knows. */
+export const SCHEMA_VERSION = 'schema_version';
+
+/**
+ * Why this build must not append: the schema version recorded in meta (read in the statement
+ * that reads or locks the chain head, so a newer Arbiter's migration that committed while the
+ * append waited for the head is seen) is newer than this build's. A missing row (a store no
+ * migrating start of this build or a later one has opened yet) is no objection; an unreadable one
+ * is, since only someone else could have written it.
+ */
+export function newerSchemaVersion(
+  rows: readonly { key: string; value: string }[],
+  known: readonly { version: number }[],
+): string | undefined {
+  const recorded = rows.find((r) => r.key === SCHEMA_VERSION)?.value;
+  if (recorded === undefined) return undefined;
+  if (!/^\d{1,9}$/.test(recorded))
+    return newerSchema(`an unreadable schema version (meta ${SCHEMA_VERSION})`, known);
+  return Number(recorded) > newestOf(known) ? newerSchema(`schema version ${recorded}`, known) : undefined;
+}
+
+/** Throws `unavailable` (503, never an answer) when the recorded schema is newer than this build's. */
+export function refuseNewerSchema(
+  rows: readonly { key: string; value: string }[],
+  known: readonly { version: number }[],
+): void {
+  const problem = newerSchemaVersion(rows, known);
+  if (problem !== undefined) throw unavailable(problem);
+}
+
+const newestOf = (known: readonly { version: number }[]) => Math.max(...known.map((m) => m.version));
+
+/** The one sentence for a schema newer than this build's, `what` naming what says it is. */
+function newerSchema(what: string, known: readonly { version: number }[]): string {
   return (
-    `the database has schema migration${unknown.length > 1 ? 's' : ''} ${named}, which this build ` +
-    `(Arbiter ${VERSION}, schema version ${newest}) does not know: a newer Arbiter has upgraded it; ` +
+    `the database has ${what}, which this build ` +
+    `(Arbiter ${VERSION}, schema version ${newestOf(known)}) does not know: a newer Arbiter has upgraded it; ` +
     'run that version or a newer one (README "Upgrading")'
   );
 }

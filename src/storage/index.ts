@@ -59,8 +59,9 @@ const SCHEMA_CHECK_MS = 1_000;
  * Every store method, whatever the backend, reports an unreachable database as an `unavailable`
  * error (503), in one place rather than in each method. In a serving process (`watchSchema`),
  * once a newer Arbiter has migrated the database (a rolling upgrade), every method refuses with
- * `unavailable` naming the versions, and /healthz says so, so that nothing is read or written by
- * code older than the schema; the process serves again if the schema becomes its own again.
+ * `unavailable` naming the versions, and /healthz says so; the process serves again if the schema
+ * becomes its own again. This stops reads within a second; appends are refused exactly by the
+ * schema version each reads with the chain head (lockHead, AuditWriter), whenever they began.
  */
 function guarded(stores: Stores, watchSchema: boolean): Stores {
   let refused: string | undefined;

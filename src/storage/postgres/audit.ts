@@ -12,7 +12,9 @@ import { AUDIT_EQUALITY_FILTERS, type AuditFilter, type AuditStore } from '../..
 import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
 import { newId } from '../../ids.js';
 import { deliveriesFor, outboxMessages } from '../../webhooks/events.js';
+import { refuseNewerSchema } from '../failure.js';
 import { auditFromRow } from '../rows.js';
+import { LOCK_HEAD, migrations } from './migrations.js';
 import { rows, tx, type Client, type Pool } from './pool.js';
 
 type Row = Record<string, unknown>;
@@ -21,12 +23,15 @@ type Row = Record<string, unknown>;
  * Locks the chain head for the rest of the caller's transaction and returns it. Every writing
  * transaction takes this lock first, so appends from every process are serialized into one chain
  * (and no two transactions can wait on each other's rows in opposite orders).
+ *
+ * The same statement locks and reads the recorded schema version, and refuses (`unavailable`)
+ * one newer than this build's: a migration takes the head first and updates that row in its own
+ * transaction (migrate), so an append that waited here for it reads the version it committed
+ * (READ COMMITTED re-reads a row updated while the lock was awaited), not the snapshot before.
  */
 export async function lockHead(c: Client): Promise<ChainHead> {
-  const r = await rows<{ key: string; value: string }>(
-    c,
-    "SELECT key, value FROM meta WHERE key IN ('audit_head', 'audit_count') ORDER BY key FOR UPDATE",
-  );
+  const r = await rows<{ key: string; value: string }>(c, LOCK_HEAD);
+  refuseNewerSchema(r, migrations);
   return headForAppend(storedHeadOf(r));
 }
 

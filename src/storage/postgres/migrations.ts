@@ -1,5 +1,5 @@
 import type { Logger } from '../../observability/logger.js';
-import { migrationFailed, unknownMigrations } from '../failure.js';
+import { migrationFailed, newerSchemaVersion, SCHEMA_VERSION, unknownMigrations } from '../failure.js';
 import { rows, tx, type Pool } from './pool.js';
 
 /**
@@ -204,6 +204,14 @@ export async function schemaProblem(pool: Pool): Promise<string | undefined> {
   return unknownMigrations(await rows<{ version: number; name: string }>(pool, APPLIED), migrations);
 }
 
+/**
+ * Locks the chain head and the recorded schema version, in key order, and reads them: every
+ * append (lockHead) and every migrating start take these rows first, so no append of an older
+ * build can be between its read of the schema version and its commit while a migration runs.
+ */
+export const LOCK_HEAD = `SELECT key, value FROM meta WHERE key IN ('audit_count', 'audit_head', '${SCHEMA_VERSION}')
+  ORDER BY key FOR UPDATE`;
+
 /** Any fixed number: the key of the advisory lock that serializes migrations across processes. */
 const MIGRATION_LOCK = 7_106_652_481;
 
@@ -211,15 +219,23 @@ const MIGRATION_LOCK = 7_106_652_481;
  * Brings the schema up to date under a transaction-scoped advisory lock, so any number of
  * processes may start at once against an empty database: one migrates, the others wait and then
  * find nothing left to do.
+ *
+ * The chain head is locked first (appends wait meanwhile), and the newest version this build
+ * knows is recorded in meta `schema_version` in the same transaction, created if missing (an
+ * existing row, because an append blocked on the lock sees a row updated meanwhile but not one
+ * inserted), never lowered: an append of an older build that waited for the head reads it and
+ * refuses (lockHead), rather than writing rows without what the new migrations add.
  */
 export async function migrate(pool: Pool, log?: Logger): Promise<void> {
   await tx(pool, async (c) => {
     await c.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
     await c.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
       version integer PRIMARY KEY, name text NOT NULL, applied_at text NOT NULL)`);
+    const hasMeta = (await c.query<{ t: string | null }>("SELECT to_regclass('meta') AS t")).rows[0]?.t;
+    const head = hasMeta ? (await c.query<{ key: string; value: string }>(LOCK_HEAD)).rows : [];
     const applied = (await c.query<{ version: number; name: string }>(APPLIED)).rows;
-    // Checked under the lock: a newer Arbiter's schema is never migrated or served by this one.
-    const newer = unknownMigrations(applied, migrations);
+    // Checked under the locks: a newer Arbiter's schema is never migrated or served by this one.
+    const newer = unknownMigrations(applied, migrations) ?? newerSchemaVersion(head, migrations);
     if (newer !== undefined) throw new Error(newer);
     const done = new Set(applied.map((r) => r.version));
     for (const m of migrations) {
@@ -235,5 +251,14 @@ export async function migrate(pool: Pool, log?: Logger): Promise<void> {
       ]);
       log?.info({ version: m.version, name: m.name }, 'database migrated');
     }
+    // Never lowered: a newer or unreadable one was refused above.
+    await c.query(
+      `INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value
+       WHERE meta.value::integer < EXCLUDED.value::integer`,
+      [SCHEMA_VERSION, String(newestMigration)],
+    );
   });
 }
+
+/** The newest schema version this build knows. */
+const newestMigration = Math.max(...migrations.map((m) => m.version));

@@ -12,8 +12,10 @@ import { AUDIT_EQUALITY_FILTERS, type AuditFilter, type AuditStore } from '../..
 import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
 import { newId } from '../../ids.js';
 import { deliveriesFor, outboxMessages } from '../../webhooks/events.js';
+import { refuseNewerSchema, SCHEMA_VERSION } from '../failure.js';
 import { auditFromRow, type Row } from '../rows.js';
 import { checkInPlace, type Db } from './db.js';
+import { migrations } from './migrations.js';
 
 const AUDIT_ROW =
   'seq, time, kind, trace_id, request_id, agent_id, user_id, tenant_id, action, outcome, body, hash';
@@ -33,7 +35,10 @@ export class AuditWriter {
     private readonly db: Db,
     private readonly onAppend: (kinds: string[]) => void,
   ) {
-    this.head = db.prepare("SELECT key, value FROM meta WHERE key IN ('audit_head', 'audit_count')");
+    // The recorded schema version is read with the head: see appendInTx.
+    this.head = db.prepare(
+      `SELECT key, value FROM meta WHERE key IN ('audit_head', 'audit_count', '${SCHEMA_VERSION}')`,
+    );
     this.setHead = db.prepare(`UPDATE meta SET value = CASE key WHEN 'audit_head' THEN @hash
       ELSE @count END WHERE key IN ('audit_head', 'audit_count')`);
     this.hooks = db.prepare('SELECT name, events FROM webhooks');
@@ -48,13 +53,21 @@ export class AuditWriter {
   }
 
   readHead(): StoredHead {
-    return storedHeadOf(this.head.all() as { key: string; value: string }[]);
+    return storedHeadOf(this.headRows());
+  }
+
+  private headRows(): { key: string; value: string }[] {
+    return this.head.all() as { key: string; value: string }[];
   }
 
   appendInTx(events: NewAuditEvent[]): AuditEvent[] {
     // Every state change appends here: none is recorded in a file that is no longer the database.
     checkInPlace(this.db);
-    const { linked, head } = linkEvents(headForAppend(this.readHead()), events);
+    // Nor under a schema newer than this build's: a newer build's migration, committed while this
+    // transaction waited for the write lock, recorded its version (migrate in db.ts).
+    const rows = this.headRows();
+    refuseNewerSchema(rows, migrations);
+    const { linked, head } = linkEvents(headForAppend(storedHeadOf(rows)), events);
     for (const l of linked) this.insert.run({ ...l.columns, seq: l.seq, body: l.body, hash: l.hash });
     // As integer text: a number would be bound as a REAL and written as "12.0" (read as 12 too).
     this.setHead.run({ hash: head.hash, count: String(head.count) });

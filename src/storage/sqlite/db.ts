@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
 import { closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { migrationFailed, unknownMigrations } from '../failure.js';
+import { migrationFailed, newerSchemaVersion, SCHEMA_VERSION, unknownMigrations } from '../failure.js';
 import { migrations } from './migrations.js';
 
 export type Db = Database.Database;
@@ -95,10 +95,18 @@ function makeDirectory(dir: string): void {
   }
 }
 
+/**
+ * Brings the schema up to date, one transaction per migration. Each records the version it
+ * reached in meta `schema_version` (never lowered), and a last transaction records this build's
+ * newest when there was nothing to do (a store an earlier build left has no row): an append of an
+ * older build, waiting for the write lock while a newer build migrates, reads it with the chain
+ * head once it has the lock and refuses (AuditWriter), rather than writing rows without what the
+ * migration added.
+ */
 function migrate(db: Db): void {
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`);
-  const newer = schemaProblem(db);
+  const newer = schemaProblem(db) ?? newerSchemaVersion(recordedVersion(db), migrations);
   if (newer !== undefined) throw new Error(newer);
   const isApplied = db.prepare('SELECT 1 FROM schema_migrations WHERE version = ?').pluck();
   for (const m of migrations) {
@@ -114,11 +122,31 @@ function migrate(db: Db): void {
           m.name,
           new Date().toISOString(),
         );
+        recordVersion(db, m.version);
       }).immediate();
     } catch (e) {
       throw migrationFailed(m, e);
     }
   }
+  db.transaction(() => recordVersion(db, Math.max(...migrations.map((m) => m.version)))).immediate();
+}
+
+/** The schema version recorded in meta, as rows for newerSchemaVersion (none before meta exists). */
+function recordedVersion(db: Db): { key: string; value: string }[] {
+  const hasMeta = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").get();
+  if (!hasMeta) return [];
+  return db.prepare('SELECT key, value FROM meta WHERE key = ?').all(SCHEMA_VERSION) as {
+    key: string;
+    value: string;
+  }[];
+}
+
+/** Records `version` in meta `schema_version`, unless a greater one is recorded there. */
+function recordVersion(db: Db, version: number): void {
+  db.prepare(
+    `INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value
+     WHERE CAST(meta.value AS INTEGER) < CAST(excluded.value AS INTEGER)`,
+  ).run(SCHEMA_VERSION, String(version));
 }
 
 /** Why this build must not use the database (see unknownMigrations), or undefined. */

@@ -1,4 +1,5 @@
 import { Worker } from 'node:worker_threads';
+import { AppError, type ErrorKind } from '../../errors.js';
 import type { RecordOutcome } from '../../decisions/store.js';
 import type { BatchCommitter, RecordArgs } from './decisions.js';
 
@@ -29,7 +30,7 @@ export function threadCommitter(
       'message',
       (
         m:
-          | { id: number; outcomes?: RecordOutcome[]; error?: string; code?: string }
+          | { id: number; outcomes?: RecordOutcome[]; error?: string; kind?: ErrorKind; code?: string }
           | { cpu: number; seconds?: number },
       ) => {
         if ('cpu' in m) {
@@ -44,10 +45,7 @@ export function threadCommitter(
           onCommitted(m.outcomes);
           entry.resolve(m.outcomes);
         } else {
-          // With the driver's code (SQLITE_BUSY, SQLITE_FULL, …), so that a storage failure reads
-          // as one (asStorageFailure) on this side of the thread too.
-          const err = new Error(m.error ?? 'decision batch failed');
-          entry.reject(m.code === undefined ? err : Object.assign(err, { code: m.code }));
+          entry.reject(threadError(m));
         }
       },
     );
@@ -97,4 +95,11 @@ export function threadCommitter(
       });
     },
   };
+}
+
+/** The writer thread's error as it was thrown there: an AppError of its kind, or the driver's code. */
+function threadError(m: { error?: string; kind?: ErrorKind; code?: string }): Error {
+  const message = m.error ?? 'decision batch failed';
+  if (m.kind !== undefined) return new AppError(m.kind, message);
+  return m.code === undefined ? new Error(message) : Object.assign(new Error(message), { code: m.code });
 }

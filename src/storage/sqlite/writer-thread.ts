@@ -4,6 +4,7 @@
  * fsynced here, and WAL checkpoints run here too, off the serving thread.
  */
 import { parentPort, workerData } from 'node:worker_threads';
+import { AppError } from '../../errors.js';
 import { openDatabase } from './db.js';
 import { AuditWriter } from './audit.js';
 import { DecisionWriter, type RecordArgs } from './decisions.js';
@@ -27,10 +28,12 @@ parentPort?.on('message', (m: { id: number; batch: RecordArgs[] } | { close: tru
   try {
     parentPort?.postMessage({ id: m.id, outcomes: writer.recordBatch(m.batch) });
   } catch (e) {
-    const code = (e as { code?: unknown })?.code;
+    // The kind and the driver's code cross too: a refusal stays `unavailable`, a busy file SQLITE_BUSY.
+    const { kind, code } = e as { kind?: unknown; code?: unknown };
     parentPort?.postMessage({
       id: m.id,
       error: e instanceof Error ? e.message : String(e),
+      ...(e instanceof AppError ? { kind } : {}),
       ...(typeof code === 'string' ? { code } : {}),
     });
   }
