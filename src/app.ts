@@ -77,7 +77,7 @@ const startContext = () => ({ actor: 'system', traceId: newTraceId(), requestId:
  * in the store for the workers) and the signing key, so that workers only load.
  */
 export async function prepareStorage(config: Config, log: Logger): Promise<void> {
-  const stores = await openStores(config, { log });
+  const stores = await openStores(config, { upgrade: true, log });
   const compiler = new RegoCompiler(config.opaBin);
   let s: Services | undefined;
   try {
@@ -109,7 +109,7 @@ export async function startArbiter(config: Config, role: Role, log: Logger): Pro
   const clustered = isWorker();
   // First, before storage is read: from here on the primary waits for this worker on every change.
   const link = clustered ? new WorkerLink(log, metrics.registry) : undefined;
-  const stores = await openStores(config, { serving: true, log, ...storeObservers(metrics) });
+  const stores = await openStores(config, { serving: true, upgrade: true, log, ...storeObservers(metrics) });
   // CPU per thread (Linux): what a decision costs the serving thread and the writer thread.
   threadCpuGauge(metrics, async () => ({
     serving: threadCpuSeconds(),

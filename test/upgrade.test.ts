@@ -1,5 +1,6 @@
 import Database from 'better-sqlite3';
 import { expect } from 'chai';
+import { rmSync } from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
 import { migrations as pgMigrations } from '../src/storage/postgres/migrations.js';
@@ -7,7 +8,8 @@ import { migrations as sqliteMigrations } from '../src/storage/sqlite/migrations
 import { VERSION } from '../src/version.js';
 import { onEveryBackend, TEST_BACKEND } from './helpers/backends.js';
 import { AGENT, Arbiter, call } from './helpers/harness.js';
-import { sleep } from './helpers/process.js';
+import { createTestDatabase } from './helpers/postgres.js';
+import { baseEnv, runSync, sleep } from './helpers/process.js';
 
 /** The newest schema version this build knows on the backend under test. */
 const newest = Math.max(
@@ -174,5 +176,42 @@ onEveryBackend('a database a newer Arbiter has migrated', function () {
     expect(after.status, after.text).to.equal(200);
     const v = await call('GET', `${a.platform}/api/v1/audit/verify`);
     expect(v.json).to.include({ ok: true });
+  });
+
+  it('is not upgraded by the CLI: an older schema is refused naming both versions, and the engines serving it go on', async () => {
+    // As an engine of the build before this one left it: its newest migration not yet applied.
+    const older = newest - 1;
+    await a.alter('DELETE FROM schema_migrations WHERE version = $1', [newest]);
+    await a.alter("UPDATE meta SET value = $1 WHERE key = 'schema_version'", [String(older)]);
+    for (const args of [
+      ['keys', 'list'],
+      ['audit', 'verify'],
+    ]) {
+      const cli = a.cli(args);
+      expect(cli.code, cli.stderr).to.equal(1);
+      expect(cli.stderr).to.contain(
+        `the database has schema version ${older}, older than this build's (Arbiter ${VERSION}, schema version ${newest}): upgrade the servers first`,
+      );
+    }
+    // Nothing was migrated: the engine of the older schema still serves.
+    const versions = await a.stored<{ version: number | string }>(
+      'SELECT version FROM schema_migrations ORDER BY version DESC LIMIT 1',
+    );
+    expect(versions.map((r) => Number(r.version))).to.deep.equal([older]);
+    const d = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });
+    expect(d.status, d.text).to.equal(200);
+  });
+
+  it('is created by the CLI when there is none yet (a first key before the first start)', async () => {
+    const fresh = TEST_BACKEND === 'postgres' ? await createTestDatabase() : undefined;
+    const env = baseEnv(fresh ? { ARBITER_DATABASE_URL: fresh.url } : {});
+    try {
+      const cli = runSync(['keys', 'create', '--name', 'first', '--scopes', 'authorize'], env, 60_000);
+      expect(cli.code, cli.stderr).to.equal(0);
+      expect(runSync(['audit', 'verify'], env, 60_000).code).to.equal(0);
+    } finally {
+      await fresh?.drop();
+      rmSync(env.ARBITER_DATA_DIR as string, { recursive: true, force: true });
+    }
   });
 });

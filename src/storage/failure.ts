@@ -71,6 +71,25 @@ export function unknownMigrations(
   return newerSchema(`schema migration${unknown.length > 1 ? 's' : ''} ${named}`, known);
 }
 
+/**
+ * Why a command that must not upgrade the schema (the CLI: every serving engine of the older
+ * build would then refuse) cannot use this database: it holds some but not all of this build's
+ * migrations, named by the newest applied and this build's; undefined when it holds every one, or
+ * none (a fresh store, which the command may create).
+ */
+export function olderSchema(
+  applied: readonly { version: number | string }[],
+  known: readonly { version: number }[],
+): string | undefined {
+  const done = new Set(applied.map((m) => Number(m.version)));
+  if (done.size === 0 || known.every((m) => done.has(m.version))) return undefined;
+  return (
+    `the database has schema version ${Math.max(...done)}, older than this build's ` +
+    `(Arbiter ${VERSION}, schema version ${newestOf(known)}): upgrade the servers first ` +
+    '(`arbiter serve` migrates it), then run this command (README "Upgrading")'
+  );
+}
+
 /** The meta row in which every migrating start records the newest schema version it knows. */
 export const SCHEMA_VERSION = 'schema_version';
 

@@ -12,6 +12,13 @@ export type { Change, ChangeFeed, Stores } from './stores.js';
 export interface OpenOptions {
   /** A serving process: decisions committed by a writer thread (SQLite), changes listened for (PostgreSQL). */
   serving?: boolean;
+  /**
+   * Bring an older schema up to date: `arbiter serve` and the cluster primary only. Otherwise (the
+   * CLI) a fresh store is created and an older one refused, naming both versions: a newer CLI run
+   * against production must not migrate it under every engine of the older build (each would
+   * then answer 503).
+   */
+  upgrade?: boolean;
   onAuditAppend?: (kinds: string[]) => void;
   /** Told each committed decision batch's size and commit time (metrics). */
   onBatch?: (size: number, seconds: number) => void;
@@ -31,6 +38,7 @@ export async function openStores(config: Config, opts: OpenOptions = {}): Promis
           url,
           poolSize: config.databasePool,
           listen: opts.serving,
+          upgrade: opts.upgrade === true,
           onAuditAppend: opts.onAuditAppend,
           onBatch: opts.onBatch,
           log: opts.log,
@@ -39,6 +47,7 @@ export async function openStores(config: Config, opts: OpenOptions = {}): Promis
           dataDir: config.dataDir,
           sync: config.dbSync,
           writerThread: opts.serving,
+          upgrade: opts.upgrade === true,
           onAuditAppend: opts.onAuditAppend,
           onBatch: opts.onBatch,
         });

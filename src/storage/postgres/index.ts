@@ -18,6 +18,8 @@ export interface PostgresOptions {
   poolSize: number;
   /** LISTEN for other processes' changes (serving processes; the CLI does not need it). */
   listen?: boolean;
+  /** Bring an older schema up to date (the default); false: create a fresh one, refuse an older one. */
+  upgrade?: boolean;
   onAuditAppend?: (kinds: string[]) => void;
   onBatch?: (size: number, seconds: number) => void;
   log?: Logger;
@@ -30,7 +32,7 @@ export interface PostgresOptions {
 export async function openPostgresStores(opts: PostgresOptions): Promise<Stores> {
   const pool = createPool(opts.url, opts.poolSize, opts.log);
   try {
-    await migrate(pool, opts.log);
+    await migrate(pool, opts.log, { upgrade: opts.upgrade });
   } catch (e) {
     await pool.end().catch(() => undefined);
     throw e;

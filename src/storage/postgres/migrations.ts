@@ -1,5 +1,11 @@
 import type { Logger } from '../../observability/logger.js';
-import { migrationFailed, newerSchemaVersion, SCHEMA_VERSION, unknownMigrations } from '../failure.js';
+import {
+  migrationFailed,
+  newerSchemaVersion,
+  olderSchema,
+  SCHEMA_VERSION,
+  unknownMigrations,
+} from '../failure.js';
 import { rows, tx, type Pool } from './pool.js';
 
 /**
@@ -225,8 +231,10 @@ const MIGRATION_LOCK = 7_106_652_481;
  * existing row, because an append blocked on the lock sees a row updated meanwhile but not one
  * inserted), never lowered: an append of an older build that waited for the head reads it and
  * refuses (lockHead), rather than writing rows without what the new migrations add.
+ *
+ * With `upgrade: false` (the CLI) an older schema is refused (olderSchema) and a fresh one created.
  */
-export async function migrate(pool: Pool, log?: Logger): Promise<void> {
+export async function migrate(pool: Pool, log?: Logger, opts: { upgrade?: boolean } = {}): Promise<void> {
   await tx(pool, async (c) => {
     await c.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
     await c.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -235,7 +243,10 @@ export async function migrate(pool: Pool, log?: Logger): Promise<void> {
     const head = hasMeta ? (await c.query<{ key: string; value: string }>(LOCK_HEAD)).rows : [];
     const applied = (await c.query<{ version: number; name: string }>(APPLIED)).rows;
     // Checked under the locks: a newer Arbiter's schema is never migrated or served by this one.
-    const newer = unknownMigrations(applied, migrations) ?? newerSchemaVersion(head, migrations);
+    const newer =
+      unknownMigrations(applied, migrations) ??
+      newerSchemaVersion(head, migrations) ??
+      (opts.upgrade === false ? olderSchema(applied, migrations) : undefined);
     if (newer !== undefined) throw new Error(newer);
     const done = new Set(applied.map((r) => r.version));
     for (const m of migrations) {

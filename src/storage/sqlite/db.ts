@@ -1,16 +1,28 @@
 import Database from 'better-sqlite3';
 import { closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { migrationFailed, newerSchemaVersion, SCHEMA_VERSION, unknownMigrations } from '../failure.js';
+import {
+  migrationFailed,
+  newerSchemaVersion,
+  olderSchema,
+  SCHEMA_VERSION,
+  unknownMigrations,
+} from '../failure.js';
 import { migrations } from './migrations.js';
 
 export type Db = Database.Database;
 
 /**
  * Opens (creating if needed) the SQLite database in `dataDir` in WAL mode and brings its schema
- * up to date (unless `migrate: false`, for a second connection of a process that already did). WAL lets readers run beside the single writer and survives a kill mid-write.
+ * up to date (unless `migrate: false`, for a second connection of a process that already did;
+ * with `upgrade: false`, the CLI's, a fresh schema is created and an older one refused). WAL lets
+ * readers run beside the single writer and survives a kill mid-write.
  */
-export function openDatabase(dataDir: string, sync: 'full' | 'normal', opts: { migrate?: boolean } = {}): Db {
+export function openDatabase(
+  dataDir: string,
+  sync: 'full' | 'normal',
+  opts: { migrate?: boolean; upgrade?: boolean } = {},
+): Db {
   makeDirectory(dataDir);
   const file = path.join(dataDir, 'arbiter.db');
   createPrivately(file);
@@ -21,7 +33,7 @@ export function openDatabase(dataDir: string, sync: 'full' | 'normal', opts: { m
   db.pragma(`synchronous = ${sync === 'full' ? 'FULL' : 'NORMAL'}`);
   db.pragma('busy_timeout = 5000');
   db.pragma('foreign_keys = ON');
-  if (opts.migrate !== false) migrate(db);
+  if (opts.migrate !== false) migrate(db, opts.upgrade !== false);
   // Keeps the planner's statistics current (cheap; SQLite decides what needs analysing), so
   // filtered audit queries pick the selective index.
   db.pragma('optimize=0x10002');
@@ -103,11 +115,15 @@ function makeDirectory(dir: string): void {
  * head once it has the lock and refuses (AuditWriter), rather than writing rows without what the
  * migration added.
  */
-function migrate(db: Db): void {
+function migrate(db: Db, upgrade: boolean): void {
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`);
-  const newer = schemaProblem(db) ?? newerSchemaVersion(recordedVersion(db), migrations);
-  if (newer !== undefined) throw new Error(newer);
+  const applied = appliedMigrations(db);
+  const refused =
+    unknownMigrations(applied, migrations) ??
+    newerSchemaVersion(recordedVersion(db), migrations) ??
+    (upgrade ? undefined : olderSchema(applied, migrations));
+  if (refused !== undefined) throw new Error(refused);
   const isApplied = db.prepare('SELECT 1 FROM schema_migrations WHERE version = ?').pluck();
   for (const m of migrations) {
     // Checked inside the write transaction so that processes starting together apply it once. A
@@ -151,6 +167,12 @@ function recordVersion(db: Db, version: number): void {
 
 /** Why this build must not use the database (see unknownMigrations), or undefined. */
 export function schemaProblem(db: Db): string | undefined {
-  const applied = db.prepare('SELECT version, name FROM schema_migrations ORDER BY version').all();
-  return unknownMigrations(applied as { version: number; name: string }[], migrations);
+  return unknownMigrations(appliedMigrations(db), migrations);
+}
+
+function appliedMigrations(db: Db): { version: number; name: string }[] {
+  return db.prepare('SELECT version, name FROM schema_migrations ORDER BY version').all() as {
+    version: number;
+    name: string;
+  }[];
 }

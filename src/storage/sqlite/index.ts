@@ -21,6 +21,8 @@ export interface SqliteOptions {
   sync: 'full' | 'normal';
   /** Commit decision batches on a writer thread with its own connection (serving processes). */
   writerThread?: boolean;
+  /** Bring an older schema up to date (the default); false: create a fresh one, refuse an older one. */
+  upgrade?: boolean;
   /** Told the kinds of the audit events each append wrote (for the metric). */
   onAuditAppend?: (kinds: string[]) => void;
   onBatch?: (size: number, seconds: number) => void;
@@ -29,7 +31,7 @@ export interface SqliteOptions {
 /** The embedded backend: one SQLite file in WAL mode under the data directory. */
 export function openSqliteStores(opts: SqliteOptions): Stores {
   const onAppend = opts.onAuditAppend ?? (() => undefined);
-  const db = openDatabase(opts.dataDir, opts.sync);
+  const db = openDatabase(opts.dataDir, opts.sync, { upgrade: opts.upgrade });
   const committer = opts.writerThread
     ? threadCommitter(opts.dataDir, opts.sync, (outcomes) => {
         const kinds = outcomes.flatMap((o) => ('recorded' in o ? [o.recorded.kind] : []));
