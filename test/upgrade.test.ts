@@ -5,9 +5,11 @@ import path from 'node:path';
 import pg from 'pg';
 import { migrations as pgMigrations } from '../src/storage/postgres/migrations.js';
 import { migrations as sqliteMigrations } from '../src/storage/sqlite/migrations.js';
+import { guarded } from '../src/storage/index.js';
+import { SILENT_FEED, type Stores } from '../src/storage/stores.js';
 import { VERSION } from '../src/version.js';
-import { onEveryBackend, TEST_BACKEND } from './helpers/backends.js';
-import { AGENT, Arbiter, call } from './helpers/harness.js';
+import { onceOnly, onEveryBackend, TEST_BACKEND } from './helpers/backends.js';
+import { AGENT, Arbiter, call, type Response } from './helpers/harness.js';
 import { createTestDatabase } from './helpers/postgres.js';
 import { baseEnv, runSync, sleep } from './helpers/process.js';
 
@@ -31,6 +33,16 @@ const migrateFurther = async (a: Arbiter) => {
   await a.alter(NEWER_MIGRATION, newerMigration);
   await a.alter(NEWER_VERSION);
 };
+
+/** Asks `fn` until `done` holds of its answer (a serving process checks every second). */
+async function until(fn: () => Promise<Response>, done: (r: Response) => boolean): Promise<Response> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const r = await fn();
+    if (done(r) || Date.now() > deadline) return r;
+    await sleep(100);
+  }
+}
 
 /**
  * A newer Arbiter's migration in progress, as its engine runs it (one transaction that takes the
@@ -152,8 +164,12 @@ onEveryBackend('a database a newer Arbiter has migrated', function () {
     const decisions = await a.count('decisions');
     const events = await a.count('audit_events');
     await a.alter(NEWER_MIGRATION, newerMigration);
-    // Checked every second by a serving process.
-    await sleep(2_500);
+    // Checked every second by a serving process: /healthz says so once it has looked.
+    const health = await until(
+      () => call('GET', `${a.engine}/healthz`, { key: null }),
+      (r) => r.status === 503,
+    );
+    expect(health.status, health.text).to.equal(503);
     const d = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });
     expect(d.status, d.text).to.equal(503);
     const q = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
@@ -163,7 +179,10 @@ onEveryBackend('a database a newer Arbiter has migrated', function () {
     expect(p.status, p.text).to.equal(503);
     expect((p.json as { error: string }).error).to.contain(refusal);
     for (const base of [a.engine, a.platform]) {
-      const h = await call('GET', `${base}/healthz`, { key: null });
+      const h = await until(
+        () => call('GET', `${base}/healthz`, { key: null }),
+        (r) => r.status === 503,
+      );
       expect(h.status, h.text).to.equal(503);
       expect((h.json as { error: string }).error).to.contain(refusal);
     }
@@ -171,8 +190,10 @@ onEveryBackend('a database a newer Arbiter has migrated', function () {
     expect(await a.count('audit_events')).to.equal(events);
     // The newer migration undone (a restore, say): the engine serves again by itself.
     await a.alter('DELETE FROM schema_migrations WHERE version = 999');
-    await sleep(2_500);
-    const after = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow });
+    const after = await until(
+      () => call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.allow }),
+      (r) => r.status !== 503,
+    );
     expect(after.status, after.text).to.equal(200);
     const v = await call('GET', `${a.platform}/api/v1/audit/verify`);
     expect(v.json).to.include({ ok: true });
@@ -212,6 +233,76 @@ onEveryBackend('a database a newer Arbiter has migrated', function () {
     } finally {
       await fresh?.drop();
       rmSync(env.ARBITER_DATA_DIR as string, { recursive: true, force: true });
+    }
+  });
+});
+
+/** Stores whose schema checks answer when the test says, counting them; every store is empty. */
+function watchedStores() {
+  const checks: ((problem: string | undefined) => void)[] = [];
+  const empty = { list: async () => [] };
+  const stores = {
+    backend: 'sqlite',
+    audit: empty,
+    decisions: empty,
+    limits: empty,
+    queue: empty,
+    tokens: empty,
+    keys: empty,
+    policies: empty,
+    webhooks: empty,
+    changes: SILENT_FEED,
+    health: async () => undefined,
+    sharedSecret: async (_name: string, ifNone: string) => ifNone,
+    schemaProblem: () => new Promise<string | undefined>((resolve) => checks.push(resolve)),
+    close: async () => undefined,
+  } as unknown as Stores;
+  return { stores, checks };
+}
+
+// The storage wrapper on its own, with a fake store: no backend involved.
+onceOnly('the schema check of a serving process', function () {
+  this.timeout(30_000);
+
+  it('runs one check at a time: a slow one (an unreachable database) is not joined by more', async () => {
+    const { stores, checks } = watchedStores();
+    const opening = guarded(stores, true);
+    // The check at start is in flight and does not answer: the 1 s timer starts none beside it.
+    while (checks.length === 0) await sleep(10);
+    checks[0]?.(undefined);
+    const watched = await opening;
+    try {
+      while (checks.length < 2) await sleep(50);
+      await sleep(3_500);
+      expect(checks).to.have.length(2);
+      checks[1]?.('newer');
+      while (checks.length < 3) await sleep(50);
+    } finally {
+      await watched.close();
+    }
+  });
+
+  it('answers /healthz from the state every store call uses, checked at start', async () => {
+    const { stores, checks } = watchedStores();
+    const opening = guarded(stores, true);
+    while (checks.length === 0) await sleep(10);
+    // A fresh process on a database a newer Arbiter has migrated: refused before the first tick.
+    checks[0]?.('the database has schema migration 999');
+    const watched = await opening;
+    try {
+      expect(await watched.health()).to.equal('the database has schema migration 999');
+      let refused: unknown;
+      await watched.keys.list().catch((e: unknown) => (refused = e));
+      expect(String(refused)).to.contain('the database has schema migration 999');
+      // Until the next check answers, both still say so; then both serve.
+      while (checks.length < 2) await sleep(50);
+      expect(await watched.health()).to.equal('the database has schema migration 999');
+      checks[1]?.(undefined);
+      await sleep(10);
+      expect(await watched.health()).to.equal(undefined);
+      expect(await watched.keys.list()).to.deep.equal([]);
+    } finally {
+      await watched.close();
     }
   });
 });

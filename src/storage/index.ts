@@ -71,16 +71,32 @@ const SCHEMA_CHECK_MS = 1_000;
  * `unavailable` naming the versions, and /healthz says so; the process serves again if the schema
  * becomes its own again. This stops reads within a second; appends are refused exactly by the
  * schema version each reads with the chain head (lockHead, AuditWriter), whenever they began.
+ *
+ * One state answers both the calls and /healthz, checked at start and then every second, one check
+ * at a time: on an unreachable database a check waits its connection timeout, and checks started
+ * meanwhile would wait in the pool behind it and could finish out of order.
  */
-function guarded(stores: Stores, watchSchema: boolean): Stores {
+export async function guarded(stores: Stores, watchSchema: boolean): Promise<Stores> {
   let refused: string | undefined;
-  const check = () =>
-    stores.schemaProblem().then(
-      (p) => (refused = p),
-      () => undefined, // unreachable: every call says so on its own
-    );
-  const timer = watchSchema ? setInterval(() => void check(), SCHEMA_CHECK_MS) : undefined;
-  timer?.unref();
+  let inFlight: Promise<void> | undefined;
+  const check = (): Promise<void> =>
+    (inFlight ??= stores
+      .schemaProblem()
+      .then(
+        (p) => {
+          refused = p;
+        },
+        () => undefined, // unreachable: every call says so on its own
+      )
+      .finally(() => {
+        inFlight = undefined;
+      }));
+  let timer: NodeJS.Timeout | undefined;
+  if (watchSchema) {
+    await check();
+    timer = setInterval(() => void check(), SCHEMA_CHECK_MS);
+    timer.unref();
+  }
   const wrap = <T extends object>(store: T): T =>
     new Proxy(store, {
       get(target, prop, receiver) {
@@ -103,7 +119,7 @@ function guarded(stores: Stores, watchSchema: boolean): Stores {
     keys: wrap(stores.keys),
     policies: wrap(stores.policies),
     webhooks: wrap(stores.webhooks),
-    health: async () => (await stores.schemaProblem().catch(() => undefined)) ?? stores.health(),
+    health: async () => refused ?? stores.health(),
     schemaProblem: () => stores.schemaProblem(),
     close: () => {
       clearInterval(timer);
