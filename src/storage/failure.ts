@@ -77,7 +77,7 @@ export function unknownMigrations(
  * migrations, named by the newest applied and this build's; undefined when it holds every one, or
  * none (a fresh store, which the command may create).
  */
-export function olderSchema(
+function olderSchema(
   applied: readonly { version: number | string }[],
   known: readonly { version: number }[],
 ): string | undefined {
@@ -85,7 +85,7 @@ export function olderSchema(
   if (done.size === 0 || known.every((m) => done.has(m.version))) return undefined;
   return (
     `the database has schema version ${Math.max(...done)}, older than this build's ` +
-    `(Arbiter ${VERSION}, schema version ${newestOf(known)}): upgrade the servers first ` +
+    `(Arbiter ${VERSION}, schema version ${newestVersion(known)}): upgrade the servers first ` +
     '(`arbiter serve` migrates it), then run this command (README "Upgrading")'
   );
 }
@@ -100,7 +100,7 @@ export const SCHEMA_VERSION = 'schema_version';
  * migrating start of this build or a later one has opened yet) is no objection; an unreadable one
  * is, since only someone else could have written it.
  */
-export function newerSchemaVersion(
+function newerSchemaVersion(
   rows: readonly { key: string; value: string }[],
   known: readonly { version: number }[],
 ): string | undefined {
@@ -108,7 +108,9 @@ export function newerSchemaVersion(
   if (recorded === undefined) return undefined;
   if (!/^\d{1,9}$/.test(recorded))
     return newerSchema(`an unreadable schema version (meta ${SCHEMA_VERSION})`, known);
-  return Number(recorded) > newestOf(known) ? newerSchema(`schema version ${recorded}`, known) : undefined;
+  return Number(recorded) > newestVersion(known)
+    ? newerSchema(`schema version ${recorded}`, known)
+    : undefined;
 }
 
 /** Throws `unavailable` (503, never an answer) when the recorded schema is newer than this build's. */
@@ -120,13 +122,41 @@ export function refuseNewerSchema(
   if (problem !== undefined) throw unavailable(problem);
 }
 
-const newestOf = (known: readonly { version: number }[]) => Math.max(...known.map((m) => m.version));
+/**
+ * Why a start must not use the database, checked under its migration locks: a migration or a
+ * recorded schema version newer than this build's, or, without `upgrade` (the CLI), a schema
+ * older than this build's; undefined when it may go on (and migrate, with `upgrade`).
+ */
+export function refusedAtStart(
+  applied: readonly { version: number | string; name: string }[],
+  recorded: readonly { key: string; value: string }[],
+  known: readonly { version: number }[],
+  upgrade: boolean,
+): string | undefined {
+  return (
+    unknownMigrations(applied, known) ??
+    newerSchemaVersion(recorded, known) ??
+    (upgrade ? undefined : olderSchema(applied, known))
+  );
+}
+
+const newest = new WeakMap<object, number>();
+
+/** The newest version of a backend's migration list, worked out once (appends compare with it). */
+export function newestVersion(known: readonly { version: number }[]): number {
+  let n = newest.get(known);
+  if (n === undefined) {
+    n = Math.max(...known.map((m) => m.version));
+    newest.set(known, n);
+  }
+  return n;
+}
 
 /** The one sentence for a schema newer than this build's, `what` naming what says it is. */
 function newerSchema(what: string, known: readonly { version: number }[]): string {
   return (
     `the database has ${what}, which this build ` +
-    `(Arbiter ${VERSION}, schema version ${newestOf(known)}) does not know: a newer Arbiter has upgraded it; ` +
+    `(Arbiter ${VERSION}, schema version ${newestVersion(known)}) does not know: a newer Arbiter has upgraded it; ` +
     'run that version or a newer one (README "Upgrading")'
   );
 }

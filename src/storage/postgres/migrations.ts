@@ -1,8 +1,8 @@
 import type { Logger } from '../../observability/logger.js';
 import {
   migrationFailed,
-  newerSchemaVersion,
-  olderSchema,
+  newestVersion,
+  refusedAtStart,
   SCHEMA_VERSION,
   unknownMigrations,
 } from '../failure.js';
@@ -232,7 +232,7 @@ const MIGRATION_LOCK = 7_106_652_481;
  * inserted), never lowered: an append of an older build that waited for the head reads it and
  * refuses (lockHead), rather than writing rows without what the new migrations add.
  *
- * With `upgrade: false` (the CLI) an older schema is refused (olderSchema) and a fresh one created.
+ * With `upgrade: false` (the CLI) an older schema is refused (refusedAtStart) and a fresh one created.
  */
 export async function migrate(pool: Pool, log?: Logger, opts: { upgrade?: boolean } = {}): Promise<void> {
   await tx(pool, async (c) => {
@@ -243,11 +243,8 @@ export async function migrate(pool: Pool, log?: Logger, opts: { upgrade?: boolea
     const head = hasMeta ? (await c.query<{ key: string; value: string }>(LOCK_HEAD)).rows : [];
     const applied = (await c.query<{ version: number; name: string }>(APPLIED)).rows;
     // Checked under the locks: a newer Arbiter's schema is never migrated or served by this one.
-    const newer =
-      unknownMigrations(applied, migrations) ??
-      newerSchemaVersion(head, migrations) ??
-      (opts.upgrade === false ? olderSchema(applied, migrations) : undefined);
-    if (newer !== undefined) throw new Error(newer);
+    const refused = refusedAtStart(applied, head, migrations, opts.upgrade !== false);
+    if (refused !== undefined) throw new Error(refused);
     const done = new Set(applied.map((r) => r.version));
     for (const m of migrations) {
       if (done.has(m.version)) continue;
@@ -266,10 +263,7 @@ export async function migrate(pool: Pool, log?: Logger, opts: { upgrade?: boolea
     await c.query(
       `INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value
        WHERE meta.value::integer < EXCLUDED.value::integer`,
-      [SCHEMA_VERSION, String(newestMigration)],
+      [SCHEMA_VERSION, String(newestVersion(migrations))],
     );
   });
 }
-
-/** The newest schema version this build knows. */
-const newestMigration = Math.max(...migrations.map((m) => m.version));

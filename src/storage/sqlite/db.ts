@@ -3,8 +3,8 @@ import { closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
 import path from 'node:path';
 import {
   migrationFailed,
-  newerSchemaVersion,
-  olderSchema,
+  newestVersion,
+  refusedAtStart,
   SCHEMA_VERSION,
   unknownMigrations,
 } from '../failure.js';
@@ -119,10 +119,7 @@ function migrate(db: Db, upgrade: boolean): void {
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`);
   const applied = appliedMigrations(db);
-  const refused =
-    unknownMigrations(applied, migrations) ??
-    newerSchemaVersion(recordedVersion(db), migrations) ??
-    (upgrade ? undefined : olderSchema(applied, migrations));
+  const refused = refusedAtStart(applied, recordedVersion(db), migrations, upgrade);
   if (refused !== undefined) throw new Error(refused);
   const isApplied = db.prepare('SELECT 1 FROM schema_migrations WHERE version = ?').pluck();
   for (const m of migrations) {
@@ -144,10 +141,10 @@ function migrate(db: Db, upgrade: boolean): void {
       throw migrationFailed(m, e);
     }
   }
-  db.transaction(() => recordVersion(db, Math.max(...migrations.map((m) => m.version)))).immediate();
+  db.transaction(() => recordVersion(db, newestVersion(migrations))).immediate();
 }
 
-/** The schema version recorded in meta, as rows for newerSchemaVersion (none before meta exists). */
+/** The schema version recorded in meta, as rows for refusedAtStart (none before meta exists). */
 function recordedVersion(db: Db): { key: string; value: string }[] {
   const hasMeta = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").get();
   if (!hasMeta) return [];
