@@ -6,9 +6,9 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
  * parseArgs throws for a bad command line (a TypeError with an ERR_PARSE_ARGS code).
  */
 export function parseArgsOnce<T extends ParseArgsConfig>(config: T): ReturnType<typeof parseArgs<T>> {
-  const { tokens } = parseArgs({ ...config, tokens: true });
+  const parsed = parseArgs({ ...config, tokens: true });
   const seen = new Set<string>();
-  for (const t of tokens ?? []) {
+  for (const t of parsed.tokens ?? []) {
     if (t.kind !== 'option') continue;
     if (seen.has(t.name)) {
       throw Object.assign(new TypeError(`option --${t.name} is given more than once`), {
@@ -17,5 +17,6 @@ export function parseArgsOnce<T extends ParseArgsConfig>(config: T): ReturnType<
     }
     seen.add(t.name);
   }
-  return parseArgs(config);
+  // One parse: the tokens are what parseArgs gives on top of the result it gives without them.
+  return parsed as unknown as ReturnType<typeof parseArgs<T>>;
 }
