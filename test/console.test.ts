@@ -404,6 +404,34 @@ onceOnly('reviewer console in Chromium', function () {
     await shot('item-view');
   });
 
+  it('names the user an agent acts for (on_behalf_of) in the pending list and the item', async () => {
+    const id = await ask({
+      ...AGENT.approval,
+      resource: 'prod/delegated',
+      on_behalf_of: { tenant_id: 'acme', user_id: 'alice' },
+    });
+    const own = await ask({ ...AGENT.approval, resource: 'prod/own' });
+    await signIn(reviewer);
+    const subject = rowOf(id).locator('td.cell-subject');
+    await subject.waitFor();
+    expect((await subject.innerText()).replace(/\s+/g, ' ')).to.match(/deploy-bot for user alice$/i);
+    await rowOf(own).waitFor();
+    expect(await rowOf(own).locator('td.cell-subject').innerText()).to.not.match(/for user/i);
+    await shot('pending-on-behalf-of');
+    await openItem(id);
+    const request = page.getByRole('region', { name: 'Request', exact: true });
+    const fields = (await request.innerText()).replace(/\s+/g, ' ');
+    expect(fields).to.match(/On behalf of user alice of tenant acme/);
+    expect((await page.locator('.item-sub').innerText()).replace(/\s+/g, ' ')).to.match(
+      /deploy-bot for user alice/i,
+    );
+    await shot('item-on-behalf-of');
+    await page.goto(`${a.engine}/console/#/item/${own}`);
+    await page.getByRole('heading', { name: 'Audit trail' }).waitFor();
+    await page.getByRole('heading', { name: /prod\/own/ }).waitFor();
+    expect(await request.innerText()).to.not.match(/On behalf of/);
+  });
+
   it('shows an AuthZEN request’s subject, action and resource properties; a native request has no such panel', async () => {
     const evaluation = {
       subject: { type: 'agent', id: 'deploy-bot', properties: { confidence: 0.95, team: 'payments' } },

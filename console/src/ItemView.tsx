@@ -213,6 +213,18 @@ export function ItemView({
                       value={(item.kind === 'agent' ? item.agent_id : item.user_id) ?? ''}
                     />
                   </dd>
+                  {item.on_behalf_of != null && (
+                    <>
+                      <dt>On behalf of</dt>
+                      <dd>
+                        user <Verbatim class="mono" value={item.on_behalf_of.user_id} /> of tenant{' '}
+                        <Verbatim class="mono" value={item.on_behalf_of.tenant_id} />
+                        <span class="hint obo-hint">
+                          As the asking key claims it: approving lets the agent act in this user’s name.
+                        </span>
+                      </dd>
+                    </>
+                  )}
                   <dt>Tenant</dt>
                   <dd>
                     {item.tenant_id === null ? (

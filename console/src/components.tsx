@@ -104,11 +104,23 @@ export function RequestLink({ id }: { id: string }) {
   );
 }
 
+/**
+ * Who asked, and the user an agent acts for (SPEC §13): an approval of a delegated request acts
+ * in that user's name and spends that user's budgets, so the reviewer must see it wherever the
+ * agent is named.
+ */
 export function Subject({ item }: { item: QueueItem }) {
   const s = subjectOf(item);
+  const obo = item.on_behalf_of ?? null;
   return (
     <span class="subject">
       <span class="subject-kind">{s.kind}</span> <Verbatim class="mono" clip value={s.id} />
+      {obo !== null && (
+        <span class="subject-obo">
+          {' '}
+          <span class="subject-kind">for user</span> <Verbatim class="mono" clip value={obo.user_id} />
+        </span>
+      )}
     </span>
   );
 }
