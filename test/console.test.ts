@@ -539,6 +539,9 @@ onceOnly('reviewer console in Chromium', function () {
 
   it('says who decided first when another reviewer was quicker (409)', async () => {
     const id = await ask({ ...AGENT.approval, resource: 'prod/search' });
+    // The open item waits on the queue and would show the other decision before the click; held
+    // here, that wait stands for the moment between the other decision and its answer.
+    await page.route(/\/v1\/queue\/[^/?]+\?wait=/, () => undefined);
     await signIn(reviewer);
     await openItem(id);
     await page.getByRole('textbox', { name: 'Note' }).fill('looks wrong to me');
@@ -556,6 +559,28 @@ onceOnly('reviewer console in Chromium', function () {
     expect(await page.getByRole('button', { name: 'Deny' }).count()).to.equal(0);
     await shot('item-conflict');
     expect(await item(id)).to.include({ status: 'approved', decided_by: 'bob-reviewer' });
+  });
+
+  it('shows at once that another reviewer decided the open item, and takes its buttons away', async () => {
+    const id = await ask({ ...AGENT.approval, resource: 'prod/meanwhile' });
+    await signIn(reviewer);
+    await openItem(id);
+    await page.getByRole('textbox', { name: 'Note' }).fill('half-written note');
+    const r = await call('POST', `${a.engine}/v1/queue/${id}/deny`, {
+      key: reviewer2,
+      body: { note: 'rolled back already' },
+    });
+    expect(r.status, r.text).to.equal(200);
+    // No click, no reload: the open item follows the queue.
+    await page
+      .getByRole('alert')
+      .filter({ hasText: /While you had this request open,\s+bob-reviewer\s+denied it/ })
+      .waitFor();
+    await page.getByRole('alert').filter({ hasText: 'rolled back already' }).waitFor();
+    expect(await page.getByRole('button', { name: 'Approve' }).count()).to.equal(0);
+    expect(await page.getByRole('button', { name: 'Deny' }).count()).to.equal(0);
+    await page.locator('.item-head .badge', { hasText: 'Denied' }).waitFor();
+    await shot('item-decided-meanwhile');
   });
 
   it('History lists decided items with status, decider and note, filters by status and loads more', async () => {

@@ -13,6 +13,10 @@ import {
 } from './format.js';
 
 const NOTE_MAX = 2000;
+/** How long each wait on a pending item is held by the server (it answers at once on a change). */
+const WAIT_SECONDS = 25;
+/** Pause before waiting again after a failed wait. */
+const RETRY_MS = 3000;
 
 type Outcome = { tone: 'success' | 'conflict' | 'error'; text: ComponentChildren } | null;
 
@@ -39,6 +43,8 @@ export function ItemView({
   const [outcome, setOutcome] = useState<Outcome>(null);
   const heading = useRef<HTMLHeadingElement>(null);
   const outcomeRef = useRef<HTMLDivElement>(null);
+  /** Set once this reviewer sends a decision: from then on the answer to it tells what happened. */
+  const deciding = useRef(false);
 
   const fail = (e: unknown): string => {
     if (e instanceof ApiError && e.status === 401) onUnauthorized(e.message);
@@ -66,8 +72,41 @@ export function ItemView({
     // Loaded once: the view is keyed by the item id, so another item is another view.
   }, []);
 
+  // While the item is pending, wait on it (GET ?wait=): another reviewer's decision, or its
+  // expiry, shows here at once, instead of Approve and Deny staying on screen until a click
+  // answers 409.
+  const pendingNow = item?.status === 'pending';
+  useEffect(() => {
+    if (!pendingNow) return;
+    const stop = new AbortController();
+    void (async () => {
+      while (!stop.signal.aborted && !deciding.current) {
+        let current: QueueItem;
+        try {
+          current = await api.waitItem(apiKey, id, WAIT_SECONDS, stop.signal);
+        } catch (e) {
+          if (stop.signal.aborted) return;
+          if (e instanceof ApiError && e.status === 401) return void onUnauthorized(e.message);
+          // A busy or unreachable server: try again a little later (a decision still answers 409).
+          await new Promise((r) => setTimeout(r, RETRY_MS));
+          continue;
+        }
+        if (stop.signal.aborted || deciding.current) return;
+        if (current.status !== 'pending') {
+          setItem(current);
+          setOutcome({ tone: 'conflict', text: decidedMeanwhile(current) });
+          onDecided(id);
+          void loadEvents();
+          return;
+        }
+      }
+    })();
+    return () => stop.abort();
+  }, [pendingNow]);
+
   const decide = async (verb: 'approve' | 'deny') => {
     if (item === null) return;
+    deciding.current = true;
     setBusy(verb);
     setOutcome(null);
     try {
@@ -399,6 +438,27 @@ export function ItemView({
         </>
       )}
     </section>
+  );
+}
+
+/** The item left pending while this reviewer had it open, by someone else's hand or by expiry. */
+function decidedMeanwhile(current: QueueItem): ComponentChildren {
+  if (current.status === 'expired') {
+    return `This request expired at ${formatTime(current.expires_at)} while you had it open. It can no longer be decided.`;
+  }
+  return (
+    <>
+      While you had this request open, <Verbatim value={current.decided_by ?? 'another reviewer'} />{' '}
+      {current.status === 'approved' ? 'approved' : 'denied'} it at {formatTime(current.decided_at)}.
+      {current.note ? (
+        <>
+          {' '}
+          Their note: “<Verbatim prose value={current.note} />
+          ”.
+        </>
+      ) : null}{' '}
+      It can no longer be decided here.
+    </>
   );
 }
 

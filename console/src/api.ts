@@ -45,6 +45,7 @@ export async function request<T>(
   method: 'GET' | 'POST',
   path: string,
   body?: unknown,
+  signal?: AbortSignal,
 ): Promise<T> {
   const headers: Record<string, string> = { Authorization: `Bearer ${key}`, Accept: 'application/json' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
@@ -57,6 +58,7 @@ export async function request<T>(
       cache: 'no-store',
       credentials: 'omit',
       referrerPolicy: 'no-referrer',
+      signal,
     });
   } catch {
     throw new ApiError(0, 'cannot reach the Arbiter server');
@@ -102,6 +104,9 @@ export const api = {
     return request<Page<QueueItem>>(key, 'GET', `/v1/queue?${q.toString()}`);
   },
   item: (key: string, id: string) => request<QueueItem>(key, 'GET', `/v1/queue/${encodeURIComponent(id)}`),
+  /** The item once it leaves pending, or as it is after `seconds` (SPEC §6 `?wait=`). */
+  waitItem: (key: string, id: string, seconds: number, signal: AbortSignal) =>
+    request<QueueItem>(key, 'GET', `/v1/queue/${encodeURIComponent(id)}?wait=${seconds}`, undefined, signal),
   events: (key: string, id: string) =>
     request<{ events: AuditEvent[]; next_cursor: string | null }>(
       key,
