@@ -749,6 +749,32 @@ onceOnly('reviewer console in Chromium', function () {
     await page.screenshot({ path: path.join(SHOTS, 'item-long-values.png'), fullPage: true });
   });
 
+  it('keeps the top bar, who is signed in and Sign out on screen in a narrow (phone) window', async () => {
+    const id = await ask({ ...AGENT.approval, resource: 'prod/phone' });
+    await page.setViewportSize({ width: 375, height: 740 });
+    await signIn(reviewer);
+    const bar = (await page.locator('header.topbar').boundingBox())!;
+    for (const [what, el] of [
+      ['Sign out', page.getByRole('button', { name: 'Sign out' })],
+      ['key name', page.locator('.identity .who')],
+      ['History tab', page.getByRole('link', { name: 'History' })],
+    ] as const) {
+      const b = (await el.boundingBox())!;
+      expect(b.x, `${what} starts on screen`).to.be.at.least(0);
+      expect(b.x + b.width, `${what} ends on screen`).to.be.at.most(375);
+      // On the bar's dark background, where its light text can be read.
+      expect(b.x + b.width, `${what} inside the bar`).to.be.at.most(bar.x + bar.width);
+      expect(b.y + b.height, `${what} inside the bar`).to.be.at.most(bar.y + bar.height);
+    }
+    expect(await page.evaluate('document.documentElement.scrollWidth')).to.be.at.most(375);
+    await shot('pending-phone');
+    await openItem(id);
+    expect(await page.evaluate('document.documentElement.scrollWidth')).to.be.at.most(375);
+    const approve = (await page.getByRole('button', { name: 'Approve' }).boundingBox())!;
+    expect(approve.x + approve.width).to.be.at.most(375);
+    await page.screenshot({ path: path.join(SHOTS, 'item-phone.png'), fullPage: true });
+  });
+
   it('gives a read-only key (queue:read only) no Approve or Deny buttons', async () => {
     const id = await ask({ ...AGENT.approval, resource: 'prod/cdn' });
     await signIn(reader);
