@@ -583,6 +583,39 @@ onceOnly('reviewer console in Chromium', function () {
     await shot('item-decided-meanwhile');
   });
 
+  it('keeps the reasons and the trail it read when a decision fails and the server is gone', async () => {
+    const id = await ask({ ...AGENT.approval, resource: 'prod/outage' });
+    await signIn(reviewer);
+    await openItem(id);
+    const reasons = page.getByRole('region', { name: 'Policy reasons' });
+    await reasons
+      .getByRole('listitem')
+      .filter({ hasText: 'deploy to production requires approval' })
+      .waitFor();
+    await page.getByText('Policy decision').first().waitFor();
+    // The server goes away: the decision and the re-read of the trail after it both fail.
+    await page.route(/\/v1\/queue\//, (route) => route.abort('connectionrefused'));
+    await page.getByRole('button', { name: 'Approve' }).click();
+    await page.getByRole('alert').filter({ hasText: 'cannot reach the Arbiter server' }).waitFor();
+    await page.getByText(/Cannot refresh the audit trail: cannot reach the Arbiter server/).waitFor();
+    expect(await reasons.getByRole('listitem').allInnerTexts()).to.deep.equal([
+      'deploy to production requires approval',
+    ]);
+    expect(await reasons.getByText('No reasons were recorded').count()).to.equal(0);
+    expect(await page.getByText('Policy decision').count()).to.equal(1);
+    expect(await page.getByText('No audit events found').count()).to.equal(0);
+    await shot('item-server-gone');
+    await page.unroute(/\/v1\/queue\//);
+    expect((await item(id)).status).to.equal('pending');
+    // Back again: the view waits on the item once more, so a decision made meanwhile shows.
+    const r = await call('POST', `${a.engine}/v1/queue/${id}/approve`, { key: reviewer2 });
+    expect(r.status, r.text).to.equal(200);
+    await page
+      .getByRole('alert')
+      .filter({ hasText: /bob-reviewer\s+approved it/ })
+      .waitFor();
+  });
+
   it('History lists decided items with status, decider and note, filters by status and loads more', async () => {
     // More decided items than one page holds (50).
     const approved: string[] = [];

@@ -37,6 +37,8 @@ export function ItemView({
 }) {
   const [item, setItem] = useState<QueueItem | null>(null);
   const [events, setEvents] = useState<AuditEvent[] | null>(null);
+  /** Why the trail could not be read the last time, or null: an empty trail is not a failed read. */
+  const [eventsError, setEventsError] = useState<string | null>(null);
   const [loadError, setLoadError] = useState<string | null>(null);
   const [note, setNote] = useState('');
   const [busy, setBusy] = useState<'approve' | 'deny' | null>(null);
@@ -45,6 +47,8 @@ export function ItemView({
   const outcomeRef = useRef<HTMLDivElement>(null);
   /** Set once this reviewer sends a decision: from then on the answer to it tells what happened. */
   const deciding = useRef(false);
+  /** Bumped after a decision fails without an answer, to wait on the item again. */
+  const [watch, setWatch] = useState(0);
 
   const fail = (e: unknown): string => {
     if (e instanceof ApiError && e.status === 401) onUnauthorized(e.message);
@@ -53,10 +57,15 @@ export function ItemView({
 
   const loadEvents = () =>
     api.events(apiKey, id).then(
-      (r) => setEvents(r.events),
+      (r) => {
+        setEvents(r.events);
+        setEventsError(null);
+      },
       (e: unknown) => {
-        fail(e);
-        setEvents([]);
+        // Keep what was read before (a failed re-read after a decision must not wipe the reasons
+        // and the trail); with nothing read yet, the view goes on without them and says so.
+        setEventsError(fail(e));
+        setEvents((prev) => prev ?? []);
       },
     );
 
@@ -94,7 +103,7 @@ export function ItemView({
         if (stop.signal.aborted || deciding.current) return;
         if (current.status !== 'pending') {
           setItem(current);
-          setOutcome({ tone: 'conflict', text: decidedMeanwhile(current) });
+          setOutcome({ tone: 'conflict', text: decidedMeanwhile(current, me.name) });
           onDecided(id);
           void loadEvents();
           return;
@@ -102,7 +111,7 @@ export function ItemView({
       }
     })();
     return () => stop.abort();
-  }, [pendingNow]);
+  }, [pendingNow, watch]);
 
   const decide = async (verb: 'approve' | 'deny') => {
     if (item === null) return;
@@ -131,6 +140,10 @@ export function ItemView({
         onDecided(id);
       } else {
         setOutcome({ tone: 'error', text: fail(e) });
+        // No answer, or an error: the decision may or may not have been recorded (a connection
+        // lost after sending). Waiting on the item again tells which, once the server answers.
+        deciding.current = false;
+        setWatch((w) => w + 1);
       }
     } finally {
       setBusy(null);
@@ -200,6 +213,8 @@ export function ItemView({
                 <h2 id="reasons-title">Policy reasons</h2>
                 {events === null ? (
                   <p class="muted">Loading…</p>
+                ) : decision === undefined && eventsError !== null ? (
+                  <p class="text-error">Cannot read the policy decision: {eventsError}</p>
                 ) : reasons === null || reasons.length === 0 ? (
                   <p class="muted">No reasons were recorded with the decision.</p>
                 ) : (
@@ -417,10 +432,16 @@ export function ItemView({
               </section>
               <section class="panel" aria-labelledby="trail-title">
                 <h2 id="trail-title">Audit trail</h2>
+                {eventsError !== null && (
+                  <p class="text-error">
+                    {events !== null && events.length > 0 ? 'Cannot refresh' : 'Cannot read'} the audit trail:{' '}
+                    {eventsError}
+                  </p>
+                )}
                 {events === null ? (
                   <p class="muted">Loading…</p>
                 ) : events.length === 0 ? (
-                  <p class="muted">No audit events found for this request.</p>
+                  eventsError === null && <p class="muted">No audit events found for this request.</p>
                 ) : (
                   <ol class="trail">
                     {events.map((e) =>
@@ -442,9 +463,12 @@ export function ItemView({
 }
 
 /** The item left pending while this reviewer had it open, by someone else's hand or by expiry. */
-function decidedMeanwhile(current: QueueItem): ComponentChildren {
+function decidedMeanwhile(current: QueueItem, myName: string): ComponentChildren {
   if (current.status === 'expired') {
     return `This request expired at ${formatTime(current.expires_at)} while you had it open. It can no longer be decided.`;
+  }
+  if (current.decided_by === myName) {
+    return `Your key ${current.status === 'approved' ? 'approved' : 'denied'} this request at ${formatTime(current.decided_at)}: a decision sent from here was recorded, although its answer did not arrive.`;
   }
   return (
     <>
