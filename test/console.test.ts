@@ -730,6 +730,37 @@ onceOnly('reviewer console in Chromium', function () {
     await shot('item-invisible-characters');
   });
 
+  it('marks letters that pass for others in what was asked: another script among Latin letters, compatibility forms, foreign digits', async () => {
+    const CYRILLIC_A = '\u0430'; // "а", drawn as the Latin "a"
+    const FULLWIDTH_A = '\uFF41'; // "ａ"
+    const ARABIC_INDIC_ONE = '\u0661'; // "١"
+    const id = await ask({
+      ...AGENT.approval,
+      resource: `prod/${CYRILLIC_A}pi`,
+      context: { ticket: `CHG-${ARABIC_INDIC_ONE}2`, region: `r${FULLWIDTH_A}`, city: 'Москва' },
+    });
+    await signIn(reviewer);
+    const row = rowOf(id);
+    await row.waitFor();
+    expect((await row.textContent()) as string).to.include('prod/⟨U+0430⟩pi');
+    expect(await row.getByTitle('prod/⟨U+0430⟩pi').count()).to.equal(1);
+    await openItem(id);
+    const heading = page.getByRole('heading', { level: 1 });
+    expect(await heading.textContent()).to.match(/\s+on\s+prod\/⟨U\+0430⟩pi$/);
+    expect(await heading.getAttribute('title')).to.match(/ on prod\/⟨U\+0430⟩pi$/);
+    const mark = heading.locator('.lookalike-char');
+    expect(await mark.getAttribute('title')).to.match(
+      /^U\+0430 “\u0430”, a letter of another script than the Latin/,
+    );
+    const context = (await page.getByLabel('Context as JSON').textContent()) as string;
+    expect(context).to.include('"ticket": "CHG-⟨U+0661⟩2"');
+    expect(context).to.include('"region": "r⟨U+FF41⟩"');
+    // A value wholly in one script is shown as it is: only a mix with Latin letters is marked.
+    expect(context).to.include('"city": "Москва"');
+    // The message (prose) is the policy's own text, shown as written.
+    await shot('item-lookalike-characters');
+  });
+
   it('keeps every column and panel on screen at 1280 px, however long an action or message is', async () => {
     const action = `${'a'.repeat(120)}-${'b'.repeat(135)}`; // 256 characters, the most allowed
     const message = `${'long-message-'.repeat(40)} and then ${'many words '.repeat(60)}`;

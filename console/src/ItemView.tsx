@@ -197,7 +197,7 @@ export function ItemView({
               id="item-title"
               ref={heading}
               tabIndex={-1}
-              title={visible(`${item.action} on ${formatResource(item.resource)}`)}
+              title={`${visible(item.action, '', true)} on ${visible(formatResource(item.resource), '', true)}`}
             >
               <Verbatim class="mono" value={item.action} /> <span class="muted">on</span>{' '}
               <Verbatim class="mono" value={formatResource(item.resource)} />

@@ -16,7 +16,9 @@ import {
  * Every string an agent, a policy or another key chose (ids, actions, resources, context,
  * messages, notes, ingested kinds) is shown through this: isolated in its own direction, so it
  * cannot reorder the text around it, and with each invisible or reordering character shown as a
- * marked ⟨U+XXXX⟩ token, so a reviewer sees exactly what was asked. `prose` (messages, notes)
+ * marked ⟨U+XXXX⟩ token, so a reviewer sees exactly what was asked; outside prose, so is each
+ * character that could pass for another (a Cyrillic "а" among Latin letters, a fullwidth "ａ":
+ * format.ts lookalike). `prose` (messages, notes)
  * takes its direction from its first strong character and keeps its line breaks; anything else
  * (an identifier) reads left to right, as it is compared. `clip` keeps it to one line, cut with an
  * ellipsis where its place ends (a table cell), with the whole value as its title.
@@ -37,11 +39,18 @@ export function Verbatim({
     <bdi
       dir={prose ? 'auto' : 'ltr'}
       class={classes.join(' ')}
-      title={clip ? visible(value, prose ? '\n' : '') : undefined}
+      title={clip ? visible(value, prose ? '\n' : '', !prose) : undefined}
     >
-      {pieces(value, prose ? '\n' : '').map((p) =>
+      {pieces(value, prose ? '\n' : '', !prose).map((p) =>
         'text' in p ? (
           p.text
+        ) : p.lookalike ? (
+          <span
+            class="invisible-char lookalike-char"
+            title={`${p.code} ${p.name}: it may read as a character it is not`}
+          >
+            ⟨{p.code}⟩
+          </span>
         ) : (
           <span class="invisible-char" title={`${p.code} ${p.name}: in the value as sent, normally unseen`}>
             ⟨{p.code}⟩

@@ -105,18 +105,53 @@ const INVISIBLE_NAMES: Record<number, string> = {
   0xfeff: 'ZERO WIDTH NO-BREAK SPACE',
 };
 
-/** One piece of a string as shown: text as it is, or an invisible character made visible. */
-export type Piece = { text: string } | { code: string; name: string };
+/**
+ * One piece of a string as shown: text as it is, or a character made visible as its code point:
+ * an invisible one, or (in an identifier) one that passes for another.
+ */
+export type Piece = { text: string } | { code: string; name: string; lookalike?: true };
+
+/**
+ * Letters of the scripts that identifiers may mix with Latin (Unicode TS #39, "highly
+ * restrictive": Latin with Han, Hiragana, Katakana, Bopomofo or Hangul), and characters of no
+ * script of their own (punctuation, combining marks).
+ */
+const MIXES_WITH_LATIN =
+  /[\p{sc=Latin}\p{sc=Han}\p{sc=Hiragana}\p{sc=Katakana}\p{sc=Bopomofo}\p{sc=Hangul}\p{sc=Common}\p{sc=Inherited}]/u;
+const LATIN_LETTER = /\p{sc=Latin}/u;
+const LETTER = /\p{L}/u;
+const DIGIT = /\p{Nd}/u;
+
+/**
+ * Why `ch`, in an identifier, could pass for a character it is not, or undefined: a compatibility
+ * form (fullwidth "ａ", mathematical "𝖺", the ligature "ﬁ": NFKC changes it), a digit of another
+ * script, or, when the identifier holds Latin letters, a letter of a script that identifiers do not
+ * mix with Latin (Cyrillic "а" in "prod/аpi", Greek "ο"): a reviewer reads "prod/api", which it
+ * is not. An identifier wholly in one script (Cyrillic, Greek, …) is shown as it is.
+ */
+function lookalike(ch: string, withLatin: boolean): string | undefined {
+  if (ch.normalize('NFKC') !== ch) return `a compatibility form of “${ch.normalize('NFKC')}”`;
+  if (DIGIT.test(ch) && !(ch >= '0' && ch <= '9')) return 'a digit of another script than 0–9';
+  if (withLatin && LETTER.test(ch) && !MIXES_WITH_LATIN.test(ch)) {
+    return 'a letter of another script than the Latin letters beside it';
+  }
+  return undefined;
+}
 
 /**
  * Splits `value` into visible text and invisible characters, each of those as its code point
- * ("U+202E"). `keep` lists characters that are shown as they are (a note's line breaks).
+ * ("U+202E"). `keep` lists characters that are shown as they are (a note's line breaks). With
+ * `identifier`, characters that could pass for others (see lookalike) are made visible too:
+ * ids, actions and resources are compared code point by code point, and read by eye.
  */
-export function pieces(value: string, keep = ''): Piece[] {
+export function pieces(value: string, keep = '', identifier = false): Piece[] {
   const out: Piece[] = [];
+  const withLatin = identifier && LATIN_LETTER.test(value);
   let run = '';
   for (const ch of value) {
-    if (ch === ' ' || keep.includes(ch) || !INVISIBLE.test(ch)) {
+    const unseen = ch !== ' ' && !keep.includes(ch) && INVISIBLE.test(ch);
+    const passesFor = !unseen && identifier && ch !== ' ' ? lookalike(ch, withLatin) : undefined;
+    if (!unseen && passesFor === undefined) {
       run += ch;
       continue;
     }
@@ -124,15 +159,22 @@ export function pieces(value: string, keep = ''): Piece[] {
     run = '';
     const cp = ch.codePointAt(0) as number;
     const code = `U+${cp.toString(16).toUpperCase().padStart(4, '0')}`;
-    out.push({ code, name: INVISIBLE_NAMES[cp] ?? 'invisible character' });
+    out.push(
+      passesFor === undefined
+        ? { code, name: INVISIBLE_NAMES[cp] ?? 'invisible character' }
+        : { code, name: `“${ch}”, ${passesFor}`, lookalike: true },
+    );
   }
   if (run !== '') out.push({ text: run });
   return out;
 }
 
-/** `value` with each invisible character as a ⟨U+XXXX⟩ token: for a title attribute. */
-export function visible(value: string, keep = ''): string {
-  return pieces(value, keep)
+/**
+ * `value` with each invisible character (and with `identifier`, each look-alike) as a ⟨U+XXXX⟩
+ * token: for a title attribute.
+ */
+export function visible(value: string, keep = '', identifier = false): string {
+  return pieces(value, keep, identifier)
     .map((p) => ('text' in p ? p.text : `⟨${p.code}⟩`))
     .join('');
 }
