@@ -73,4 +73,31 @@ onEveryBackend('GET /metrics', () => {
     // The methods the routes use keep their own label (HEAD is served wherever GET is).
     expect([...methods].sort()).to.deep.equal(['GET', 'HEAD', 'POST', 'other']);
   });
+
+  // Found by an operations probe (2026-11-29): with PostgreSQL unreachable, the gauges read from
+  // storage failed the whole scrape (503), so every counter went dark during the outage, the
+  // 503s it caused included. Here their reads fail because the tables they count are gone.
+  it('still answers when a gauge read from storage fails: that gauge is NaN, every other metric is served', async () => {
+    await a.alter('ALTER TABLE queue_items RENAME TO queue_items_gone');
+    await a.alter('ALTER TABLE webhook_deliveries RENAME TO webhook_deliveries_gone');
+    let during: Awaited<ReturnType<typeof call>>;
+    try {
+      during = await call('GET', a.platform + '/metrics');
+    } finally {
+      await a.alter('ALTER TABLE queue_items_gone RENAME TO queue_items');
+      await a.alter('ALTER TABLE webhook_deliveries_gone RENAME TO webhook_deliveries');
+    }
+    expect(during.status, during.text).to.equal(200);
+    expect(during.text).to.match(/^arbiter_queue_pending nan$/im);
+    expect(during.text).to.match(/^arbiter_webhook_deliveries_pending nan$/im);
+    expect(during.text).to.match(/arbiter_decisions_total\{kind="agent",outcome="requires_approval"\} 1/);
+    expect(during.text).to.match(/arbiter_http_requests_total\{api="engine",/);
+    if (hasPromtool) {
+      const check = spawnSync('promtool', ['check', 'metrics'], { input: during.text, encoding: 'utf8' });
+      expect(check.status, check.stdout + check.stderr).to.equal(0);
+    }
+    const after = (await call('GET', a.platform + '/metrics')).text;
+    expect(after).to.match(/^arbiter_queue_pending 1$/m);
+    expect(after).to.match(/^arbiter_webhook_deliveries_pending 0$/m);
+  });
 });

@@ -337,6 +337,15 @@ onPostgresOnly('database unreachable (SPEC §10)', function () {
     expect(health.json.status).to.equal('unavailable');
     const verify = await call('GET', `${a.platform}/api/v1/audit/verify`);
     expect(verify.status).to.equal(503);
+    // The metrics still answer (the gauges read from the database are NaN, which prom-client
+    // writes "Nan" and Prometheus reads in any case), and count the 503s:
+    // an outage must not blank the scrape an operator alerts on (an operations probe, 2026-11-29).
+    const scrape = await call('GET', `${a.platform}/metrics`);
+    expect(scrape.status, scrape.text).to.equal(200);
+    expect(scrape.text).to.match(/^arbiter_queue_pending nan$/im);
+    expect(scrape.text).to.match(
+      /arbiter_http_requests_total\{api="engine",route="\/v1\/agent\/authorize",method="POST",status="503"\} [1-9]/,
+    );
 
     proxy.restore();
     await within(

@@ -145,7 +145,12 @@ export function createMetrics() {
   return m;
 }
 
-/** Registers a gauge whose value is read when /metrics is scraped (e.g. queue depth). */
+/**
+ * Registers a gauge whose value is read when /metrics is scraped (e.g. queue depth). A read that
+ * fails (storage unreachable) makes the value NaN, "unknown", for that scrape: it must not fail
+ * the scrape, which would hide every other metric (the 503s counted meanwhile among them) just
+ * when storage is down, nor repeat a stale value, nor say 0.
+ */
 export function gaugeFrom(metrics: Metrics, name: string, help: string, read: () => Promise<number>): void {
   new Gauge({
     name,
@@ -154,7 +159,13 @@ export function gaugeFrom(metrics: Metrics, name: string, help: string, read: ()
     aggregator: 'first',
     registers: [metrics.registry],
     async collect() {
-      this.set(await read());
+      let value: number;
+      try {
+        value = await read();
+      } catch {
+        value = Number.NaN;
+      }
+      this.set(value);
     },
   });
 }
