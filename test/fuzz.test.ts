@@ -1573,12 +1573,18 @@ onEveryBackend('fuzzing every route of the OpenAPI document', function () {
           msg?: string;
           requestId?: string;
           err?: { type?: string; message?: string } | string;
+          cause?: string;
         };
         if (rec.msg === 'request failed' && rec.requestId) {
           const e = rec.err;
           causes.set(
             rec.requestId,
-            typeof e === 'string' ? e : `${e?.type ?? 'Error'}: ${e?.message ?? '?'}`,
+            // An outage's repeats carry `cause` instead of the whole error (errorMiddleware).
+            typeof e === 'string'
+              ? e
+              : e === undefined
+                ? (rec.cause ?? '?')
+                : `${e.type ?? 'Error'}: ${e.message ?? '?'}`,
           );
         }
       } catch {

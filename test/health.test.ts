@@ -146,6 +146,54 @@ onSqliteOnly('with the data directory removed or moved under it', () => {
     expect(v.json.ok, v.text).to.equal(true);
   });
 
+  it('logs every failed request of an outage by its request id, the cause whole once, then by its message', async () => {
+    renameSync(a.dataDir, a.dataDir + '-moved');
+    try {
+      const answers = await Promise.all(
+        [1, 2, 3, 4].map(() => call('POST', a.engine + '/v1/agent/authorize', { body: DECISION })),
+      );
+      const ids = answers.map((r) => {
+        expect(r.status, r.text).to.equal(503);
+        return r.headers.get('x-request-id') as string;
+      });
+      const failedLines = () =>
+        a.logs.flatMap((l) => {
+          try {
+            const rec = JSON.parse(l) as Record<string, unknown>;
+            return rec.msg === 'request failed' ? [rec] : [];
+          } catch {
+            return [];
+          }
+        });
+      // The lines reach this process through a pipe, a little after the answers.
+      for (let i = 0; i < 100 && !ids.every((id) => failedLines().some((l) => l.requestId === id)); i++) {
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const failed = failedLines();
+      // Each request's own line: its id, level error, and why.
+      for (const id of ids) {
+        const line = failed.find((l) => l.requestId === id);
+        expect(line, id).to.not.equal(undefined);
+        expect(line?.level).to.equal('error');
+        if (line?.err === undefined) {
+          expect(line?.cause, JSON.stringify(line))
+            .to.be.a('string')
+            .and.match(/database file/);
+          expect(line?.error).to.be.a('string').and.not.equal('');
+        } else {
+          expect((line.err as { stack?: string }).stack).to.be.a('string');
+        }
+      }
+      // The same cause again within seconds is not logged with its stack again.
+      const whole = failed.filter((l) => l.err !== undefined);
+      const brief = failed.filter((l) => l.err === undefined);
+      expect(whole.length).to.be.at.least(1);
+      expect(brief.length, JSON.stringify(failed)).to.be.at.least(ids.length - 1);
+    } finally {
+      renameSync(a.dataDir + '-moved', a.dataDir);
+    }
+  });
+
   it('answers 503 (never allow) and /healthz 503 once the directory is removed', async () => {
     rmSync(a.dataDir, { recursive: true, force: true });
     await expectUnusable(a, /database file/);

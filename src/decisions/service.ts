@@ -326,9 +326,10 @@ export class DecisionService {
         charge,
         shadow: shadow ? { generation: shadow.generation, live: shadow.live } : undefined,
       });
-    } catch {
-      // Fail closed: an unrecorded decision is never answered, least of all with allow.
-      throw unavailable('decision could not be recorded in the audit trail; try again');
+    } catch (e) {
+      // Fail closed: an unrecorded decision is never answered, least of all with allow. The cause
+      // goes to the log only (errorMiddleware), so an operator sees why.
+      throw unavailable('decision could not be recorded in the audit trail; try again', e);
     }
     if ('replay' in outcome) return replay(outcome.replay, idem?.hash ?? '');
     this.observer.decided(kind, outcome.decision.status, evaluation.latencyNs / 1e9);

@@ -1,6 +1,6 @@
 import { isIPv6 } from 'node:net';
 import type { Context, Middleware, Next } from 'koa';
-import { AppError, forbidden, invalid, notFound } from '../errors.js';
+import { AppError, forbidden, invalid, isKind, notFound } from '../errors.js';
 import { readBodyText, parseJson } from './body.js';
 import { HttpError, toHttpError } from './errors.js';
 import {
@@ -199,10 +199,21 @@ function serializeJsonBody(ctx: Context): void {
  * body that cannot be serialized included (a logged 500).
  */
 export function errorMiddleware(log: Logger, maxBodyBytes: number): Middleware<State> {
+  const seen = outageSeen();
   const answerError = (ctx: Context, err: unknown) => {
     const { status, message, headers } = toHttpError(err, maxBodyBytes);
     if (status >= 500) {
-      log.error({ err, requestId: ctx.state.requestId, traceId: ctx.state.traceId }, 'request failed');
+      const ids = { requestId: ctx.state.requestId, traceId: ctx.state.traceId };
+      const outage = isKind(err, 'unavailable') ? outageCause(err) : undefined;
+      if (outage !== undefined && seen(outage)) {
+        // The same outage again: its request id and cause, without the stack logged already.
+        log.error(
+          { ...ids, error: err instanceof Error ? err.message : message, cause: outage },
+          'request failed',
+        );
+      } else {
+        log.error({ err, ...ids }, 'request failed');
+      }
     }
     ctx.status = status;
     for (const [k, v] of Object.entries(headers)) ctx.set(k, v);
@@ -224,6 +235,39 @@ export function errorMiddleware(log: Logger, maxBodyBytes: number): Middleware<S
       answerError(ctx, err);
     }
   };
+}
+
+/** How long an outage's cause is logged whole once, then by its message alone. */
+const OUTAGE_STACK_EVERY_MS = 10_000;
+
+/**
+ * Whether this outage cause was logged whole (with its stack) in the last 10 s, noting it if not.
+ * While storage is down every request fails with the same cause: each still gets its own line
+ * (its request id is how an operator finds why a given call got 503), but the ~2 KB stack only
+ * every 10 s, so an outage does not write megabytes a second (found by an operations probe).
+ */
+function outageSeen(): (cause: string) => boolean {
+  const last = new Map<string, number>();
+  return (cause) => {
+    const now = Date.now();
+    const at = last.get(cause);
+    if (at !== undefined && now - at < OUTAGE_STACK_EVERY_MS && now >= at) return true;
+    if (last.size >= 100) last.clear();
+    last.set(cause, now);
+    return false;
+  };
+}
+
+/** An unavailable error's message and its causes' (a few deep), as one line. */
+function outageCause(err: AppError): string {
+  let line = err.message;
+  let cause: unknown = err.cause;
+  for (let depth = 0; depth < 4 && cause !== undefined && cause !== null; depth++) {
+    line +=
+      cause instanceof Error ? `: caused by ${cause.name}: ${cause.message}` : `: caused by ${String(cause)}`;
+    cause = cause instanceof Error ? cause.cause : undefined;
+  }
+  return line;
 }
 
 /** A 401 with its Bearer challenge (RFC 6750), naming the error when there is one. */
