@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
+import path from 'node:path';
 import { expect } from 'chai';
 import { onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
-import { AGENT, Arbiter, auditEvents, call, HUMAN, type Response } from './helpers/harness.js';
+import { AGENT, Arbiter, auditEvents, call, HUMAN, REPO, type Response } from './helpers/harness.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -584,5 +585,52 @@ onEveryBackend('human-review queue expiry', () => {
     expect(r.status).to.equal(200);
     expect(r.json.status).to.equal('expired');
     expect(Date.now() - started).to.be.below(10_000);
+  });
+});
+
+// A wall clock stepped back (NTP) while a long-poll waits (test/fixtures/skew-clock.mjs steps it
+// on SIGUSR2). Found by a race probe (2026-11-29): the wait's deadline was on the wall clock, so
+// a step back of an hour held a `?wait=2` request, and its key's place among the long-polls, for
+// an hour and 2 s.
+onEveryBackend('long-polls and a wall clock stepped back', function () {
+  this.timeout(120_000);
+  let a: Arbiter;
+  let reviewer: string;
+  before(async () => {
+    a = await Arbiter.start({
+      NODE_OPTIONS: `--import=${path.join(REPO, 'test', 'fixtures', 'skew-clock.mjs')}`,
+      TEST_CLOCK_JUMP_MS: String(-3600_000),
+      ARBITER_MAX_LONG_POLLS_PER_KEY: '1',
+    });
+    reviewer = a.createKey('reviewer', ['queue:read']);
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  it('ends a ?wait=2 when its time has run out, however far the wall clock went back meanwhile', async () => {
+    const { id } = await requestApproval(a, AGENT.approval);
+    const poll = call('GET', `${a.engine}/v1/queue/${id}?wait=2`, { key: reviewer });
+    // The key's one place is taken once the poll is held: a second wait is refused (429).
+    let held = false;
+    for (let i = 0; i < 100 && !held; i++) {
+      const second = await call('GET', `${a.engine}/v1/queue/${id}?wait=1`, { key: reviewer });
+      held = second.status === 429;
+      if (!held) await sleep(20);
+    }
+    expect(held, 'the first poll is held').to.equal(true);
+    process.kill(a.pid!, 'SIGUSR2');
+    for (let i = 0; i < 100 && !a.logs.some((l) => /wall clock stepped/.test(l)); i++) await sleep(50);
+    expect(a.logs.some((l) => /wall clock stepped/.test(l))).to.equal(true);
+
+    // Not a timing check: 60 s is the longest wait the API takes; an hour is what it held before.
+    const outcome = await Promise.race([poll, sleep(60_000).then(() => 'still held after 60 s')]);
+    expect(outcome).to.not.be.a('string');
+    const r = outcome as Response;
+    expect(r.status).to.equal(200);
+    expect(r.json).to.include({ id, status: 'pending' });
+    // Its place is free again.
+    const again = await call('GET', `${a.engine}/v1/queue/${id}?wait=1`, { key: reviewer });
+    expect(again.status).to.equal(200);
   });
 });

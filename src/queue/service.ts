@@ -213,11 +213,13 @@ export class QueueService {
     this.longPolls++;
     this.longPollsByKey.set(key, held + 1);
     try {
-      const deadline = Date.now() + waitSeconds * 1000;
-      while (item.status === 'pending' && Date.now() < deadline && !this.stopping && !gone?.aborted) {
+      // Measured on the monotonic clock: a wall clock stepped back (NTP) must not hold the
+      // request, and its place among the long-polls, for the length of the step.
+      const deadline = performance.now() + waitSeconds * 1000;
+      while (item.status === 'pending' && performance.now() < deadline && !this.stopping && !gone?.aborted) {
         await this.sleepUntilWoken(
           id,
-          Math.min(this.opts.notified ? POLL_MS.notified : POLL_MS.unnotified, deadline - Date.now()),
+          Math.min(this.opts.notified ? POLL_MS.notified : POLL_MS.unnotified, deadline - performance.now()),
           gone,
         );
         if (gone?.aborted) break;
