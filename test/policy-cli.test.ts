@@ -18,7 +18,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { onceOnly, onEveryBackend } from './helpers/backends.js';
 import { ADMIN_KEY, AGENT, Arbiter, call, REPO } from './helpers/harness.js';
-import { baseEnv, MAIN, runSync } from './helpers/process.js';
+import { baseEnv, MAIN, runSync, sleep } from './helpers/process.js';
 import { SPIN_ITEMS, SPIN_THRESHOLDS } from './helpers/policies.js';
 
 const POLICIES = path.join(REPO, 'policies');
@@ -59,11 +59,13 @@ function policy(args: string[], env: Record<string, string | undefined> = {}) {
 function policyAsync(
   args: string[],
   env: Record<string, string>,
+  spawned?: (pid: number) => void,
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [MAIN, 'policy', ...args], {
       env: baseEnv({ ARBITER_OPA_BIN: process.env.ARBITER_OPA_BIN, ...env }),
     });
+    if (child.pid !== undefined) spawned?.(child.pid);
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
@@ -1190,6 +1192,50 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
       );
     }
     expect(await revision()).to.equal(before);
+  });
+
+  // Found by a race probe (2026-11-29): the 30 s were measured on the wall clock, so a clock
+  // stepped back while diff waited (NTP) made it wait for the step as well.
+  it('diff: waits for a busy replay 30 s in all, however far the wall clock steps back meanwhile', async function () {
+    this.timeout(180_000);
+    const dir = copyOfPolicies();
+    writeFileSync(path.join(dir, 'cli-new.rego'), HARMLESS);
+    let pid: number | undefined;
+    let stepped = false;
+    await withServer(
+      (req) => {
+        if (req.method !== 'POST' || req.url !== '/api/v1/impact') return undefined;
+        // At the first 429 the CLI's wall clock goes back an hour (test/fixtures/skew-clock.mjs).
+        if (!stepped && pid !== undefined) {
+          stepped = true;
+          process.kill(pid, 'SIGUSR2');
+        }
+        return { status: 429, headers: { 'retry-after': '1' }, body: { error: 'canned 429' } };
+      },
+      async (url) => {
+        const run = policyAsync(
+          ['diff', dir],
+          {
+            ARBITER_URL: url,
+            ARBITER_KEY: ADMIN_KEY,
+            NODE_OPTIONS: `--import=${path.join(REPO, 'test', 'fixtures', 'skew-clock.mjs')}`,
+            TEST_CLOCK_JUMP_MS: String(-3600_000),
+          },
+          (p) => (pid = p),
+        );
+        // Not a timing check: 30 s is the budget, 120 s four times that; it waited an hour before.
+        const r = await Promise.race([run, sleep(120_000).then(() => undefined)]);
+        if (r === undefined) {
+          if (pid !== undefined) process.kill(pid, 'SIGKILL');
+          expect.fail('diff was still waiting after 120 s');
+        }
+        expect(stepped).to.equal(true);
+        expect(r.stderr).to.contain('wall clock stepped');
+        expect(r.code, r.stdout + r.stderr).to.equal(2);
+        expect(r.stdout + r.stderr).to.match(/server is busy \(429 canned 429\)/);
+      },
+      a.platform,
+    );
   });
 
   it('push: needs policies:read and policies:write (write alone is a 403 naming both); --json on a 403', async () => {

@@ -370,12 +370,13 @@ async function impactOf(
   for (const n of p.policies.delete) policies[n] = null;
   const data: Record<string, unknown> = {};
   for (const n of [...p.data.create, ...p.data.update, ...p.data.delete]) data[n] = p.bundle.data[n];
-  const deadline = Date.now() + BUSY_BUDGET_MS;
+  // On the monotonic clock: a wall clock stepped back meanwhile must not stretch the budget.
+  const deadline = performance.now() + BUSY_BUDGET_MS;
   let r = await server.call('POST', '/api/v1/impact', { policies, data });
   // One replay runs at a time per server process: wait as it asks, within the budget.
   while (r.status === 429) {
     const wait = retryAfterMs(r.headers.get('retry-after'));
-    if (Date.now() + wait > deadline) {
+    if (performance.now() + wait > deadline) {
       const failed =
         `the impact replay could not run: the server is busy (429 ${errorOf(r.json)}) and asks to wait ` +
         `${Math.ceil(wait / 1000)} s more, beyond the ${BUSY_BUDGET_MS / 1000} s diff waits in all; try again later`;
