@@ -253,6 +253,51 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
       });
     });
 
+    // Found by a race probe (2026-11-29): If-None-Match was ignored, so of two "create only"
+    // PUTs both succeeded (201, then 200) and the second silently replaced the first.
+    it('creates once under If-None-Match: * (of concurrent creators one wins, the others 412)', async () => {
+      const rego = (n: number) => `package lib.guarded\n\nx := ${n}\n`;
+      const rs = await Promise.all(
+        [1, 2, 3, 4].map((n) => put('guarded', { rego: rego(n) }, { headers: { 'if-none-match': '*' } })),
+      );
+      expect(rs.map((r) => r.status).sort()).to.deep.equal([201, 412, 412, 412]);
+      for (const r of rs.filter((x) => x.status === 412))
+        expectError(r, 412, /If-None-Match: \* but the policy exists/);
+      const won = rs.findIndex((r) => r.status === 201) + 1;
+      const now = await call('GET', policy('guarded'));
+      expect(now.json.rego).to.equal(rego(won));
+      await expectUnchanged(async () => {
+        expectError(await put('guarded', { rego: DENY_READ }, { headers: { 'if-none-match': '*' } }), 412);
+      });
+    });
+
+    it('answers 412 when If-None-Match names the current ETag, 200 when it names another', async () => {
+      expect((await put('guarded', { rego: 'package lib.guarded\n\nx := 1\n' })).status).to.equal(201);
+      const etag = (await call('GET', policy('guarded'))).headers.get('etag') as string;
+      await expectUnchanged(async () => {
+        const r = await put(
+          'guarded',
+          { rego: DENY_READ },
+          { headers: { 'if-none-match': `"0-x", ${etag}` } },
+        );
+        expectError(r, 412, /If-None-Match names the current ETag/);
+      });
+      const ok = await put(
+        'guarded',
+        { rego: 'package lib.guarded\n\nx := 2\n' },
+        { headers: { 'if-none-match': '"0-x"' } },
+      );
+      expect(ok.status).to.equal(200);
+      expectError(
+        await call('PUT', `${policy('guarded')}?mode=shadow`, {
+          body: { rego: DENY_READ },
+          headers: { 'if-none-match': '*' },
+        }),
+        400,
+        /If-None-Match cannot be used with mode=shadow/,
+      );
+    });
+
     it('answers 412 when a DELETE carries a stale If-Match, and keeps the policy', async () => {
       expect((await put('guarded', { rego: 'package lib.guarded\n\nx := 1\n' })).status).to.equal(201);
       const stale = (await call('GET', policy('guarded'))).headers.get('etag') as string;

@@ -16,6 +16,40 @@ export const IF_MATCH: HeaderParam = {
   schema: { type: 'string' },
 };
 
+export const IF_NONE_MATCH: HeaderParam = {
+  name: 'If-None-Match',
+  description:
+    '*: create only, 412 if the policy exists; or a list of ETags: 412 if the current one is among them',
+  schema: { type: 'string' },
+};
+
+/**
+ * `If-None-Match` (RFC 9110 §13.1.2) on a PUT, beside `If-Match`: `*` holds when the policy does
+ * not exist (create only: of concurrent creators one wins, the others get 412); a list of entity
+ * tags when none of them is its ETag. Both headers: both must hold. An origin server must not
+ * ignore it (RFC 9110 §13.2.1): ignored, a second "create only" overwrote the first.
+ */
+export function preconditionOf(ctx: Ctx): Precondition | undefined {
+  const match = ifMatch(ctx);
+  const header = ctx.get('if-none-match');
+  if (header === '') return match;
+  const none: Precondition =
+    header.trim() === '*'
+      ? { holds: (p) => p === undefined, failure: 'If-None-Match: * but the policy exists' }
+      : (() => {
+          const tags = header.split(',').map((t) => t.trim().replace(/^W\//, ''));
+          return {
+            holds: (p: PolicyMeta | undefined) => p === undefined || !tags.includes(etagOf(p)),
+            failure: 'If-None-Match names the current ETag of this policy',
+          };
+        })();
+  if (!match) return none;
+  return {
+    holds: (p) => match.holds(p) && none.holds(p),
+    failure: `${match.failure}, or ${none.failure}`,
+  };
+}
+
 /** A policy version's ETag: `"<version>-<sha256 prefix>"` (strong: it changes with every write). */
 export const etagOf = (p: Pick<PolicyMeta, 'version' | 'sha256'>) =>
   `"${p.version}-${p.sha256.slice(0, 16)}"`;
@@ -178,7 +212,7 @@ export function policyRoutes(d: RouteDeps): RouteDef[] {
       ],
       requestSchema: policyRequestSchema,
       query: PUT_QUERY,
-      headers: [IF_MATCH],
+      headers: [IF_MATCH, IF_NONE_MATCH],
       apis: PLATFORM,
       scope: 'policies:write',
       body: 'policy',
@@ -191,7 +225,7 @@ export function policyRoutes(d: RouteDeps): RouteDef[] {
           param(ctx, 'name'),
           rego,
           description,
-          { precondition: ifMatch(ctx), dryRun: queryOf(ctx, PUT_QUERY).dry_run ?? false },
+          { precondition: preconditionOf(ctx), dryRun: queryOf(ctx, PUT_QUERY).dry_run ?? false },
           change(ctx),
         );
         if (r.dryRun) {

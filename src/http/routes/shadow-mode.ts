@@ -26,6 +26,7 @@ export async function shadowPut(
   dryRun: boolean,
 ): Promise<void> {
   if (ctx.get('if-match') !== '') throw invalid('If-Match cannot be used with mode=shadow');
+  if (ctx.get('if-none-match') !== '') throw invalid('If-None-Match cannot be used with mode=shadow');
   const r = await policies.putShadow(param(ctx, 'name'), rego, dryRun, change(ctx));
   ctx.status = r.dryRun ? 200 : r.created ? 201 : 200;
   ctx.body = {
