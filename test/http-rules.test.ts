@@ -585,6 +585,47 @@ onEveryBackend('request bodies and headers Node or the body parser would mishand
 
   // SPEC makes the approve body optional; whether an empty one came as Content-Length: 0 or as
   // chunks with no data is framing, and must not change the answer.
+  it('refuses a change with a precondition header its route cannot honour (400), changing nothing', async () => {
+    // Data documents have no ETag: If-Match was accepted and the write made unconditionally.
+    const put = await call('PUT', `${a.platform}/api/v1/data/precondition_probe`, {
+      body: { v: 1 },
+      headers: { 'if-match': '"stale"' },
+    });
+    expectError(
+      put,
+      400,
+      /PUT \/api\/v1\/data\/\{path\} does not take If-Match.*bundle with If-Match: "rev-N"/,
+    );
+    expect((await call('GET', `${a.platform}/api/v1/data/precondition_probe`)).status).to.equal(404);
+    const created = await call('PUT', `${a.platform}/api/v1/data/precondition_probe`, { body: { v: 1 } });
+    expect(created.status, created.text).to.be.oneOf([200, 201]);
+    const del = await call('DELETE', `${a.platform}/api/v1/data/precondition_probe`, {
+      headers: { 'if-none-match': '*' },
+    });
+    expectError(del, 400, /does not take If-None-Match/);
+    expect((await call('GET', `${a.platform}/api/v1/data/precondition_probe`)).status).to.equal(200);
+    // A queue decision: the item stays pending.
+    const pending = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.approval });
+    expect(pending.status, pending.text).to.equal(202);
+    const approve = await call('POST', `${a.engine}/v1/queue/${pending.json.request_id}/approve`, {
+      body: {},
+      headers: { 'if-unmodified-since': new Date().toUTCString() },
+    });
+    expectError(approve, 400, /does not take If-Unmodified-Since/);
+    const item = await call('GET', `${a.engine}/v1/queue/${pending.json.request_id}`);
+    expect(item.json.status).to.equal('pending');
+    // A policy PUT honours If-Match and If-None-Match, not If-Unmodified-Since.
+    const policy = await call('PUT', `${a.platform}/api/v1/policies/precondition_probe`, {
+      body: { rego: 'package precondition_probe\n' },
+      headers: { 'if-unmodified-since': new Date().toUTCString() },
+    });
+    expectError(policy, 400, /does not take If-Unmodified-Since/);
+    expect((await call('GET', `${a.platform}/api/v1/policies/precondition_probe`)).status).to.equal(404);
+    // Reads keep theirs.
+    const list = await call('GET', `${a.platform}/api/v1/policies`, { headers: { 'if-none-match': '"x"' } });
+    expect(list.status).to.equal(200);
+  });
+
   it('treats an empty chunked body as no body: approve without Content-Type is 200, not 415', async () => {
     const pending = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.approval });
     expect(pending.status, pending.text).to.equal(202);

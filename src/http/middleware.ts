@@ -270,6 +270,41 @@ function outageCause(err: AppError): string {
   return line;
 }
 
+/** Preconditions a client may put on a change (RFC 9110 §13.1), by header name in lower case. */
+const PRECONDITIONS = ['if-match', 'if-none-match', 'if-unmodified-since'] as const;
+
+/**
+ * A change whose route does not honour a precondition header it was sent is refused (400), never
+ * made unconditionally: the client meant "only if nothing changed", and a silent success would be
+ * the lost update it guards against (RFC 9110 §13.2.1: a server must not ignore it). Routes that
+ * honour one declare it in `headers` (a policy PUT, a bundle, a promote); GET and HEAD keep theirs
+ * (the console's files answer If-None-Match with 304).
+ */
+export function preconditionMiddleware(
+  route: Pick<RouteDef, 'method' | 'template' | 'headers'>,
+): Middleware<State> {
+  const honoured = new Set((route.headers ?? []).map((h) => h.name.toLowerCase()));
+  const refused = PRECONDITIONS.filter((h) => !honoured.has(h));
+  if (route.method === 'GET' || refused.length === 0) return (_ctx, next) => next();
+  const names: Record<(typeof PRECONDITIONS)[number], string> = {
+    'if-match': 'If-Match',
+    'if-none-match': 'If-None-Match',
+    'if-unmodified-since': 'If-Unmodified-Since',
+  };
+  return (ctx, next) => {
+    const sent = refused.find((h) => ctx.get(h) !== '');
+    if (sent !== undefined) {
+      throw invalid(
+        `${route.method} ${route.template} does not take ${names[sent]}: it cannot make this change conditional` +
+          (route.template.startsWith('/api/v1/data') || route.template.startsWith('/api/v1/policies')
+            ? ' (a bundle with If-Match: "rev-N" can)'
+            : ''),
+      );
+    }
+    return next();
+  };
+}
+
 /** A 401 with its Bearer challenge (RFC 6750), naming the error when there is one. */
 const unauthenticated = (message: string, error?: string) =>
   new HttpError('unauthenticated', message, {

@@ -10,6 +10,7 @@ import type { Api, Ctx, RouteDef, State } from './context.js';
 import {
   authMiddleware,
   bodyMiddleware,
+  preconditionMiddleware,
   echoRequestId,
   errorMiddleware,
   fallthrough,
@@ -41,6 +42,7 @@ export function buildApp(api: Api, routes: RouteDef[], deps: AppDeps): Koa<State
         ...(r.echoRequestId ? [echoRequestId] : []),
         authMiddleware(deps.keys, r),
         queryMiddleware(r),
+        preconditionMiddleware(r),
         bodyMiddleware(r, deps.maxBodyBytes),
         (ctx) => r.handler(ctx as Ctx),
       ],
