@@ -66,6 +66,49 @@ const PEOPLE = [
     otherOwner: 'rick@the-citadel.com',
   },
 ];
+/**
+ * The interop decision files as request/expected pairs (openid/authzen interop/ and a copy in
+ * aws-samples/sample-authzen-interface-verified-permissions; each set's first line names its
+ * file and commit): todo backend requests in the 1.0 and earlier-draft forms, one batch file's
+ * `evaluations`, and the API gateway requests. Replayed against our own policy,
+ * authzen-interop-replay.rego, with the interop user directory below as data.
+ */
+type InteropCase = {
+  source: string;
+  endpoint: 'evaluation' | 'evaluations';
+  request: Record<string, unknown>;
+  expected: boolean | boolean[];
+};
+const INTEROP_CASES: InteropCase[] = (() => {
+  let source = '';
+  const out: InteropCase[] = [];
+  const text = readFileSync(path.join(REPO, 'test', 'fixtures', 'authzen-interop-decisions.jsonl'), 'utf8');
+  for (const line of text.split('\n').filter((l) => l !== '')) {
+    const row = JSON.parse(line);
+    if (row.source !== undefined) source = row.source;
+    else out.push({ source, ...row });
+  }
+  return out;
+})();
+const REPLAY_POLICY = readFileSync(
+  path.join(REPO, 'test', 'fixtures', 'authzen-interop-replay.rego'),
+  'utf8',
+);
+/** The interop users (by PID), the e-mails the files name them by, and their roles. */
+const INTEROP_DIRECTORY = {
+  users: Object.fromEntries(
+    (
+      [
+        ['rick@the-citadel.com', 'richard_roe@example.com', ['admin', 'evil_genius']],
+        ['morty@the-citadel.com', 'john_doe@example.com', ['editor']],
+        ['summer@the-smiths.com', 'nikki_wolf@example.com', ['editor']],
+        ['beth@the-smiths.com', 'jane_doe@example.com', ['viewer']],
+        ['jerry@the-smiths.com', 'jorge_souza@example.com', ['viewer']],
+      ] as const
+    ).map(([email, aws, roles], n) => [pid(n), { emails: [email, aws], roles }]),
+  ),
+};
+
 /** A human policy that decides on an AuthZEN action property (input.authzen.action.properties). */
 const TRANSFER_POLICY = `package authz.human
 
@@ -504,6 +547,68 @@ onEveryBackend('AuthZEN Authorization API 1.0 (SPEC §14)', () => {
       });
       expect(r.json.decision).to.equal(false);
       expect(r.json.context.reason).to.match(/no policy allows/);
+    });
+  });
+
+  describe('replays the interop decision files (todo backend, batch, API gateway) as the interop harnesses do', () => {
+    before(async () => {
+      let r = await call('PUT', `${a.platform}/api/v1/data/todo`, { body: INTEROP_DIRECTORY });
+      expect(r.status, r.text).to.be.oneOf([200, 201]);
+      r = await call('PUT', `${a.platform}/api/v1/policies/authzen-interop-replay`, {
+        body: { rego: REPLAY_POLICY },
+      });
+      expect(r.status, r.text).to.equal(201);
+    });
+    after(async () => {
+      await call('DELETE', `${a.platform}/api/v1/policies/authzen-interop-replay`);
+      await call('DELETE', `${a.platform}/api/v1/data/todo`);
+    });
+    const singles = INTEROP_CASES.filter((c) => c.endpoint === 'evaluation');
+    const batches = INTEROP_CASES.filter((c) => c.endpoint === 'evaluations');
+
+    it('answers every single request as expected, echoing each X-Request-ID', async () => {
+      expect(singles).to.have.length(185);
+      const before = await auditCount(a.platform);
+      for (const [i, c] of singles.entries()) {
+        const r = await evaluation(c.request, { headers: { 'X-Request-ID': `interop-${i}` } });
+        const what = `${c.source}: ${JSON.stringify(c.request)}`;
+        expect(r.status, what).to.equal(200);
+        expect(r.json.decision, what).to.equal(c.expected);
+        expect(r.headers.get('x-request-id'), what).to.equal(`interop-${i}`);
+      }
+      expect(await auditCount(a.platform)).to.equal(before + singles.length);
+    });
+
+    it("answers the batch file's evaluations as expected", async () => {
+      expect(batches).to.have.length(3);
+      for (const c of batches) {
+        const r = await evaluations(c.request);
+        expect(r.status, r.text).to.equal(200);
+        expect(r.json.evaluations.map((e: { decision: boolean }) => e.decision)).to.deep.equal(c.expected);
+      }
+    });
+
+    it('answers each file as batches under every evaluations_semantic, stopping where it says', async () => {
+      const sources = [...new Set(singles.map((c) => c.source))];
+      expect(sources).to.have.length(5);
+      for (const source of sources) {
+        const cases = singles.filter((c) => c.source === source);
+        const expected = cases.map((c) => c.expected as boolean);
+        const upTo = (i: number) => (i < 0 ? expected : expected.slice(0, i + 1));
+        for (const [semantic, want] of [
+          ['execute_all', expected],
+          ['deny_on_first_deny', upTo(expected.indexOf(false))],
+          ['permit_on_first_permit', upTo(expected.indexOf(true))],
+        ] as const) {
+          const r = await evaluations({
+            options: { evaluations_semantic: semantic },
+            evaluations: cases.map((c) => c.request),
+          });
+          expect(r.status, r.text).to.equal(200);
+          const got = r.json.evaluations.map((e: { decision: boolean }) => e.decision);
+          expect(got, `${source} ${semantic}`).to.deep.equal(want);
+        }
+      }
     });
   });
 
