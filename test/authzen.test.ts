@@ -294,6 +294,37 @@ onEveryBackend('AuthZEN Authorization API 1.0 (SPEC §14)', () => {
       expect(long.headers.get('x-request-id')).to.match(/^[0-9a-f-]{36}$/);
     });
 
+    it("logs the caller's X-Request-ID beside Arbiter's own, so the PEP's id finds the request", async () => {
+      const id = `pep-${Date.now()}-log`;
+      const r = await evaluation(AZ.allow, { headers: { 'X-Request-ID': id } });
+      expect(r.status, r.text).to.equal(200);
+      const bad = await evaluation(
+        { subject: AZ.allow.subject },
+        { headers: { 'X-Request-ID': `${id}-bad` } },
+      );
+      expectError(bad, 400);
+      const lineOf = (callerId: string) =>
+        a.logs
+          .flatMap((l) => {
+            try {
+              return [JSON.parse(l) as Record<string, unknown>];
+            } catch {
+              return [];
+            }
+          })
+          .find((l) => l.msg === 'request' && l.callerRequestId === callerId);
+      // The lines reach this process through a pipe, a little after the answers.
+      for (let i = 0; i < 100 && (!lineOf(id) || !lineOf(`${id}-bad`)); i++) {
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      const line = lineOf(id);
+      expect(line, 'the access line of the evaluation').to.not.equal(undefined);
+      expect(line?.route).to.equal('/access/v1/evaluation');
+      // Arbiter's own request id is the one the decision (and its audit event) carries.
+      expect(line?.requestId).to.equal(r.json.context.request_id);
+      expect(lineOf(`${id}-bad`)?.status).to.equal(400);
+    });
+
     it('replays an Idempotency-Key retry, and refuses the key with other properties (422)', async () => {
       const headers = { 'Idempotency-Key': 'authzen-retry-1' };
       const events = await auditCount(a.platform);

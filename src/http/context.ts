@@ -86,6 +86,8 @@ declare module 'koa' {
 export interface State {
   requestId: string;
   traceId: string;
+  /** The caller's own X-Request-ID, where a route echoes it (AuthZEN) instead of requestId. */
+  callerRequestId?: string;
   principal?: Principal;
   route?: RouteDef;
   /** The query parameters, parsed by the route's definitions (src/http/query.ts). */

@@ -33,7 +33,11 @@ export const CALLER_REQUEST_ID = /^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?
 /** For routes that echo it: the caller's X-Request-ID, set before anything can refuse the request. */
 export const echoRequestId: Middleware<State> = (ctx, next) => {
   const id = ctx.get('x-request-id');
-  if (CALLER_REQUEST_ID.test(id)) ctx.set('X-Request-Id', id);
+  if (CALLER_REQUEST_ID.test(id)) {
+    ctx.set('X-Request-Id', id);
+    // Logged beside Arbiter's own id, so the PEP's id finds the request in the logs.
+    ctx.state.callerRequestId = id;
+  }
   return next();
 };
 
@@ -104,6 +108,9 @@ export function metricsMiddleware(
             status: ctx.status,
             ms: Math.round(seconds * 1e6) / 1e3,
             requestId: ctx.state.requestId,
+            ...(ctx.state.callerRequestId === undefined
+              ? {}
+              : { callerRequestId: ctx.state.callerRequestId }),
             traceId: ctx.state.traceId,
             keyName: ctx.state.principal?.name,
             // Where it came from (the connection's peer: a proxy in front, if there is one).
@@ -203,7 +210,11 @@ export function errorMiddleware(log: Logger, maxBodyBytes: number): Middleware<S
   const answerError = (ctx: Context, err: unknown) => {
     const { status, message, headers } = toHttpError(err, maxBodyBytes);
     if (status >= 500) {
-      const ids = { requestId: ctx.state.requestId, traceId: ctx.state.traceId };
+      const ids = {
+        requestId: ctx.state.requestId,
+        ...(ctx.state.callerRequestId === undefined ? {} : { callerRequestId: ctx.state.callerRequestId }),
+        traceId: ctx.state.traceId,
+      };
       const outage = isKind(err, 'unavailable') ? outageCause(err) : undefined;
       if (outage !== undefined && seen(outage)) {
         // The same outage again: its request id and cause, without the stack logged already.
