@@ -303,20 +303,10 @@ onEveryBackend('AuthZEN Authorization API 1.0 (SPEC §14)', () => {
         { headers: { 'X-Request-ID': `${id}-bad` } },
       );
       expectError(bad, 400);
-      const lineOf = (callerId: string) =>
-        a.logs
-          .flatMap((l) => {
-            try {
-              return [JSON.parse(l) as Record<string, unknown>];
-            } catch {
-              return [];
-            }
-          })
-          .find((l) => l.msg === 'request' && l.callerRequestId === callerId);
-      // The lines reach this process through a pipe, a little after the answers.
-      for (let i = 0; i < 100 && (!lineOf(id) || !lineOf(`${id}-bad`)); i++) {
-        await new Promise((res) => setTimeout(res, 50));
-      }
+      const access = (callerId: string) => (l: Record<string, unknown>) =>
+        l.msg === 'request' && l.callerRequestId === callerId;
+      const recs = await a.logsWith([access(id), access(`${id}-bad`)]);
+      const lineOf = (callerId: string) => recs.find(access(callerId));
       const line = lineOf(id);
       expect(line, 'the access line of the evaluation').to.not.equal(undefined);
       expect(line?.route).to.equal('/access/v1/evaluation');

@@ -156,20 +156,9 @@ onSqliteOnly('with the data directory removed or moved under it', () => {
         expect(r.status, r.text).to.equal(503);
         return r.headers.get('x-request-id') as string;
       });
-      const failedLines = () =>
-        a.logs.flatMap((l) => {
-          try {
-            const rec = JSON.parse(l) as Record<string, unknown>;
-            return rec.msg === 'request failed' ? [rec] : [];
-          } catch {
-            return [];
-          }
-        });
-      // The lines reach this process through a pipe, a little after the answers.
-      for (let i = 0; i < 100 && !ids.every((id) => failedLines().some((l) => l.requestId === id)); i++) {
-        await new Promise((r) => setTimeout(r, 50));
-      }
-      const failed = failedLines();
+      const failed = (
+        await a.logsWith(ids.map((id) => (l) => l.msg === 'request failed' && l.requestId === id))
+      ).filter((l) => l.msg === 'request failed');
       // Each request's own line: its id, level error, and why.
       for (const id of ids) {
         const line = failed.find((l) => l.requestId === id);

@@ -248,6 +248,34 @@ export class Arbiter {
     }
   }
 
+  /** The process's JSON log lines so far, parsed (other lines left out). */
+  logRecords(): Record<string, unknown>[] {
+    return this.logs.flatMap((l) => {
+      try {
+        const rec: unknown = JSON.parse(l);
+        return rec !== null && typeof rec === 'object' ? [rec as Record<string, unknown>] : [];
+      } catch {
+        return [];
+      }
+    });
+  }
+
+  /**
+   * Waits up to `ms` until every one of `wanted` matches a JSON log line (the lines reach this
+   * process through a pipe, a little after the answers they log), then returns the lines.
+   */
+  async logsWith(
+    wanted: ((rec: Record<string, unknown>) => boolean)[],
+    ms = 5000,
+  ): Promise<Record<string, unknown>[]> {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const recs = this.logRecords();
+      if (wanted.every((w) => recs.some(w)) || Date.now() >= deadline) return recs;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
   /** Runs `arbiter <args>` (e.g. keys create) against this instance's data directory. */
   cli(args: string[]): { code: number | null; stdout: string; stderr: string } {
     const r = spawnSync(process.execPath, [MAIN, ...args], { env: this.fullEnv(), encoding: 'utf8' });
