@@ -7,6 +7,24 @@ import { onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, auditEvents, call } from './helpers/harness.js';
 import { sleep } from './helpers/process.js';
+import pg from 'pg';
+import { CLAIM_SQL_POSTGRES } from '../src/storage/postgres/webhooks.js';
+import { CLAIM_EARLIEST_SQLITE } from '../src/storage/sqlite/webhooks.js';
+
+interface PlanNode {
+  'Node Type': string;
+  'Relation Name'?: string;
+  'Actual Rows'?: number;
+  'Actual Loops'?: number;
+  'Rows Removed by Filter'?: number;
+  Plans?: PlanNode[];
+}
+
+/** The scans of one table in a PostgreSQL plan (EXPLAIN FORMAT JSON), however deep. */
+const scansOf = (n: PlanNode, table: string): PlanNode[] => [
+  ...(n['Relation Name'] === table && /Scan/.test(n['Node Type']) ? [n] : []),
+  ...(n.Plans ?? []).flatMap((p) => scansOf(p, table)),
+];
 
 interface Received {
   headers: IncomingMessage['headers'];
@@ -681,6 +699,73 @@ onEveryBackend('webhook deliveries: a receiver that never answers holds back no 
       // The process's whole allowance is held by receivers that do not answer.
       await stuck.waitFor(() => stuck.held >= 64, 5_000);
       await expectPrompt(healthy, created);
+    }));
+
+  it("claims from a stuck receiver's large backlog reading only its share, not every due delivery", () =>
+    // A receiver that hangs drains 8 deliveries per 10 s; while agents keep asking for approval its
+    // due backlog grows. Each claim used to rank every due delivery (the stuck webhook's ones
+    // included) while holding SQLite's write lock: with 100 000 due, decisions of every tenant
+    // waited 150 ms at the median, ~1 s at p97.5 (soak probe). A claim now reads each webhook's
+    // earliest due ones from an index, up to its share.
+    withReceivers(async (a, stuck, healthy) => {
+      for (const [name, rx] of [
+        ['stuck', stuck],
+        ['healthy', healthy],
+      ] as const) {
+        expect((await putHook(a, name, { url: rx.url, events: ['queue.pending'] })).status).to.equal(201);
+      }
+      // The backlog an outage of the stuck receiver left: 3000 due deliveries.
+      const due = new Date(Date.now() - 60_000).toISOString();
+      const payload = JSON.stringify({ id: 'backlog', type: 'queue.pending', time: due, data: {} });
+      await a.alter(
+        `WITH RECURSIVE n (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000)
+         INSERT INTO webhook_deliveries (id, webhook, type, payload, status, attempts, next_attempt_at, created_at)
+         SELECT 'dlv-backlog-' || i, 'stuck', 'queue.pending', $1, 'pending', 0, $2, $3 FROM n`,
+        [payload, due, new Date().toISOString()],
+      );
+      // The healthy receiver's notices still go out at once; decisions are answered meanwhile.
+      await expectPrompt(healthy, await queueTwelve(a));
+      expect(stuck.held).to.be.within(1, 8);
+      expect(
+        await a.count('webhook_deliveries', "webhook = 'stuck' AND status = 'pending'"),
+      ).to.be.greaterThan(2900);
+
+      // What a claim reads with that backlog due: each webhook's share, not the 3000.
+      const now = new Date().toISOString();
+      if (a.databaseUrl) {
+        const c = new pg.Client({ connectionString: a.databaseUrl });
+        await c.connect();
+        try {
+          await c.query('BEGIN');
+          await c.query('ANALYZE webhook_deliveries');
+          const [plan] = (
+            await c.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(
+              `EXPLAIN (ANALYZE, FORMAT JSON) ${CLAIM_SQL_POSTGRES}`,
+              [now, now, 64, 8, '{}'],
+            )
+          ).rows[0]!['QUERY PLAN'];
+          const read = scansOf(plan.Plan, 'webhook_deliveries');
+          expect(read.length, JSON.stringify(plan)).to.be.greaterThan(0);
+          for (const n of read) {
+            const rows =
+              (n['Actual Rows'] ?? 0) * (n['Actual Loops'] ?? 1) + (n['Rows Removed by Filter'] ?? 0);
+            expect(rows, `${n['Node Type']} read ${rows} rows: ${JSON.stringify(plan)}`).to.be.at.most(64);
+          }
+        } finally {
+          await c.query('ROLLBACK');
+          await c.end();
+        }
+      } else {
+        const plan = (
+          await a.stored<{ detail: string }>(`EXPLAIN QUERY PLAN ${CLAIM_EARLIEST_SQLITE}`, ['stuck', now, 8])
+        )
+          .map((r) => r.detail)
+          .join('; ');
+        expect(plan).to.match(
+          /USING (COVERING )?INDEX webhook_deliveries_claim \(webhook=\? AND next_attempt_at<\?\)/,
+        );
+        expect(plan).not.to.match(/TEMP B-TREE/);
+      }
     }));
 });
 

@@ -201,6 +201,17 @@ export const migrations: readonly { version: number; name: string; sql: string }
           WHERE d.request_id = tokens.request_id AND d.user_id IS NOT NULL);
     `,
   },
+  {
+    version: 12,
+    name: 'webhook deliveries due, by webhook',
+    sql: `
+      -- A claim takes each webhook's earliest due deliveries up to its share: this index reads
+      -- just those, however many are due (a receiver that hangs drains 8 per 10 s and its backlog
+      -- grows meanwhile; ranking every due row on each claim blocked decisions, soak probe).
+      CREATE INDEX webhook_deliveries_claim ON webhook_deliveries (webhook, next_attempt_at, id)
+        WHERE status = 'pending';
+    `,
+  },
 ];
 
 const APPLIED = 'SELECT version, name FROM schema_migrations ORDER BY version';

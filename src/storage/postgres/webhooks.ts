@@ -11,6 +11,30 @@ import { hookFromRow, type Row } from '../rows.js';
 import type { PgChain } from './chain.js';
 import { one, rows, tx, type Pool } from './pool.js';
 
+/**
+ * Leases due deliveries: each webhook's earliest ones, after those it has in flight, up to its
+ * share ($4, none: $3), then the earliest $3 of those. Each webhook's are read from the claim index
+ * (LATERAL … LIMIT), so a claim costs the same however large a webhook's backlog is: ranking every
+ * due row on each claim slowed every decision once a hanging receiver had a large backlog (soak
+ * probe). The leased rows are found by id (= ANY: the primary key, never a scan of the table's
+ * history, which a join on the CTE was planned as). SKIP LOCKED: processes claiming at once take different deliveries; a row leased by
+ * another process meanwhile is re-checked against the due condition when it is locked.
+ */
+export const CLAIM_SQL_POSTGRES = `WITH busy AS (
+    SELECT key AS webhook, value::int AS n FROM jsonb_each_text($5::jsonb)),
+  due AS (
+    SELECT x.id FROM webhooks w LEFT JOIN busy b ON b.webhook = w.name
+    CROSS JOIN LATERAL (
+      SELECT d.id, d.next_attempt_at FROM webhook_deliveries d
+      WHERE d.webhook = w.name AND d.status = 'pending' AND d.next_attempt_at <= $1
+      ORDER BY d.next_attempt_at, d.id
+      LIMIT GREATEST(LEAST(COALESCE($4::int - COALESCE(b.n, 0), $3::int), $3::int), 0)
+      FOR UPDATE OF d SKIP LOCKED) x
+    ORDER BY x.next_attempt_at, x.id LIMIT $3)
+  UPDATE webhook_deliveries d SET next_attempt_at = $2 FROM webhooks w
+  WHERE d.id = ANY (ARRAY(SELECT id FROM due)) AND w.name = d.webhook
+  RETURNING d.*, w.url, w.format, w.secret`;
+
 export class PgWebhookStore implements WebhookStore {
   constructor(
     private readonly pool: Pool,
@@ -62,28 +86,13 @@ export class PgWebhookStore implements WebhookStore {
   }
 
   async claimDue(now: string, leaseUntil: string, limit: number, share?: ClaimShare): Promise<DueDelivery[]> {
-    // SKIP LOCKED: processes sending at once take different deliveries. A webhook's due
-    // deliveries are ranked after those it has in flight; ranks past its share are left. The due
-    // condition is repeated on d so that a row another process leased meanwhile is re-checked.
-    return rows<DueDelivery>(
-      this.pool,
-      `WITH busy AS (
-         SELECT key AS webhook, value::int AS n FROM jsonb_each_text($5::jsonb)),
-       ranked AS (
-         SELECT d.id, COALESCE(b.n, 0)
-           + row_number() OVER (PARTITION BY d.webhook ORDER BY d.next_attempt_at, d.id) AS slot
-         FROM webhook_deliveries d LEFT JOIN busy b ON b.webhook = d.webhook
-         WHERE d.status = 'pending' AND d.next_attempt_at <= $1
-           AND d.webhook NOT IN (SELECT webhook FROM busy WHERE n >= $4::int)),
-       due AS (
-         SELECT d.id FROM webhook_deliveries d JOIN ranked r ON r.id = d.id
-         WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND ($4::int IS NULL OR r.slot <= $4)
-         ORDER BY d.next_attempt_at LIMIT $3 FOR UPDATE OF d SKIP LOCKED)
-       UPDATE webhook_deliveries d SET next_attempt_at = $2 FROM due, webhooks w
-       WHERE d.id = due.id AND w.name = d.webhook
-       RETURNING d.*, w.url, w.format, w.secret`,
-      [now, leaseUntil, limit, share?.perWebhook ?? null, JSON.stringify(share?.inFlight ?? {})],
-    );
+    return rows<DueDelivery>(this.pool, CLAIM_SQL_POSTGRES, [
+      now,
+      leaseUntil,
+      limit,
+      share?.perWebhook ?? null,
+      JSON.stringify(share?.inFlight ?? {}),
+    ]);
   }
 
   async settle(id: string, r: DeliveryResult): Promise<void> {
