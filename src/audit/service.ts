@@ -13,7 +13,7 @@ import { narrow, narrowToBinding } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
 import { checkStoredEvent, extentProblem, GENESIS_HASH, HEX64, readStoredHead, sha256Hex } from './chain.js';
 import { readsAsReservedKind, RESERVED_KIND_WORDS } from './kinds.js';
-import type { AuditFilter, AuditStore } from './store.js';
+import type { AuditFilter, AuditRows, AuditStore } from './store.js';
 import type { AuditEvent, NewAuditEvent } from './types.js';
 
 /** Every outcome an event may carry; filters and ingest accept exactly these. */
@@ -32,6 +32,12 @@ export const OUTCOMES = [
 ] as const;
 
 export const MAX_INGEST_BATCH = 1000;
+
+/**
+ * The most events one page of GET /api/v1/audit examines when it combines conditions (two
+ * equality filters, or one with since/until): its cost per request, whatever the trail's size.
+ */
+export const AUDIT_EXAMINE = 2_000;
 
 const str = (max: number) => ({ type: ['string', 'null'], maxLength: max });
 
@@ -152,17 +158,20 @@ export class AuditService {
     }
     // A bound key lists its own tenant's and agent's events (asking for another's is 403).
     Object.assign(f, narrowToBinding(principal, f));
+    const cursorAt = (at: { seq: number; time: string }) =>
+      byTime ? encodeCursor('audit-t', `${at.time}|${at.seq}`) : encodeCursor('audit', String(at.seq));
+    let found: AuditRows | undefined;
     const page = await fetchPage(
       q,
-      (limit) => this.store.query({ ...f, limit }),
-      (last) =>
-        byTime
-          ? encodeCursor('audit-t', `${last.event.time}|${last.seq}`)
-          : encodeCursor('audit', String(last.seq)),
+      async (limit) => (found = await this.store.query({ ...f, limit, examine: AUDIT_EXAMINE })),
+      (last) => cursorAt({ seq: last.seq, time: last.event.time }),
     );
+    // A query that combines conditions stops after AUDIT_EXAMINE events: when it did, the page
+    // (short, or empty) continues after the last event it examined.
+    const resume = found?.resumeAfter;
     return {
       items: page.items.map((r) => r.event),
-      next_cursor: page.next_cursor,
+      next_cursor: page.next_cursor ?? (resume ? cursorAt(resume) : null),
     };
   }
 

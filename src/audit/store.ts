@@ -36,6 +36,50 @@ export interface AuditFilter {
    */
   before?: { seq: number; time?: string };
   limit: number;
+  /**
+   * With it, a query that combines conditions (two or more equality filters, or any with a time
+   * window) examines at most this many events in list order: those of its first equality filter
+   * in AUDIT_DRIVING_ORDER (no window), or those of the window. Without it every event that
+   * matches is searched for, however many others are read on the way (impact replay).
+   */
+  examine?: number;
+}
+
+/**
+ * Which equality filter drives a bounded query without a time window: the first present of these,
+ * through its (column, seq) index; the others are checked on the events it reads.
+ */
+export const AUDIT_DRIVING_ORDER = [
+  'request_id',
+  'trace_id',
+  'user_id',
+  'agent_id',
+  'tenant_id',
+  'action',
+  'kind',
+  'outcome',
+] as const;
+
+/**
+ * What a query answers: the matching events, newest first, and when a bounded query (`examine`)
+ * stopped before the end, the last event it examined (its list position: continue after it).
+ */
+export type AuditRows = { seq: number; event: AuditEvent; length: number }[] & {
+  resumeAfter?: { seq: number; time: string };
+};
+
+/**
+ * How a bounded query reads (see AuditFilter.examine): undefined when it needs no bound (one
+ * condition at most, each served exactly by an index in list order).
+ */
+export function boundedScan(
+  f: AuditFilter,
+): { examine: number; driving: (typeof AUDIT_DRIVING_ORDER)[number] | 'time' } | undefined {
+  if (f.examine === undefined) return undefined;
+  const byTime = f.since !== undefined || f.until !== undefined;
+  const present = AUDIT_DRIVING_ORDER.filter((c) => f[c] !== undefined);
+  if (present.length + (byTime ? 1 : 0) < 2) return undefined;
+  return { examine: f.examine, driving: byTime ? 'time' : present[0]! };
 }
 
 /** Append-only audit storage. `append` is atomic: all events land, chained, or none do. */
@@ -46,7 +90,7 @@ export interface AuditStore {
    * JSON text (UTF-16 code units, its bytes when ASCII): what the event weighs, known without
    * serializing it again (an impact replay sizes its messages and pages by it).
    */
-  query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent; length: number }[]>;
+  query(f: AuditFilter): Promise<AuditRows>;
   /**
    * Up to `limit` events of one trace after sequence number `afterSeq`, oldest first; with `only`,
    * just those of that tenant and of that agent (each: when given). Filtered before the limit, so

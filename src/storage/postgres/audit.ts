@@ -8,7 +8,8 @@ import {
   type StoredEvent,
   type StoredHead,
 } from '../../audit/chain.js';
-import { AUDIT_EQUALITY_FILTERS, type AuditFilter, type AuditStore } from '../../audit/store.js';
+import type { AuditFilter, AuditRows, AuditStore } from '../../audit/store.js';
+import { auditQuerySql } from '../audit-query.js';
 import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
 import { newId } from '../../ids.js';
 import { deliveriesFor, outboxMessages } from '../../webhooks/events.js';
@@ -120,25 +121,18 @@ export class PgAuditStore implements AuditStore {
     return out;
   }
 
-  async query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent; length: number }[]> {
-    const where: string[] = [];
-    const params: unknown[] = [];
-    const p = (v: unknown) => {
-      params.push(v);
-      return `$${params.length}`;
-    };
-    for (const c of AUDIT_EQUALITY_FILTERS) if (f[c] !== undefined) where.push(`${c} = ${p(f[c])}`);
-    if (f.since !== undefined) where.push(`time >= ${p(f.since)}`);
-    if (f.until !== undefined) where.push(`time < ${p(f.until)}`);
-    const byTime = f.since !== undefined || f.until !== undefined;
-    if (f.before !== undefined) {
-      where.push(
-        byTime ? `(time, seq) < (${p(f.before.time ?? '')}, ${p(f.before.seq)})` : `seq < ${p(f.before.seq)}`,
+  async query(f: AuditFilter): Promise<AuditRows> {
+    const { list, resume } = auditQuerySql(f, 'postgres');
+    const found: AuditRows = (await rows<Row>(this.pool, list.sql, list.params)).map(auditFromRow);
+    if (resume && found.length < f.limit) {
+      const [last] = await rows<{ seq: number | string; time?: string }>(
+        this.pool,
+        resume.sql,
+        resume.params,
       );
+      if (last) found.resumeAfter = { seq: Number(last.seq), time: last.time ?? '' };
     }
-    const sql = `SELECT seq, body, hash FROM audit_events ${where.length ? 'WHERE ' + where.join(' AND ') : ''}
-      ORDER BY ${byTime ? 'time DESC, seq DESC' : 'seq DESC'} LIMIT ${p(f.limit)}`;
-    return (await rows<Row>(this.pool, sql, params)).map(auditFromRow);
+    return found;
   }
 
   async trace(

@@ -8,7 +8,8 @@ import {
   type StoredEvent,
   type StoredHead,
 } from '../../audit/chain.js';
-import { AUDIT_EQUALITY_FILTERS, type AuditFilter, type AuditStore } from '../../audit/store.js';
+import type { AuditFilter, AuditRows, AuditStore } from '../../audit/store.js';
+import { auditQuerySql } from '../audit-query.js';
 import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
 import { newId } from '../../ids.js';
 import { deliveriesFor, outboxMessages } from '../../webhooks/events.js';
@@ -125,36 +126,15 @@ export class SqliteAuditStore implements AuditStore {
     return this.db.transaction(() => this.writer.appendInTx(events)).immediate();
   }
 
-  async query(f: AuditFilter): Promise<{ seq: number; event: AuditEvent; length: number }[]> {
-    const where: string[] = [];
-    const params: Record<string, unknown> = { limit: f.limit };
-    for (const c of AUDIT_EQUALITY_FILTERS) {
-      if (f[c] !== undefined) {
-        where.push(`${c} = @${c}`);
-        params[c] = f[c];
-      }
+  async query(f: AuditFilter): Promise<AuditRows> {
+    const { list, resume } = auditQuerySql(f, 'sqlite');
+    const found: AuditRows = (this.db.prepare(list.sql).all(...list.params) as Row[]).map(auditFromRow);
+    if (resume && found.length < f.limit) {
+      const last = this.db.prepare(resume.sql).get(...resume.params) as
+        { seq: number; time: string } | undefined;
+      if (last) found.resumeAfter = { seq: Number(last.seq), time: last.time ?? '' };
     }
-    if (f.since !== undefined) {
-      where.push('time >= @since');
-      params.since = f.since;
-    }
-    if (f.until !== undefined) {
-      where.push('time < @until');
-      params.until = f.until;
-    }
-    const byTime = f.since !== undefined || f.until !== undefined;
-    if (f.before !== undefined) {
-      if (byTime) {
-        where.push('(time, seq) < (@beforeTime, @beforeSeq)');
-        params.beforeTime = f.before.time ?? '';
-      } else {
-        where.push('seq < @beforeSeq');
-      }
-      params.beforeSeq = f.before.seq;
-    }
-    const sql = `SELECT seq, body, hash FROM audit_events ${where.length ? 'WHERE ' + where.join(' AND ') : ''}
-      ORDER BY ${byTime ? 'time DESC, seq DESC' : 'seq DESC'} LIMIT @limit`;
-    return (this.db.prepare(sql).all(params) as Row[]).map(auditFromRow);
+    return found;
   }
 
   async trace(
