@@ -1048,6 +1048,39 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     expect((await call('DELETE', `${a.platform}/api/v1/data/cli-kill`)).status).to.equal(204);
   });
 
+  it('diff and push: a key repeated in one object of a data.json is exit 1 naming file and line; nothing is pushed', async () => {
+    expect(
+      (await call('PUT', `${a.platform}/api/v1/data/cli-dup`, { body: { admins: ['alice'] } })).status,
+    ).to.equal(201);
+    const before = await revision();
+    const dir = copyOfPolicies();
+    // What a reviewer reads first is alice and mallory; JSON.parse keeps the last: mallory alone.
+    mkdirSync(path.join(dir, 'cli-dup'));
+    writeFileSync(
+      path.join(dir, 'cli-dup', 'data.json'),
+      '{\n  "admins": ["alice", "mallory"],\n  "admins": ["mallory"]\n}\n',
+    );
+    for (const args of [
+      ['check', dir],
+      ['diff', dir],
+      ['push', dir],
+      ['push', dir, '--json'],
+    ]) {
+      const r = policy(args, env);
+      expect(r.code, `${args.join(' ')}: ${r.stdout}${r.stderr}`).to.equal(1);
+      expect(r.stderr).to.contain(
+        `${path.join(dir, 'cli-dup', 'data.json')}:3: the key "admins" is repeated in one object`,
+      );
+      expect(r.stdout).to.not.match(/update +data +cli-dup/);
+      if (args.includes('--json')) jsonOf(r);
+    }
+    expect(await revision()).to.equal(before);
+    expect((await call('GET', `${a.platform}/api/v1/data/cli-dup`)).json.value).to.deep.equal({
+      admins: ['alice'],
+    });
+    expect((await call('DELETE', `${a.platform}/api/v1/data/cli-dup`)).status).to.equal(204);
+  });
+
   it('pull: a live null document is written with a warning that push refuses it; push then refuses and keeps it', async () => {
     expect(
       (

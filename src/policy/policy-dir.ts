@@ -92,6 +92,13 @@ export async function readPolicyDir(dir: string): Promise<PolicyDir> {
       let value: unknown;
       try {
         value = rel.endsWith('.json') ? JSON.parse(text) : parseYaml(text, full);
+        const repeated = rel.endsWith('.json') ? repeatedKeyIn(text) : undefined;
+        if (repeated) {
+          throw new DataFileError(
+            `${full}:${repeated.line}: the key ${repeated.key} is repeated in one object${repeated.at ? ` (at ${repeated.at})` : ''}: ` +
+              'JSON.parse keeps the last one silently, so what is pushed is not what a reader sees first; remove one',
+          );
+        }
         const inexact = rel.endsWith('.json') ? inexactNumberIn(text) : undefined;
         if (inexact) {
           const { at, literal, read } = inexact;
@@ -257,6 +264,49 @@ function checkJson(value: unknown, file: string, doc: string): void {
       throw new Error(`${where(at)} holds a ${typeof v}, which is not plain JSON`);
     }
   }
+}
+
+/**
+ * The first key repeated within one object of a JSON text (valid JSON: JSON.parse accepted it),
+ * with its line and the dotted path of the object: JSON.parse keeps the last silently, where a
+ * data.yaml with a repeated key is refused.
+ */
+function repeatedKeyIn(text: string): { key: string; line: number; at: string } | undefined {
+  /** An open object (the keys it has, its current key) or array (its current index). */
+  const open: { keys?: Set<string>; key?: string; index?: number }[] = [];
+  let expectKey = false;
+  for (let i = 0; i < text.length;) {
+    const c = text[i];
+    if (c === '"') {
+      let j = i + 1;
+      while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
+      const top = open[open.length - 1];
+      if (expectKey && top?.keys) {
+        const key = JSON.parse(text.slice(i, j + 1)) as string;
+        if (top.keys.has(key)) {
+          const at = open
+            .slice(0, -1)
+            .map((o) => (o.index !== undefined ? String(o.index) : (o.key ?? '')))
+            .join('.');
+          return { key: JSON.stringify(key), line: text.slice(0, i).split('\n').length, at };
+        }
+        top.keys.add(key);
+        top.key = key;
+      }
+      expectKey = false;
+      i = j + 1;
+      continue;
+    }
+    if (c === '{') open.push({ keys: new Set() });
+    else if (c === '[') open.push({ index: 0 });
+    else if (c === '}' || c === ']') open.pop();
+    const top = open[open.length - 1];
+    if (c === ',' && top?.index !== undefined) top.index++;
+    if (c === '{' || c === ',') expectKey = top?.keys !== undefined;
+    else if (c === '[' || c === ']' || c === '}' || c === ':') expectKey = false;
+    i++;
+  }
+  return undefined;
 }
 
 /** The package a Rego text declares: its first line that is not blank or a comment. */
