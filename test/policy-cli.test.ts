@@ -931,6 +931,60 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     }
   });
 
+  it('push: a connection that breaks after the bundle was sent is exit 2 saying the outcome is unknown, not "cannot reach"', async () => {
+    // A pass-through proxy that hands the bundle to the real server (which applies it) and then
+    // drops the connection without an answer: a server killed or a proxy reset mid-push.
+    let forwarded = 0;
+    const proxy: Server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        void (async () => {
+          const headers: Record<string, string> = {};
+          for (const h of ['authorization', 'content-type', 'if-match']) {
+            const v = req.headers[h];
+            if (typeof v === 'string') headers[h] = v;
+          }
+          const r = await fetch(a.platform + (req.url ?? '/'), {
+            method: req.method,
+            headers,
+            body: chunks.length > 0 ? Buffer.concat(chunks) : undefined,
+          });
+          const body = Buffer.from(await r.arrayBuffer());
+          if (req.method === 'POST' && req.url === '/api/v1/bundle') {
+            forwarded = r.status;
+            req.socket.destroy();
+            return;
+          }
+          res.writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/json' });
+          res.end(body);
+        })();
+      });
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `http://127.0.0.1:${(proxy.address() as { port: number }).port}`;
+      const dir = copyOfPolicies();
+      writeFileSync(path.join(dir, 'cli-dropped.rego'), HARMLESS);
+      const before = await revision();
+      const r = await policyAsync(['push', dir, '--json'], { ARBITER_URL: url, ARBITER_KEY: ADMIN_KEY });
+      expect(r.code, r.stdout + r.stderr).to.equal(2);
+      const error = jsonOf(r).error as string;
+      expect(error).to.not.contain('cannot reach');
+      expect(error).to.match(
+        /^POST \/api\/v1\/bundle: .* did not answer .*whether it took effect is unknown/,
+      );
+      // And here it did take effect: "cannot reach" would have said nothing was pushed.
+      expect(forwarded).to.equal(200);
+      expect(await revision()).to.equal(before + 1);
+      expect(await names()).to.include('cli-dropped');
+    } finally {
+      proxy.closeAllConnections();
+      await new Promise<void>((resolve) => proxy.close(() => resolve()));
+      await call('DELETE', `${a.platform}/api/v1/policies/cli-dropped`);
+    }
+  });
+
   it('pull: writes the live set in the directory layout; pushing it back changes nothing', async () => {
     await call('PUT', `${a.platform}/api/v1/data/cli/nested`, { body: { deep: true } });
     const dir = path.join(tempDir(), 'pulled');

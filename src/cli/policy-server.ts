@@ -12,6 +12,26 @@ export interface ServerOptions {
 const MAX_PAGES = 1000;
 const PAGE_SIZE = 1000;
 
+/** How long one request may take, answer included. */
+const REQUEST_TIMEOUT_MS = 120_000;
+
+/** Transport errors that mean the request never reached the server (no connection was made). */
+const NOT_SENT = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'CERT_HAS_EXPIRED',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+  'ERR_SSL_WRONG_VERSION_NUMBER',
+]);
+
 /** A password-shaped part of a URL anywhere in a text (`//user:secret@`), masked. */
 
 export const errorOf = (json: Record<string, unknown>) =>
@@ -80,15 +100,25 @@ export class Server {
           ...headers,
         },
         body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(120_000),
+        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
       });
     } catch (e) {
       const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-      throw new CliUsageError(
-        maskPasswordsIn(
-          `cannot reach ${this.shown}: ${cause?.code ?? cause?.message ?? (e as Error).message}`,
-        ),
-      );
+      const timedOut = (e as Error).name === 'TimeoutError';
+      const why = timedOut
+        ? `no answer within ${REQUEST_TIMEOUT_MS / 1000} s`
+        : (cause?.code ?? cause?.message ?? (e as Error).message);
+      // A connection that broke (or timed out) after a change was sent: the server may have
+      // applied it. "cannot reach" would say nothing happened.
+      if (method !== 'GET' && (timedOut || !NOT_SENT.has(cause?.code ?? ''))) {
+        throw new CliUsageError(
+          maskPasswordsIn(
+            `${method} ${p}: ${this.shown} did not answer (${why}) after the request was sent: ` +
+              'whether it took effect is unknown; diff shows what is live',
+          ),
+        );
+      }
+      throw new CliUsageError(maskPasswordsIn(`cannot reach ${this.shown}: ${why}`));
     }
     let text: string;
     try {
