@@ -1042,6 +1042,56 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     expect(existsSync(path.join(dir, 'keep_test.rego'))).to.equal(true);
     await call('DELETE', `${a.platform}/api/v1/data/cli/nested`);
   });
+  it("pull --force: keeps the repository's layout and leaves a file already live byte for byte", async () => {
+    // A repository as people keep one: nested policies, a CRLF file from a Windows editor, a
+    // data document in a directory of its own, data.json indented its own way.
+    const rbac = (await call('GET', `${a.platform}/api/v1/data/rbac`)).json.value;
+    const root = JSON.parse(readFileSync(path.join(POLICIES, 'data.json'), 'utf8')) as Record<
+      string,
+      unknown
+    >;
+    delete root.rbac;
+    const dir = tempDir({
+      'team/cli/layout.rego': 'package authz.agent\r\n\r\ncli_layout := true\r\n',
+      'team/cli/other.rego': 'package authz.agent\n\ncli_other := 1\n',
+      'rbac/data.json': JSON.stringify(rbac),
+      'data.json': JSON.stringify(root, null, 4),
+    });
+    for (const f of ['agent', 'budgets', 'delegation', 'human'])
+      cpSync(path.join(POLICIES, `${f}.rego`), path.join(dir, `${f}.rego`));
+    const pushed = policy(['push', dir, '--prune'], env);
+    expect(pushed.code, pushed.stdout + pushed.stderr).to.equal(0);
+    const snapshot = () => {
+      const files: Record<string, string> = {};
+      for (const e of readdirSync(dir, { recursive: true, withFileTypes: true }))
+        if (e.isFile())
+          files[path.relative(dir, path.join(e.parentPath, e.name))] = readFileSync(
+            path.join(e.parentPath, e.name),
+            'latin1',
+          );
+      return files;
+    };
+    const before = snapshot();
+    // At the live revision: nothing in the directory changes.
+    const same = policy(['pull', dir, '--force', '--json'], env);
+    expect(same.code, same.stdout + same.stderr).to.equal(0);
+    expect(snapshot()).to.deep.equal(before);
+    expect(jsonOf(same).unchanged).to.have.length(Object.keys(before).length);
+    // A live change is written to the file that holds it, and only that file changes.
+    const changed = 'package authz.agent\n\ncli_other := 2\n';
+    expect(
+      (await call('PUT', `${a.platform}/api/v1/policies/team.cli.other`, { body: { rego: changed } })).status,
+    ).to.equal(200);
+    const after = policy(['pull', dir, '--force'], env);
+    expect(after.code, after.stdout + after.stderr).to.equal(0);
+    expect(snapshot()).to.deep.equal({ ...before, [path.join('team', 'cli', 'other.rego')]: changed });
+    const back = policy(['push', dir, '--prune'], env);
+    expect(back.stdout).to.contain('nothing to push');
+    // Leave the set as the other tests expect it.
+    for (const n of ['team.cli.layout', 'team.cli.other'])
+      expect((await call('DELETE', `${a.platform}/api/v1/policies/${n}`)).status).to.equal(204);
+  });
+
   it('diff and push: a symlinked policy or directory is exit 1, and push --prune does not delete the live policy it holds', async () => {
     expect(
       (await call('PUT', `${a.platform}/api/v1/policies/cli-linked`, { body: { rego: HARMLESS } })).status,

@@ -14,6 +14,7 @@ import { checkTarget, isPolicyOrDataFile, writeInside } from './policy-files.js'
 import { changes, planJson, planOf, planText, type LocalSet, type Plan } from './policy-plan.js';
 import { errorOf, isObject, notArbiter, readLive, revisionOf, Server } from './policy-server.js';
 import { childEnv } from '../common/child-env.js';
+import { canonicalJson } from '../common/canonical-json.js';
 
 export { CliUsageError } from './policy-errors.js';
 
@@ -505,7 +506,8 @@ async function push(dir: string, opts: Options, io: Io): Promise<number> {
 /**
  * Writes the live set in DIR's layout: NAME.rego per policy, top-level data documents in
  * data.json, deeper ones in PATH/data.json. DIR must be empty or absent unless --force, which
- * first removes the policy and data files DIR holds (never its *_test.rego files). Nothing is
+ * writes each one back to the file of DIR that holds it (leaving a file already live untouched)
+ * and removes the other policy and data files DIR holds (never its *_test.rego files). Nothing is
  * written outside DIR: a link (or anything but a regular file or directory) where pull would
  * write is refused, and links anywhere in DIR count as content for the --force guard.
  */
@@ -523,15 +525,43 @@ async function pull(dir: string, opts: Options, io: Io): Promise<number> {
         'so push --prune would delete them; rename them first',
     );
   }
+  // With --force over a directory that reads as a policy directory, each policy and data
+  // document goes back to the file that holds it (team/x.rego stays team/x.rego, rbac/data.json
+  // stays), and a file whose content is already live is left as it is, byte for byte: a pull at
+  // the live revision changes nothing in git.
+  const existing = st && opts.force ? await readPolicyDir(dir).catch(() => undefined) : undefined;
   const files = new Map<string, string>();
-  for (const [name, rego] of [...live.rego].sort(([a], [b]) => a.localeCompare(b)))
-    files.set(`${name}.rego`, rego);
-  const root: Record<string, unknown> = {};
-  for (const [p, value] of [...live.data].sort(([a], [b]) => a.localeCompare(b))) {
-    if (p.includes('/')) files.set(`${p}/data.json`, JSON.stringify(value, null, 2) + '\n');
-    else root[p] = value;
+  /** Files of `files` that already hold exactly what is live: not written. */
+  const kept = new Set<string>();
+  for (const [name, rego] of [...live.rego].sort(([a], [b]) => a.localeCompare(b))) {
+    const there = existing?.modules.find((m) => m.name === name);
+    const rel = there?.file ?? `${name}.rego`;
+    files.set(rel, rego);
+    if (there?.rego === rego) kept.add(rel);
   }
-  if (Object.keys(root).length > 0) files.set('data.json', JSON.stringify(root, null, 2) + '\n');
+  const rootFile = [...(existing?.dataFiles.values() ?? [])].find((f) => !f.includes('/')) ?? 'data.json';
+  /** Each data file's documents: the root one's by path, a deeper one's value alone. */
+  const dataFiles = new Map<string, Map<string, unknown>>();
+  for (const [p, value] of [...live.data].sort(([a], [b]) => a.localeCompare(b))) {
+    const rel = existing?.dataFiles.get(p) ?? (p.includes('/') ? `${p}/data.json` : rootFile);
+    const docs = dataFiles.get(rel) ?? new Map<string, unknown>();
+    docs.set(p, value);
+    dataFiles.set(rel, docs);
+  }
+  for (const [rel, docs] of dataFiles) {
+    const root = !rel.includes('/');
+    const value = root ? Object.fromEntries(docs) : docs.values().next().value;
+    // A data.yaml is written as JSON (which YAML reads as the same value under any schema).
+    files.set(rel, JSON.stringify(value, null, 2) + '\n');
+    const before = existing?.data.filter((d) => existing.dataFiles.get(d.path) === rel) ?? [];
+    if (
+      before.length > 0 &&
+      before.length === docs.size &&
+      before.every((d) => docs.has(d.path) && canonicalJson(docs.get(d.path)) === canonicalJson(d.value))
+    ) {
+      kept.add(rel);
+    }
+  }
   if (st) {
     for (const rel of files.keys()) await checkTarget(dir, rel);
     const entries = await readdir(dir, { recursive: true, withFileTypes: true });
@@ -549,11 +579,12 @@ async function pull(dir: string, opts: Options, io: Io): Promise<number> {
         `${dir} already holds policies or data, or links (${holds[0]}…); pass --force to replace them`,
       );
     }
-    // Removing a link removes the link, never what it points to.
-    for (const rel of ours) await rm(path.join(dir, rel));
+    // Removing a link removes the link, never what it points to. A file that stays is replaced
+    // (or kept) below.
+    for (const rel of ours) if (!files.has(rel)) await rm(path.join(dir, rel));
   }
   await mkdir(dir, { recursive: true });
-  for (const [rel, text] of files) await writeInside(dir, rel, text);
+  for (const [rel, text] of files) if (!kept.has(rel)) await writeInside(dir, rel, text);
   const written = [...files.keys()];
   // A bundle's null deletes a document, so push refuses a null one: say so now (pulled all the
   // same: left out, the next push --prune would delete the live document).
@@ -566,11 +597,19 @@ async function pull(dir: string, opts: Options, io: Io): Promise<number> {
         `remove it from the directory, push without --prune and manage it with PUT /api/v1/data/${p}`,
     );
   for (const w of warnings) io.err(w);
-  print(io, [`pulled revision ${live.revision} into ${dir}:`, ...written.map((f) => `  ${f}`)], {
-    ok: true,
-    revision: live.revision,
-    files: written,
-    ...(warnings.length > 0 ? { warnings } : {}),
-  });
+  print(
+    io,
+    [
+      `pulled revision ${live.revision} into ${dir}:`,
+      ...written.map((f) => `  ${f}${kept.has(f) ? ' (unchanged)' : ''}`),
+    ],
+    {
+      ok: true,
+      revision: live.revision,
+      files: written,
+      unchanged: written.filter((f) => kept.has(f)),
+      ...(warnings.length > 0 ? { warnings } : {}),
+    },
+  );
   return 0;
 }
