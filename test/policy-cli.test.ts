@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import { execFileSync } from 'node:child_process';
 import {
   cpSync,
@@ -982,6 +983,66 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
       proxy.closeAllConnections();
       await new Promise<void>((resolve) => proxy.close(() => resolve()));
       await call('DELETE', `${a.platform}/api/v1/policies/cli-dropped`);
+    }
+  });
+
+  it('an https server whose certificate Node does not trust is exit 2 naming NODE_EXTRA_CA_CERTS, which then works', async () => {
+    // A TLS front for the real server, with a self-signed certificate (an internal CA's, say).
+    const cert = path.join(REPO, 'test', 'fixtures', 'tls-self-signed.crt');
+    const front = createHttpsServer(
+      {
+        cert: readFileSync(cert),
+        key: readFileSync(path.join(REPO, 'test', 'fixtures', 'tls-self-signed.key')),
+      },
+      (req, res) => {
+        const chunks: Buffer[] = [];
+        req.on('data', (c: Buffer) => chunks.push(c));
+        req.on('end', () => {
+          void (async () => {
+            const headers: Record<string, string> = {};
+            for (const h of ['authorization', 'content-type', 'if-match']) {
+              const v = req.headers[h];
+              if (typeof v === 'string') headers[h] = v;
+            }
+            const r = await fetch(a.platform + (req.url ?? '/'), {
+              method: req.method,
+              headers,
+              body: chunks.length > 0 ? Buffer.concat(chunks) : undefined,
+            });
+            res.writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/json' });
+            res.end(Buffer.from(await r.arrayBuffer()));
+          })();
+        });
+      },
+    );
+    await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `https://127.0.0.1:${(front.address() as { port: number }).port}`;
+      const untrusted = await policyAsync(['diff', POLICIES, '--json'], {
+        ARBITER_URL: url,
+        ARBITER_KEY: ADMIN_KEY,
+      });
+      expect(untrusted.code, untrusted.stdout + untrusted.stderr).to.equal(2);
+      expect(jsonOf(untrusted).error).to.match(
+        /^cannot reach https:\/\/127\.0\.0\.1:\d+: DEPTH_ZERO_SELF_SIGNED_CERT \(.*NODE_EXTRA_CA_CERTS/,
+      );
+      const trusted = await policyAsync(['diff', POLICIES], {
+        ARBITER_URL: url,
+        ARBITER_KEY: ADMIN_KEY,
+        NODE_EXTRA_CA_CERTS: cert,
+      });
+      expect(trusted.code, trusted.stdout + trusted.stderr).to.equal(0);
+      expect(trusted.stdout).to.contain('no changes');
+      // And https:// to a port that speaks plain HTTP says so.
+      const plain = await policyAsync(['diff', POLICIES], {
+        ARBITER_URL: a.platform.replace(/^http:/, 'https:'),
+        ARBITER_KEY: ADMIN_KEY,
+      });
+      expect(plain.code).to.equal(2);
+      expect(plain.stderr).to.contain('does not speak TLS there');
+    } finally {
+      front.closeAllConnections();
+      await new Promise<void>((resolve) => front.close(() => resolve()));
     }
   });
 

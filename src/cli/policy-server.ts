@@ -32,6 +32,32 @@ const NOT_SENT = new Set([
   'ERR_SSL_WRONG_VERSION_NUMBER',
 ]);
 
+/** Certificate errors that mean the server's certificate chain is not one Node trusts. */
+const UNTRUSTED = new Set([
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'UNABLE_TO_GET_ISSUER_CERT',
+]);
+
+/** What to do about a TLS error, after its code (an internal CA is the usual cause). */
+function tlsHint(code: string | undefined): string {
+  if (code === undefined) return '';
+  if (UNTRUSTED.has(code)) {
+    return (
+      " (the server's TLS certificate is not signed by a CA Node trusts: set NODE_EXTRA_CA_CERTS " +
+      "to the PEM file of your CA; don't turn verification off, the key is sent to this server)"
+    );
+  }
+  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID')
+    return " (the server's TLS certificate is for another host name)";
+  if (code === 'CERT_HAS_EXPIRED') return " (the server's TLS certificate has expired)";
+  if (code === 'ERR_SSL_WRONG_VERSION_NUMBER')
+    return ' (the server does not speak TLS there: is it http://?)';
+  return '';
+}
+
 /** A password-shaped part of a URL anywhere in a text (`//user:secret@`), masked. */
 
 export const errorOf = (json: Record<string, unknown>) =>
@@ -118,7 +144,7 @@ export class Server {
           ),
         );
       }
-      throw new CliUsageError(maskPasswordsIn(`cannot reach ${this.shown}: ${why}`));
+      throw new CliUsageError(maskPasswordsIn(`cannot reach ${this.shown}: ${why}${tlsHint(cause?.code)}`));
     }
     let text: string;
     try {
