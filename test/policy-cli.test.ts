@@ -1213,6 +1213,34 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     expect((await call('DELETE', `${a.platform}/api/v1/data/cli-kill`)).status).to.equal(204);
   });
 
+  it('a Windows checkout (CRLF line endings, a BOM) of the repository policies is read as it is: check, test, diff, seeding', async () => {
+    // git's core.autocrlf on Windows writes every text file with CRLF; some editors add a BOM.
+    const dir = tempDir();
+    for (const f of readdirSync(POLICIES)) {
+      const text = readFileSync(path.join(POLICIES, f), 'utf8').replace(/\n/g, '\r\n');
+      writeFileSync(path.join(dir, f), f === 'authz.rego' ? `\uFEFF${text}` : text);
+    }
+    for (const args of [
+      ['check', dir],
+      ['test', dir],
+      ['diff', dir, '--json'],
+    ]) {
+      const r = policy(args, env);
+      expect(r.code, `${args.join(' ')}: ${r.stdout}${r.stderr}`).to.equal(0);
+      expect(r.stderr).to.not.contain('authz.rego');
+    }
+    // The policies' bytes differ from the live ones (CRLF): an update each, and nothing else.
+    const plan = jsonOf(policy(['diff', dir, '--json'], env)).plan as { policies: { update: string[] } };
+    expect(plan.policies.update).to.deep.equal(['agent', 'budgets', 'delegation', 'human']);
+    const b = await Arbiter.start({ ARBITER_POLICY_DIR: dir });
+    try {
+      const names = (await call('GET', `${b.platform}/api/v1/policies`)).json.policies as { name: string }[];
+      expect(names.map((p) => p.name)).to.deep.equal(['agent', 'budgets', 'delegation', 'human']);
+    } finally {
+      await b.close();
+    }
+  });
+
   it('diff and push: a key repeated in one object of a data.json is exit 1 naming file and line; nothing is pushed', async () => {
     expect(
       (await call('PUT', `${a.platform}/api/v1/data/cli-dup`, { body: { admins: ['alice'] } })).status,

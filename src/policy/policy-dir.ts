@@ -309,9 +309,12 @@ function repeatedKeyIn(text: string): { key: string; line: number; at: string } 
   return undefined;
 }
 
-/** The package a Rego text declares: its first line that is not blank or a comment. */
+/**
+ * The package a Rego text declares: its first line that is not blank or a comment. Lines end in
+ * LF or CRLF (a Windows checkout): `.` in the comment pattern does not match a CR.
+ */
 function packageOf(rego: string): string | undefined {
-  for (const line of rego.split('\n')) {
+  for (const line of rego.split(/\r?\n/)) {
     const code = line.replace(/#.*$/, '').trim();
     if (code === '') continue;
     return /^package\s+(\S+)$/.exec(code)?.[1];
