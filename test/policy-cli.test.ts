@@ -714,6 +714,19 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     expect(policy(['push', path.join(os.tmpdir(), 'arbiter-none-here')], env).code).to.equal(2);
   });
 
+  it('--json before the command, or alone, still prints exactly one JSON object (exit 2)', () => {
+    for (const args of [['--json'], ['--json', 'diff', POLICIES]]) {
+      const r = policy(args, env);
+      expect(r.code, `${args.join(' ')}: ${r.stdout}${r.stderr}`).to.equal(2);
+      expect(jsonOf(r).error).to.match(/^policy needs a command \(check, test, diff, push or pull\)/);
+    }
+    expect(policy([], env).code).to.equal(2);
+    // With the command first, the same diff runs against the server.
+    const ok = policy(['diff', POLICIES, '--json'], env);
+    expect(ok.code, ok.stdout + ok.stderr).to.equal(0);
+    expect(jsonOf(ok).ok).to.equal(true);
+  });
+
   it('diff: the unchanged repository policies plan no changes; --url/--key work as flags', () => {
     const r = policy(['diff', POLICIES, '--url', a.platform, '--key', ADMIN_KEY]);
     expect(r.code, r.stderr).to.equal(0);

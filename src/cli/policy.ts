@@ -91,13 +91,14 @@ export async function policyCommand(args: string[], out: Out, err: Out): Promise
     return fail((e as Error).message, 2, true);
   }
   const { values, positionals } = parsed;
-  json = values.json;
+  // `policy --json` (no command): the --json is in the command's place, not among the options.
+  json = values.json || sub === '--json';
   const opts: Options = { ...values, message: values.message, url: values.url, key: values.key };
   const io: Io = { json, out, err };
   try {
     if (positionals.length !== 1) {
       throw new CliUsageError(
-        sub === undefined
+        sub === undefined || sub.startsWith('-')
           ? 'policy needs a command (check, test, diff, push or pull) and exactly one DIR'
           : `policy ${sub} needs exactly one DIR`,
       );
