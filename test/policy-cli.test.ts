@@ -263,6 +263,19 @@ onceOnly('arbiter policy check and test (no server)', () => {
     expect(ok.stdout).to.contain('ok: 1 policies and 0 data documents compile');
   });
 
+  it('check and test: an invalid ARBITER_* setting is exit 2 (the environment, not the policies), as for every command', () => {
+    for (const args of [
+      ['check', POLICIES],
+      ['test', POLICIES],
+      ['check', POLICIES, '--json'],
+    ]) {
+      const r = policy(args, { ARBITER_EVAL_BUDGET_MS: 'abc' });
+      expect(r.code, `${args.join(' ')}: ${r.stdout}${r.stderr}`).to.equal(2);
+      expect(r.stderr).to.contain('invalid configuration: ARBITER_EVAL_BUDGET_MS must be a positive integer');
+      if (args.includes('--json')) jsonOf(r);
+    }
+  });
+
   it('check: a missing directory is exit 2; bad usage is exit 2', () => {
     const missing = path.join(os.tmpdir(), 'arbiter-no-such-dir-for-cli');
     const r = policy(['check', missing]);

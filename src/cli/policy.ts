@@ -3,7 +3,7 @@ import { cp, mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promis
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgsOnce } from './args.js';
-import { loadConfig } from '../config.js';
+import { ConfigError, loadConfig } from '../config.js';
 import { BUILTIN_MODULE_PATH, CompileError, RegoCompiler } from '../policy/compiler.js';
 import { EvaluationThread, thresholdErrorsOn } from '../policy/eval-thread.js';
 import { dataTree, ruleDataConflict } from '../policy/documents.js';
@@ -132,6 +132,8 @@ export async function policyCommand(args: string[], out: Out, err: Out): Promise
     }
   } catch (e) {
     if (e instanceof CliUsageError) return fail(e.message, 2);
+    // A bad ARBITER_* setting is the environment's, as for every other arbiter command: exit 2.
+    if (e instanceof ConfigError) return fail(`invalid configuration: ${e.message}`, 2);
     if (e instanceof HttpRefused && e.status === 403 && sub !== undefined && NEEDS[sub]) {
       return fail(`${e.message} (${sub} needs a key with ${NEEDS[sub]})`, 1);
     }
