@@ -322,6 +322,28 @@ onceOnly('arbiter policy check and test (no server)', () => {
     expect(r.stderr).to.contain(path.join(dir, 'data.json'));
   });
 
+  it('check: a syntax error in a data file is one line, file:row:col: msg, as for Rego', () => {
+    const cases: [string, string, string][] = [
+      ['data.json', '{\n  "agents": {},\n}\n', 'data.json:3:1: Expected double-quoted property name'],
+      ['data.json', '{"agents": {}} x', 'data.json:1:16: Unexpected non-whitespace character after JSON'],
+      ['data.yaml', 'agents:\n\t- 1\n', 'data.yaml:2:1: Tabs are not allowed as indentation'],
+      ['data.yaml', 'a: 1\na: 2\n', 'data.yaml:2:1: Map keys must be unique'],
+    ];
+    for (const [file, text, message] of cases) {
+      const dir = tempDir({ 'a.rego': HARMLESS, [file]: text });
+      for (const args of [
+        ['check', dir],
+        ['check', dir, '--json'],
+      ]) {
+        const r = policy(args);
+        expect(r.code, r.stderr).to.equal(1);
+        const line = `${path.join(dir, message.split(':')[0] as string)}${message.slice(message.indexOf(':'))}`;
+        if (args.includes('--json')) expect(jsonOf(r).error).to.equal(line);
+        else expect(r.stderr.trim()).to.equal(`arbiter policy: ${line}`);
+      }
+    }
+  });
+
   it('check: a .rego or data file that is not UTF-8 is exit 1 naming the file (not "ok")', () => {
     for (const [file, head] of [
       ['latin1.rego', 'package authz.agent\n\n# caf'],

@@ -108,7 +108,7 @@ export async function readPolicyDir(dir: string): Promise<PolicyDir> {
         }
       } catch (e) {
         if (e instanceof DataFileError) throw e;
-        throw new Error(`${full}: ${(e as Error).message}`, { cause: e });
+        throw new Error(`${full}:${syntaxErrorAt(e as Error, text)}`, { cause: e });
       }
       const at = path.posix.dirname(rel);
       const docs: [string, unknown][] = [];
@@ -158,6 +158,27 @@ export async function readPolicyDir(dir: string): Promise<PolicyDir> {
   return { modules, data, dataFiles };
 }
 
+/**
+ * A parse error of a data file as `row:col: message` on one line (as check reports the Rego's),
+ * when the parser says where: JSON.parse's `at position N`, the YAML parser's line and column
+ * (without the code frame it appends). Otherwise ` message`.
+ */
+function syntaxErrorAt(e: Error, text: string): string {
+  const yaml = e instanceof YAML.YAMLError ? e.linePos?.[0] : undefined;
+  if (yaml) {
+    const message = e.message.replace(/ at line \d+, column \d+:[\s\S]*$/, '');
+    return `${yaml.line}:${yaml.col}: ${message}`;
+  }
+  const at = /(?: in JSON)? at position (\d+)/.exec(e.message);
+  if (at) {
+    const before = text.slice(0, Number(at[1]));
+    const row = before.split('\n').length;
+    const col = before.length - before.lastIndexOf('\n');
+    return `${row}:${col}: ${e.message.replace(at[0], '')}`;
+  }
+  return ` ${e.message.replace(/\s*\n\s*/g, ' ')}`;
+}
+
 /** A refusal that already names its file (and line). */
 class DataFileError extends Error {}
 
@@ -183,7 +204,8 @@ function parseYaml(text: string, file: string): unknown {
     lineCounter: lines,
   });
   const first = doc.errors[0];
-  if (first) throw new Error(first.message);
+  // The parser's own error: it says where (line and column), which check reports.
+  if (first) throw first;
   const at = (node: { range?: [number, number, number] | null }) =>
     `${file}:${node.range ? lines.linePos(node.range[0]).line : 1}`;
   YAML.visit(doc, {
