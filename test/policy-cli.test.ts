@@ -1289,6 +1289,43 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     }
   });
 
+  it('diff and push: a policy or data file named in another case (agent.Rego, Data.json) is exit 1, not skipped and pruned', async () => {
+    expect(
+      (await call('PUT', `${a.platform}/api/v1/policies/cli-case`, { body: { rego: HARMLESS } })).status,
+    ).to.equal(201);
+    expect((await call('PUT', `${a.platform}/api/v1/data/cli-case`, { body: { on: true } })).status).to.equal(
+      201,
+    );
+    const before = await revision();
+    for (const [file, text] of [
+      ['cli-case.Rego', HARMLESS],
+      ['cli-case/Data.json', '{"on": true}'],
+      ['cli-case/DATA.YAML', 'on: true\n'],
+    ] as const) {
+      const dir = copyOfPolicies();
+      // The other one of the pair, correctly named, so that only the odd file is in question.
+      if (file.endsWith('.Rego')) {
+        mkdirSync(path.join(dir, 'cli-case'));
+        writeFileSync(path.join(dir, 'cli-case', 'data.json'), '{"on": true}');
+      } else writeFileSync(path.join(dir, 'cli-case.rego'), HARMLESS);
+      mkdirSync(path.dirname(path.join(dir, file)), { recursive: true });
+      writeFileSync(path.join(dir, file), text);
+      for (const args of [
+        ['check', dir],
+        ['diff', dir, '--prune'],
+        ['push', dir, '--prune'],
+      ]) {
+        const r = policy(args, env);
+        expect(r.code, `${file} ${args.join(' ')}: ${r.stdout}${r.stderr}`).to.equal(1);
+        expect(r.stderr).to.contain(`${path.join(dir, file)}: named like a`);
+      }
+    }
+    expect(await revision()).to.equal(before);
+    expect(await names()).to.include('cli-case');
+    expect((await call('DELETE', `${a.platform}/api/v1/policies/cli-case`)).status).to.equal(204);
+    expect((await call('DELETE', `${a.platform}/api/v1/data/cli-case`)).status).to.equal(204);
+  });
+
   it('diff and push: a key repeated in one object of a data.json is exit 1 naming file and line; nothing is pushed', async () => {
     expect(
       (await call('PUT', `${a.platform}/api/v1/data/cli-dup`, { body: { admins: ['alice'] } })).status,

@@ -71,6 +71,19 @@ export async function readPolicyDir(dir: string): Promise<PolicyDir> {
       }
       continue;
     }
+    // A policy or data file but for the case of its name (`agent.Rego`, `Data.json`: a
+    // case-insensitive file system makes them easily) would be skipped, as OPA skips it, and
+    // `push --prune` would delete what it holds live.
+    const base = path.posix.basename(rel);
+    if (
+      (/\.rego$/i.test(base) && !base.endsWith('.rego')) ||
+      (/^data\.(json|ya?ml)$/i.test(base) && !/^data\.(json|ya?ml)$/.test(base))
+    ) {
+      throw new Error(
+        `${full}: named like a ${/\.rego$/i.test(base) ? 'policy' : 'data'} file but not in lower case, so it would be ` +
+          `skipped (only NAME.rego, data.json and data.yaml are read): rename it`,
+      );
+    }
     if (rel.endsWith('.rego') && !rel.endsWith('_test.rego')) {
       const name = rel.slice(0, -'.rego'.length).replace(/\//g, '.');
       if (!POLICY_NAME.test(name)) throw new Error(`${full}: ${name} is not a valid policy name`);
