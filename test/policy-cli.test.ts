@@ -762,6 +762,15 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     expect(jsonOf(ok).ok).to.equal(true);
   });
 
+  it('--url: a trailing slash works; a query or fragment is exit 2 saying so', () => {
+    expect(policy(['diff', POLICIES, '--url', `${a.platform}/`], env).code).to.equal(0);
+    for (const url of [`${a.platform}?tenant=x`, `${a.platform}/#top`, `${a.platform}/?`]) {
+      const r = policy(['diff', POLICIES, '--json'], { ...env, ARBITER_URL: url });
+      expect(r.code, `${url}: ${r.stdout}${r.stderr}`).to.equal(2);
+      expect(jsonOf(r).error).to.contain('holds a query or fragment');
+    }
+  });
+
   it('diff: the unchanged repository policies plan no changes; --url/--key work as flags', () => {
     const r = policy(['diff', POLICIES, '--url', a.platform, '--key', ADMIN_KEY]);
     expect(r.code, r.stderr).to.equal(0);

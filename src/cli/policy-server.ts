@@ -90,6 +90,15 @@ export class Server {
     if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
       throw new CliUsageError(`--url ${this.shown} must be http:// or https://`);
     }
+    if (parsed.search !== '' || parsed.hash !== '' || url.includes('?') || url.includes('#')) {
+      // The API's paths are appended to the URL: after a query or fragment they would be part
+      // of it, and every request would go to the base path (a 404 that reads as "not Arbiter").
+      throw new CliUsageError(
+        // Not echoed: a query may hold a token.
+        "the server URL (--url or ARBITER_URL) holds a query or fragment (?, #): give the Platform API's base URL, " +
+          'with a path prefix if a proxy serves it under one',
+      );
+    }
     if (parsed.username !== '' || parsed.password !== '') {
       // fetch refuses such a URL, and the key is the credential the API takes.
       throw new CliUsageError(
