@@ -1,6 +1,7 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { invalid } from '../errors.js';
 import { INVISIBLE_CLASS } from './invisible.js';
+import { scanJson } from './json-scan.js';
 
 /**
  * JSON Schemas are the single source for request validation (and for the OpenAPI document).
@@ -273,44 +274,15 @@ export function inexactNumberIn(text: string): InexactNumber | undefined {
  * that come back as written however they are written (0.1, 1.0, 1E5, 1e300, 1e23) are not reported.
  */
 function findInexactNumber(text: string): InexactNumber | undefined {
-  /** An open object (its current key, as raw JSON text) or array (its current index). */
-  const open: { key?: string; index?: number }[] = [];
-  const NUMBER = /-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
-  let expectKey = false;
-  for (let i = 0; i < text.length;) {
-    const c = text[i];
-    if (c === '"') {
-      let j = i + 1;
-      while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
-      const top = open[open.length - 1];
-      if (expectKey && top) top.key = text.slice(i, j + 1);
-      expectKey = false;
-      i = j + 1;
-    } else if (c === '-' || (c !== undefined && c >= '0' && c <= '9')) {
-      NUMBER.lastIndex = i;
-      const literal = (NUMBER.exec(text) as RegExpExecArray)[0];
-      i += literal.length;
-      if (literal.length < 16 && !/[eE]/.test(literal)) continue;
+  return scanJson<InexactNumber>(text, {
+    number: (literal, place) => {
+      if (literal.length < 16 && !/[eE]/.test(literal)) return undefined;
       const value = Number(literal);
       // Infinity (1e400) is findUnstorable's to report.
-      if (!Number.isFinite(value) || holdsExactly(literal, value)) continue;
-      const at = open
-        .map((o) => (o.index !== undefined ? String(o.index) : (JSON.parse(o.key ?? '""') as string)))
-        .join('.');
-      return { at: at || 'request body', literal, read: String(value) };
-    } else {
-      // Whitespace leaves expectKey as it is; a key follows `{` and, in an object, `,`.
-      if (c === '{') open.push({});
-      else if (c === '[') open.push({ index: 0 });
-      else if (c === '}' || c === ']') open.pop();
-      const top = open[open.length - 1];
-      if (c === ',' && top?.index !== undefined) top.index++;
-      if (c === '{' || c === ',') expectKey = top?.index === undefined;
-      else if (c === '[' || c === ']' || c === '}' || c === ':') expectKey = false;
-      i++;
-    }
-  }
-  return undefined;
+      if (!Number.isFinite(value) || holdsExactly(literal, value)) return undefined;
+      return { at: place.path() || 'request body', literal, read: String(value) };
+    },
+  });
 }
 
 /** Whether `value` (finite) is exactly the number a JSON number literal writes. */

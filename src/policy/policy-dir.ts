@@ -4,6 +4,7 @@ import path from 'node:path';
 import YAML from 'yaml';
 import type { Module } from './compiler.js';
 import { holdsExactly, inexactNumberIn, inexactNumberMessage } from '../common/validation.js';
+import { scanJson } from '../common/json-scan.js';
 import { checkDataPath, POLICY_NAME } from './documents.js';
 
 /** A policy directory as read: its policies, its data documents, and the file of each document. */
@@ -307,41 +308,18 @@ function checkJson(value: unknown, file: string, doc: string): void {
  * data.yaml with a repeated key is refused.
  */
 function repeatedKeyIn(text: string): { key: string; line: number; at: string } | undefined {
-  /** An open object (the keys it has, its current key) or array (its current index). */
-  const open: { keys?: Set<string>; key?: string; index?: number }[] = [];
-  let expectKey = false;
-  for (let i = 0; i < text.length;) {
-    const c = text[i];
-    if (c === '"') {
-      let j = i + 1;
-      while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
-      const top = open[open.length - 1];
-      if (expectKey && top?.keys) {
-        const key = JSON.parse(text.slice(i, j + 1)) as string;
-        if (top.keys.has(key)) {
-          const at = open
-            .slice(0, -1)
-            .map((o) => (o.index !== undefined ? String(o.index) : (o.key ?? '')))
-            .join('.');
-          return { key: JSON.stringify(key), line: text.slice(0, i).split('\n').length, at };
-        }
-        top.keys.add(key);
-        top.key = key;
+  const keys = new Map<number, Set<string>>();
+  return scanJson(text, {
+    key: (key, offset, place, object) => {
+      const seen = keys.get(object) ?? new Set<string>();
+      keys.set(object, seen);
+      if (!seen.has(key)) {
+        seen.add(key);
+        return undefined;
       }
-      expectKey = false;
-      i = j + 1;
-      continue;
-    }
-    if (c === '{') open.push({ keys: new Set() });
-    else if (c === '[') open.push({ index: 0 });
-    else if (c === '}' || c === ']') open.pop();
-    const top = open[open.length - 1];
-    if (c === ',' && top?.index !== undefined) top.index++;
-    if (c === '{' || c === ',') expectKey = top?.keys !== undefined;
-    else if (c === '[' || c === ']' || c === '}' || c === ':') expectKey = false;
-    i++;
-  }
-  return undefined;
+      return { key: JSON.stringify(key), line: place.lineAt(offset), at: place.parentPath() };
+    },
+  });
 }
 
 /**
