@@ -317,6 +317,24 @@ onEveryBackend('webhooks (SPEC §12)', function () {
       secret = r.json.secret as string;
     });
 
+    it('delivers to a webhook named like an Object member (constructor), and to the others meanwhile', async () => {
+      const r = await putHook(a, 'constructor', { url: rx.url, events: ['queue.pending'] });
+      expect(r.status, r.text).to.equal(201);
+      try {
+        const q = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
+        expect(q.status).to.equal(202);
+        // Two messages for the item: one to `reviewers`, one to `constructor`.
+        await rx.waitFor(
+          () => rx.messages('queue.pending').filter((m) => m.data.id === q.json.request_id).length === 2,
+        );
+        const d = await call('GET', `${a.platform}/api/v1/webhooks/constructor/deliveries`);
+        expect(d.status, d.text).to.equal(200);
+        expect(d.json.deliveries.map((x: { status: string }) => x.status)).to.deep.equal(['delivered']);
+      } finally {
+        expect((await call('DELETE', `${a.platform}/api/v1/webhooks/constructor`)).status).to.equal(204);
+      }
+    });
+
     it('POSTs a queue.pending message signed per Standard Webhooks, verified by its reference library', async () => {
       const q = await call('POST', `${a.engine}/v1/agent/authorize`, { body: AGENT.approval });
       expect(q.status).to.equal(202);

@@ -342,7 +342,9 @@ export class WebhookService {
 
   /** How many attempts each webhook has under way. */
   private inFlightByWebhook(): Record<string, number> {
-    const n: Record<string, number> = {};
+    // No prototype: a webhook may be named `constructor` or `toString` (a name the pattern allows),
+    // and an inherited member counted as its attempts stopped every delivery (review).
+    const n = Object.create(null) as Record<string, number>;
     for (const webhook of this.inFlight.values()) n[webhook] = (n[webhook] ?? 0) + 1;
     return n;
   }

@@ -79,7 +79,8 @@ export class SqliteWebhookStore implements WebhookStore {
         const earliest = this.db.prepare(CLAIM_EARLIEST_SQLITE);
         const due: { id: string; next_attempt_at: string }[] = [];
         for (const webhook of this.db.prepare('SELECT name FROM webhooks').pluck().all() as string[]) {
-          const room = share ? share.perWebhook - (share.inFlight[webhook] ?? 0) : limit;
+          const busy = share && Object.hasOwn(share.inFlight, webhook) ? (share.inFlight[webhook] ?? 0) : 0;
+          const room = share ? share.perWebhook - busy : limit;
           if (room <= 0) continue;
           due.push(...(earliest.all(webhook, now, Math.min(room, limit)) as typeof due));
         }
