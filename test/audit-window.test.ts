@@ -173,6 +173,48 @@ onEveryBackend(
       }
     });
 
+    it("answers a tenant-bound key's pages exactly: how many other tenants' events lie between is not its to learn", async () => {
+      // Two events of another tenant, older than all of busy-bot's (the first pages of a window).
+      const old = (s: number) => new Date(base - s * 1000).toISOString();
+      const r = await call('POST', `${a.platform}/api/v1/audit/ingest`, {
+        body: {
+          events: [
+            { kind: 'edge.probe', tenant_id: 'small-co', agent_id: 'x', time: old(20) },
+            {
+              kind: 'edge.probe',
+              tenant_id: 'small-co',
+              agent_id: 'x',
+              time: old(10),
+              request_id: 'req-rare-1',
+            },
+          ],
+        },
+      });
+      expect(r.status, r.text).to.equal(202);
+      const reader = a.createKey('small-co-reader', ['audit:read'], { tenant: 'small-co' });
+      for (const q of [
+        `since=${old(30)}&kind=edge.probe&limit=10`,
+        'kind=edge.probe&limit=10',
+        `since=${old(30)}&until=${old(5)}&limit=10`,
+      ]) {
+        const page = await call('GET', `${a.platform}/api/v1/audit?${q}`, { key: reader });
+        expect(page.status, page.text).to.equal(200);
+        expect(
+          page.json.events.map((e: { time: string }) => e.time),
+          q,
+        ).to.deep.equal([old(10), old(20)]);
+        expect(page.json.next_cursor, q).to.equal(null);
+      }
+      // A request's events in a window: found in one page through request_id, not a page per
+      // 2 000 events of the window.
+      const one = await call(
+        'GET',
+        `${a.platform}/api/v1/audit?since=${old(30)}&request_id=req-rare-1&limit=10`,
+      );
+      expect(one.json.events.map((e: { request_id: string }) => e.request_id)).to.deep.equal(['req-rare-1']);
+      expect(one.json.next_cursor).to.equal(null);
+    });
+
     it('reads one filter alone, or a window alone, to the end of each page as before', async () => {
       const r = await call('GET', `${a.platform}/api/v1/audit?agent_id=busy-bot&limit=1000`);
       expect(r.json.events).to.have.length(1000);

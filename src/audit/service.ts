@@ -9,7 +9,7 @@ import {
   type PageQuery,
 } from '../common/pagination.js';
 import { ASCII_NAME, ASCII_NAME_RULE, compileSchema } from '../common/validation.js';
-import { narrow, narrowToBinding } from '../keys/binding.js';
+import { isBound, narrow, narrowToBinding } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
 import { checkStoredEvent, extentProblem, GENESIS_HASH, HEX64, readStoredHead, sha256Hex } from './chain.js';
 import { readsAsReservedKind, RESERVED_KIND_WORDS } from './kinds.js';
@@ -160,10 +160,15 @@ export class AuditService {
     Object.assign(f, narrowToBinding(principal, f));
     const cursorAt = (at: { seq: number; time: string }) =>
       byTime ? encodeCursor('audit-t', `${at.time}|${at.seq}`) : encodeCursor('audit', String(at.seq));
+    // A bound key's pages are exact, never bounded: a bounded page examines events of every
+    // tenant (through the driving index), and how many it examined beside the ones it answered
+    // would tell a tenant how many other tenants' events lie between (what sealed cursors hide).
+    // It reads its own tenant's (agent's) events through the binding's filter as before.
+    const examine = isBound(principal) ? undefined : AUDIT_EXAMINE;
     let found: AuditRows | undefined;
     const page = await fetchPage(
       q,
-      async (limit) => (found = await this.store.query({ ...f, limit, examine: AUDIT_EXAMINE })),
+      async (limit) => (found = await this.store.query({ ...f, limit, ...(examine ? { examine } : {}) })),
       (last) => cursorAt({ seq: last.seq, time: last.event.time }),
     );
     // A query that combines conditions stops after AUDIT_EXAMINE events: when it did, the page

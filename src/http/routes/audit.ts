@@ -69,7 +69,8 @@ export function auditRoutes(d: RouteDeps): RouteDef[] {
       template: '/api/v1/audit',
       ok: {
         status: 200,
-        description: '{"events": [event], "next_cursor": string|null}, newest first',
+        description:
+          '{"events": [event], "next_cursor": string|null}, newest first. A page may be short, or empty, and still have a next_cursor (a key bound to nothing combining conditions examines at most 2 000 events a page): the list ends only at a null next_cursor',
         schema: page('events', auditEventSchema),
       },
       query: AUDIT_QUERY,

@@ -123,16 +123,22 @@ export class PgAuditStore implements AuditStore {
 
   async query(f: AuditFilter): Promise<AuditRows> {
     const { list, resume } = auditQuerySql(f, 'postgres');
-    const found: AuditRows = (await rows<Row>(this.pool, list.sql, list.params)).map(auditFromRow);
-    if (resume && found.length < f.limit) {
-      const [last] = await rows<{ seq: number | string; time?: string }>(
-        this.pool,
-        resume.sql,
-        resume.params,
-      );
-      if (last) found.resumeAfter = { seq: Number(last.seq), time: last.time ?? '' };
-    }
-    return found;
+    if (!resume) return (await rows<Row>(this.pool, list.sql, list.params)).map(auditFromRow);
+    // The page and where it resumes from one snapshot: read apart, events appended between the
+    // two reads moved the resume point back over events the page had examined, and the next page
+    // answered those again (review).
+    return tx(
+      this.pool,
+      async (c) => {
+        const found: AuditRows = (await rows<Row>(c, list.sql, list.params)).map(auditFromRow);
+        if (found.length < f.limit) {
+          const [last] = await rows<{ seq: number | string; time?: string }>(c, resume.sql, resume.params);
+          if (last) found.resumeAfter = { seq: Number(last.seq), time: last.time ?? '' };
+        }
+        return found;
+      },
+      'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY',
+    );
   }
 
   async trace(

@@ -55,11 +55,11 @@ export function createPool(url: string, size: number, log?: Logger): Pool {
  * Runs `fn` in one transaction on one pooled connection: COMMIT when it resolves, ROLLBACK when it
  * throws. A connection that failed mid-transaction is destroyed rather than reused.
  */
-export async function tx<T>(pool: Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+export async function tx<T>(pool: Pool, fn: (c: pg.PoolClient) => Promise<T>, begin = 'BEGIN'): Promise<T> {
   const client = await pool.connect();
   let broken: Error | undefined;
   try {
-    await client.query('BEGIN');
+    await client.query(begin);
     const out = await fn(client);
     await client.query('COMMIT');
     return out;
