@@ -583,6 +583,29 @@ onceOnly('reviewer console in Chromium', function () {
     await shot('item-decided-meanwhile');
   });
 
+  it('pauses between waits on the open item that come back pending at once (a server shutting down)', async () => {
+    const id = await ask({ ...AGENT.approval, resource: 'prod/early-answers' });
+    // Every wait answered at once, still pending, as a server that is stopping answers them.
+    let waits = 0;
+    await page.route(/\/v1\/queue\/[^/?]+\?wait=/, (route) => {
+      waits++;
+      void route.continue({
+        url: route
+          .request()
+          .url()
+          .replace(/wait=\d+/, 'wait=0'),
+      });
+    });
+    await signIn(reviewer);
+    await openItem(id);
+    await page.getByRole('button', { name: 'Approve' }).waitFor();
+    const from = waits;
+    await page.waitForTimeout(2000);
+    // One pause of 3 s between such answers: at most a wait or two in 2 s, not one per round trip.
+    expect(waits - from).to.be.at.most(2);
+    expect(await item(id)).to.include({ status: 'pending' });
+  });
+
   it('keeps the reasons and the trail it read when a decision fails and the server is gone', async () => {
     const id = await ask({ ...AGENT.approval, resource: 'prod/outage' });
     await signIn(reviewer);

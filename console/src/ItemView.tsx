@@ -91,6 +91,7 @@ export function ItemView({
     void (async () => {
       while (!stop.signal.aborted && !deciding.current) {
         let current: QueueItem;
+        const sent = Date.now();
         try {
           current = await api.waitItem(apiKey, id, WAIT_SECONDS, stop.signal);
         } catch (e) {
@@ -108,6 +109,9 @@ export function ItemView({
           void loadEvents();
           return;
         }
+        // Still pending, answered well before its wait was up (a server shutting down answers
+        // waits at once): pause before the next, rather than asking again at once in a loop.
+        if (Date.now() - sent < (WAIT_SECONDS * 1000) / 2) await new Promise((r) => setTimeout(r, RETRY_MS));
       }
     })();
     return () => stop.abort();
