@@ -760,7 +760,12 @@ onceOnly('reviewer console in Chromium', function () {
     const id = await ask({
       ...AGENT.approval,
       resource: `prod/${CYRILLIC_A}pi`,
-      context: { ticket: `CHG-${ARABIC_INDIC_ONE}2`, region: `r${FULLWIDTH_A}`, city: 'Москва' },
+      context: {
+        ticket: `CHG-${ARABIC_INDIC_ONE}2`,
+        region: `r${FULLWIDTH_A}`,
+        city: 'Москва',
+        price: '100 €',
+      },
     });
     await signIn(reviewer);
     const row = rowOf(id);
@@ -780,8 +785,16 @@ onceOnly('reviewer console in Chromium', function () {
     expect(context).to.include('"region": "r⟨U+FF41⟩"');
     // A value wholly in one script is shown as it is: only a mix with Latin letters is marked.
     expect(context).to.include('"city": "Москва"');
+    // Signs beyond ASCII are text in the context ...
+    expect(context).to.include('"price": "100 €"');
     // The message (prose) is the policy's own text, shown as written.
     await shot('item-lookalike-characters');
+    // ... and marked in an identifier, as are phonetic letters: "prod/ɑpi∕v2" reads "prod/api/v2".
+    const signs = await ask({ ...AGENT.approval, resource: 'prod/\u0251pi\u2215v2' });
+    await page.getByRole('link', { name: 'Pending requests' }).click();
+    await link(signs).waitFor();
+    await openItem(signs);
+    await page.getByRole('heading', { level: 1 }).filter({ hasText: 'prod/⟨U+0251⟩pi⟨U+2215⟩v2' }).waitFor();
   });
 
   it('keeps every column and panel on screen at 1280 px, however long an action or message is', async () => {

@@ -201,7 +201,7 @@ export function ItemView({
               id="item-title"
               ref={heading}
               tabIndex={-1}
-              title={`${visible(item.action, '', true)} on ${visible(formatResource(item.resource), '', true)}`}
+              title={`${visible(item.action, '', 'identifier')} on ${visible(formatResource(item.resource), '', 'identifier')}`}
             >
               <Verbatim class="mono" value={item.action} /> <span class="muted">on</span>{' '}
               <Verbatim class="mono" value={formatResource(item.resource)} />

@@ -10,6 +10,7 @@ import {
   subjectOf,
   timeLeft,
   visible,
+  type Marking,
 } from './format.js';
 
 /**
@@ -26,22 +27,26 @@ import {
 export function Verbatim({
   value,
   prose = false,
+  data = false,
   clip = false,
   class: className,
 }: {
   value: string;
   prose?: boolean;
+  /** A string of the context (JSON), not an identifier: signs and phonetic letters are text there. */
+  data?: boolean;
   clip?: boolean;
   class?: string;
 }) {
+  const marking: Marking = prose ? 'prose' : data ? 'data' : 'identifier';
   const classes = ['verbatim', ...(clip ? ['clip'] : []), ...(className === undefined ? [] : [className])];
   return (
     <bdi
       dir={prose ? 'auto' : 'ltr'}
       class={classes.join(' ')}
-      title={clip ? visible(value, prose ? '\n' : '', !prose) : undefined}
+      title={clip ? visible(value, prose ? '\n' : '', marking) : undefined}
     >
-      {pieces(value, prose ? '\n' : '', !prose).map((p) =>
+      {pieces(value, prose ? '\n' : '', marking).map((p) =>
         'text' in p ? (
           p.text
         ) : p.lookalike ? (
@@ -74,7 +79,7 @@ export function Json({ value }: { value: unknown }) {
 
 function jsonInto(v: unknown, indent: string, out: ComponentChild[]): void {
   if (typeof v === 'string') {
-    out.push(<Verbatim value={JSON.stringify(v)} />);
+    out.push(<Verbatim data value={JSON.stringify(v)} />);
     return;
   }
   if (v === null || typeof v !== 'object') {

@@ -121,17 +121,33 @@ const MIXES_WITH_LATIN =
 const LATIN_LETTER = /\p{sc=Latin}/u;
 const LETTER = /\p{L}/u;
 const DIGIT = /\p{Nd}/u;
+/**
+ * Punctuation and symbols beyond ASCII, emoji aside: "∕" (U+2215) and "⁄" (U+2044) pass for "/",
+ * "‐" (U+2010) for "-", "ː" (U+02D0) for ":".
+ */
+const SIGN = /(?!\p{Extended_Pictographic})[\p{P}\p{S}\p{Lm}\p{Sk}]/u;
+/**
+ * Latin letters of the phonetic blocks (IPA "ɑ" U+0251, small capitals "ᴀ" U+1D00, "ɡ" U+0261,
+ * the click letter "ǃ" U+01C3), drawn as ordinary letters or signs but not written in names.
+ */
+const PHONETIC = /[\u01C0-\u01C3\u0250-\u02FF\u1D00-\u1DBF\uA720-\uA7FF]/u;
 
 /**
  * Why `ch`, in an identifier, could pass for a character it is not, or undefined: a compatibility
  * form (fullwidth "ａ", mathematical "𝖺", the ligature "ﬁ": NFKC changes it), a digit of another
  * script, or, when the identifier holds Latin letters, a letter of a script that identifiers do not
  * mix with Latin (Cyrillic "а" in "prod/аpi", Greek "ο"): a reviewer reads "prod/api", which it
- * is not. An identifier wholly in one script (Cyrillic, Greek, …) is shown as it is.
+ * is not; so are punctuation and symbols beyond ASCII (SIGN; emoji aside) and phonetic Latin
+ * letters (PHONETIC). An identifier wholly in one script (Cyrillic, Greek, …) is shown as it is,
+ * and so are accented and other Latin letters written in names ("é", "ß", Turkish "ı").
  */
-function lookalike(ch: string, withLatin: boolean): string | undefined {
+function lookalike(ch: string, withLatin: boolean, identifier: boolean): string | undefined {
   if (ch.normalize('NFKC') !== ch) return `a compatibility form of “${ch.normalize('NFKC')}”`;
   if (DIGIT.test(ch) && !(ch >= '0' && ch <= '9')) return 'a digit of another script than 0–9';
+  // Signs and phonetic letters only in identifiers: in data (a context's "100 €") they are text.
+  if (identifier && ch > '\u007f' && SIGN.test(ch))
+    return 'a sign beyond ASCII, which may pass for an ASCII one';
+  if (identifier && PHONETIC.test(ch)) return 'a phonetic letter, which may pass for an ordinary one';
   if (withLatin && LETTER.test(ch) && !MIXES_WITH_LATIN.test(ch)) {
     return 'a letter of another script than the Latin letters beside it';
   }
@@ -139,18 +155,27 @@ function lookalike(ch: string, withLatin: boolean): string | undefined {
 }
 
 /**
- * Splits `value` into visible text and invisible characters, each of those as its code point
- * ("U+202E"). `keep` lists characters that are shown as they are (a note's line breaks). With
- * `identifier`, characters that could pass for others (see lookalike) are made visible too:
- * ids, actions and resources are compared code point by code point, and read by eye.
+ * How much of a string is marked beyond its invisible characters: nothing in `prose` (messages,
+ * notes), look-alikes of other scripts, compatibility forms and foreign digits in `data` (the
+ * context's keys and strings), and also signs beyond ASCII and phonetic letters in an
+ * `identifier` (ids, actions, resources: compared code point by code point, read by eye).
  */
-export function pieces(value: string, keep = '', identifier = false): Piece[] {
+export type Marking = 'prose' | 'data' | 'identifier';
+
+/**
+ * Splits `value` into visible text and invisible characters, each of those as its code point
+ * ("U+202E"). `keep` lists characters that are shown as they are (a note's line breaks).
+ * Outside prose, characters that could pass for others (see lookalike) are made visible too.
+ */
+export function pieces(value: string, keep = '', marking: Marking = 'prose'): Piece[] {
   const out: Piece[] = [];
-  const withLatin = identifier && LATIN_LETTER.test(value);
+  const identifier = marking === 'identifier';
+  const withLatin = marking !== 'prose' && LATIN_LETTER.test(value);
   let run = '';
   for (const ch of value) {
     const unseen = ch !== ' ' && !keep.includes(ch) && INVISIBLE.test(ch);
-    const passesFor = !unseen && identifier && ch !== ' ' ? lookalike(ch, withLatin) : undefined;
+    const passesFor =
+      !unseen && marking !== 'prose' && ch !== ' ' ? lookalike(ch, withLatin, identifier) : undefined;
     if (!unseen && passesFor === undefined) {
       run += ch;
       continue;
@@ -170,11 +195,11 @@ export function pieces(value: string, keep = '', identifier = false): Piece[] {
 }
 
 /**
- * `value` with each invisible character (and with `identifier`, each look-alike) as a ⟨U+XXXX⟩
+ * `value` with each invisible character (and outside prose, each look-alike) as a ⟨U+XXXX⟩
  * token: for a title attribute.
  */
-export function visible(value: string, keep = '', identifier = false): string {
-  return pieces(value, keep, identifier)
+export function visible(value: string, keep = '', marking: Marking = 'prose'): string {
+  return pieces(value, keep, marking)
     .map((p) => ('text' in p ? p.text : `⟨${p.code}⟩`))
     .join('');
 }
