@@ -15,23 +15,6 @@ const PAGE_SIZE = 1000;
 /** How long one request may take, answer included. */
 const REQUEST_TIMEOUT_MS = 120_000;
 
-/** Transport errors that mean the request never reached the server (no connection was made). */
-const NOT_SENT = new Set([
-  'ECONNREFUSED',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'UND_ERR_CONNECT_TIMEOUT',
-  'DEPTH_ZERO_SELF_SIGNED_CERT',
-  'SELF_SIGNED_CERT_IN_CHAIN',
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
-  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-  'CERT_HAS_EXPIRED',
-  'ERR_TLS_CERT_ALTNAME_INVALID',
-  'ERR_SSL_WRONG_VERSION_NUMBER',
-]);
-
 /** Certificate errors that mean the server's certificate chain is not one Node trusts. */
 const UNTRUSTED = new Set([
   'DEPTH_ZERO_SELF_SIGNED_CERT',
@@ -39,6 +22,23 @@ const UNTRUSTED = new Set([
   'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
   'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
   'UNABLE_TO_GET_ISSUER_CERT',
+]);
+
+/**
+ * Transport errors that mean the request never reached the server (no connection was made, or
+ * TLS refused it before anything was sent): every untrusted-certificate code among them.
+ */
+const NOT_SENT = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'UND_ERR_CONNECT_TIMEOUT',
+  ...UNTRUSTED,
+  'CERT_HAS_EXPIRED',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+  'ERR_SSL_WRONG_VERSION_NUMBER',
 ]);
 
 /** What to do about a TLS error, after its code (an internal CA is the usual cause). */
