@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { execFileSync } from 'node:child_process';
 import {
@@ -72,6 +72,42 @@ function policyAsync(
     child.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
     child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
     child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/**
+ * What a pass-through proxy in front of `target` does with one request: reads it, runs `before`
+ * (what a test lets happen first), sends it on with the headers the CLI sets, and reads the whole
+ * answer.
+ */
+function forward(
+  target: string,
+  req: IncomingMessage,
+  before: () => Promise<void> = async () => {},
+): Promise<{ status: number; type: string; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      void (async () => {
+        await before();
+        const headers: Record<string, string> = {};
+        for (const h of ['authorization', 'content-type', 'if-match']) {
+          const v = req.headers[h];
+          if (typeof v === 'string') headers[h] = v;
+        }
+        const r = await fetch(target + (req.url ?? '/'), {
+          method: req.method,
+          headers,
+          body: chunks.length > 0 ? Buffer.concat(chunks) : undefined,
+        });
+        resolve({
+          status: r.status,
+          type: r.headers.get('content-type') ?? 'application/json',
+          body: Buffer.from(await r.arrayBuffer()),
+        });
+      })().catch(reject);
+    });
   });
 }
 
@@ -933,32 +969,15 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     let raced = 0;
     let races = 0;
     const proxy: Server = createServer((req, res) => {
-      const chunks: Buffer[] = [];
-      req.on('data', (c: Buffer) => chunks.push(c));
-      req.on('end', () => {
-        void (async () => {
-          if (req.method === 'POST' && req.url === '/api/v1/bundle') {
-            raced = (
-              await call('PUT', `${a.platform}/api/v1/policies/cli-racer`, {
-                body: { rego: `${HARMLESS}# race ${++races}\n` },
-              })
-            ).json.revision as number;
-          }
-          const headers: Record<string, string> = {};
-          for (const h of ['authorization', 'content-type', 'if-match']) {
-            const v = req.headers[h];
-            if (typeof v === 'string') headers[h] = v;
-          }
-          const body = chunks.length > 0 ? Buffer.concat(chunks) : undefined;
-          const r = await fetch(a.platform + (req.url ?? '/'), {
-            method: req.method,
-            headers,
-            body,
-          });
-          res.writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/json' });
-          res.end(Buffer.from(await r.arrayBuffer()));
-        })();
-      });
+      void forward(a.platform, req, async () => {
+        if (req.method === 'POST' && req.url === '/api/v1/bundle') {
+          raced = (
+            await call('PUT', `${a.platform}/api/v1/policies/cli-racer`, {
+              body: { rego: `${HARMLESS}# race ${++races}\n` },
+            })
+          ).json.revision as number;
+        }
+      }).then((r) => res.writeHead(r.status, { 'content-type': r.type }).end(r.body));
     });
     await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
     try {
@@ -994,29 +1013,13 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
     // drops the connection without an answer: a server killed or a proxy reset mid-push.
     let forwarded = 0;
     const proxy: Server = createServer((req, res) => {
-      const chunks: Buffer[] = [];
-      req.on('data', (c: Buffer) => chunks.push(c));
-      req.on('end', () => {
-        void (async () => {
-          const headers: Record<string, string> = {};
-          for (const h of ['authorization', 'content-type', 'if-match']) {
-            const v = req.headers[h];
-            if (typeof v === 'string') headers[h] = v;
-          }
-          const r = await fetch(a.platform + (req.url ?? '/'), {
-            method: req.method,
-            headers,
-            body: chunks.length > 0 ? Buffer.concat(chunks) : undefined,
-          });
-          const body = Buffer.from(await r.arrayBuffer());
-          if (req.method === 'POST' && req.url === '/api/v1/bundle') {
-            forwarded = r.status;
-            req.socket.destroy();
-            return;
-          }
-          res.writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/json' });
-          res.end(body);
-        })();
+      void forward(a.platform, req).then((r) => {
+        if (req.method === 'POST' && req.url === '/api/v1/bundle') {
+          forwarded = r.status;
+          req.socket.destroy();
+          return;
+        }
+        res.writeHead(r.status, { 'content-type': r.type }).end(r.body);
       });
     });
     await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
@@ -1052,24 +1055,9 @@ onEveryBackend('arbiter policy diff, push and pull (real server, real storage)',
         key: readFileSync(path.join(REPO, 'test', 'fixtures', 'tls-self-signed.key')),
       },
       (req, res) => {
-        const chunks: Buffer[] = [];
-        req.on('data', (c: Buffer) => chunks.push(c));
-        req.on('end', () => {
-          void (async () => {
-            const headers: Record<string, string> = {};
-            for (const h of ['authorization', 'content-type', 'if-match']) {
-              const v = req.headers[h];
-              if (typeof v === 'string') headers[h] = v;
-            }
-            const r = await fetch(a.platform + (req.url ?? '/'), {
-              method: req.method,
-              headers,
-              body: chunks.length > 0 ? Buffer.concat(chunks) : undefined,
-            });
-            res.writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/json' });
-            res.end(Buffer.from(await r.arrayBuffer()));
-          })();
-        });
+        void forward(a.platform, req).then((r) =>
+          res.writeHead(r.status, { 'content-type': r.type }).end(r.body),
+        );
       },
     );
     await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
