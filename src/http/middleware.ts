@@ -30,6 +30,12 @@ const TRACEPARENT = /^(?!ff)[0-9a-f]{2}-(?!0{32})([0-9a-f]{32})-(?!0{16})[0-9a-f
  */
 export const CALLER_REQUEST_ID = /^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$/;
 
+/** A request's ids as its log lines carry them: Arbiter's, the caller's where echoed, the trace's. */
+function logIds(ctx: { state: State }) {
+  const { requestId, callerRequestId, traceId } = ctx.state;
+  return { requestId, ...(callerRequestId === undefined ? {} : { callerRequestId }), traceId };
+}
+
 /** For routes that echo it: the caller's X-Request-ID, set before anything can refuse the request. */
 export const echoRequestId: Middleware<State> = (ctx, next) => {
   const id = ctx.get('x-request-id');
@@ -107,11 +113,7 @@ export function metricsMiddleware(
             route,
             status: ctx.status,
             ms: Math.round(seconds * 1e6) / 1e3,
-            requestId: ctx.state.requestId,
-            ...(ctx.state.callerRequestId === undefined
-              ? {}
-              : { callerRequestId: ctx.state.callerRequestId }),
-            traceId: ctx.state.traceId,
+            ...logIds(ctx),
             keyName: ctx.state.principal?.name,
             // Where it came from (the connection's peer: a proxy in front, if there is one).
             remoteAddress: ctx.req.socket.remoteAddress,
@@ -210,11 +212,7 @@ export function errorMiddleware(log: Logger, maxBodyBytes: number): Middleware<S
   const answerError = (ctx: Context, err: unknown) => {
     const { status, message, headers } = toHttpError(err, maxBodyBytes);
     if (status >= 500) {
-      const ids = {
-        requestId: ctx.state.requestId,
-        ...(ctx.state.callerRequestId === undefined ? {} : { callerRequestId: ctx.state.callerRequestId }),
-        traceId: ctx.state.traceId,
-      };
+      const ids = logIds(ctx);
       const outage = isKind(err, 'unavailable') ? outageCause(err) : undefined;
       if (outage !== undefined && seen(outage)) {
         // The same outage again: its request id and cause, without the stack logged already.
@@ -281,8 +279,8 @@ function outageCause(err: AppError): string {
   return line;
 }
 
-/** Preconditions a client may put on a change (RFC 9110 §13.1), by header name in lower case. */
-const PRECONDITIONS = ['if-match', 'if-none-match', 'if-unmodified-since'] as const;
+/** Preconditions a client may put on a change (RFC 9110 §13.1). */
+const PRECONDITIONS = ['If-Match', 'If-None-Match', 'If-Unmodified-Since'];
 
 /**
  * A change whose route does not honour a precondition header it was sent is refused (400), never
@@ -295,18 +293,14 @@ export function preconditionMiddleware(
   route: Pick<RouteDef, 'method' | 'template' | 'headers'>,
 ): Middleware<State> {
   const honoured = new Set((route.headers ?? []).map((h) => h.name.toLowerCase()));
-  const refused = PRECONDITIONS.filter((h) => !honoured.has(h));
+  const refused = PRECONDITIONS.filter((h) => !honoured.has(h.toLowerCase()));
   if (route.method === 'GET' || refused.length === 0) return (_ctx, next) => next();
-  const names: Record<(typeof PRECONDITIONS)[number], string> = {
-    'if-match': 'If-Match',
-    'if-none-match': 'If-None-Match',
-    'if-unmodified-since': 'If-Unmodified-Since',
-  };
   return (ctx, next) => {
+    // ctx.get reads a header whatever its case.
     const sent = refused.find((h) => ctx.get(h) !== '');
     if (sent !== undefined) {
       throw invalid(
-        `${route.method} ${route.template} does not take ${names[sent]}: it cannot make this change conditional` +
+        `${route.method} ${route.template} does not take ${sent}: it cannot make this change conditional` +
           (route.template.startsWith('/api/v1/data') || route.template.startsWith('/api/v1/policies')
             ? ' (a bundle with If-Match: "rev-N" can)'
             : ''),

@@ -341,11 +341,9 @@ export class WebhookService {
   }
 
   /** How many attempts each webhook has under way. */
-  private inFlightByWebhook(): Record<string, number> {
-    // No prototype: a webhook may be named `constructor` or `toString` (a name the pattern allows),
-    // and an inherited member counted as its attempts stopped every delivery (review).
-    const n = Object.create(null) as Record<string, number>;
-    for (const webhook of this.inFlight.values()) n[webhook] = (n[webhook] ?? 0) + 1;
+  private inFlightByWebhook(): Map<string, number> {
+    const n = new Map<string, number>();
+    for (const webhook of this.inFlight.values()) n.set(webhook, (n.get(webhook) ?? 0) + 1);
     return n;
   }
 

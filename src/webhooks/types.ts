@@ -48,8 +48,11 @@ export type DueDelivery = DeliveryRecord & Pick<WebhookRecord, 'url' | 'format' 
 /** How many deliveries of one webhook a claim may take: `perWebhook` less those already in flight. */
 export interface ClaimShare {
   perWebhook: number;
-  /** Deliveries in flight per webhook name (absent: none). */
-  inFlight: Record<string, number>;
+  /**
+   * Deliveries in flight per webhook name (absent: none). A Map: any name a webhook may have
+   * (`constructor` included) is a key of its own, never an inherited member.
+   */
+  inFlight: ReadonlyMap<string, number>;
 }
 
 export type DeliveryResult =

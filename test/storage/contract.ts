@@ -998,12 +998,15 @@ export function storageContract(backend: Backend): void {
         // A share of 3: busy has 2 in flight, so one more of it; idle three of its five.
         const first = await stores.webhooks.claimDue(iso(1000), lease, 10, {
           perWebhook: 3,
-          inFlight: { busy: 2 },
+          inFlight: new Map([['busy', 2]]),
         });
         const count = (ds: { webhook: string }[], w: string) => ds.filter((d) => d.webhook === w).length;
         expect([count(first, 'busy'), count(first, 'idle')]).to.deep.equal([1, 3]);
         // Up to the limit, longest due first: busy's second and third (idle's fourth came later).
-        const next = await stores.webhooks.claimDue(iso(1000), lease, 2, { perWebhook: 3, inFlight: {} });
+        const next = await stores.webhooks.claimDue(iso(1000), lease, 2, {
+          perWebhook: 3,
+          inFlight: new Map(),
+        });
         expect(next.map((d) => d.webhook)).to.deep.equal(['busy', 'busy']);
         const rest = await stores.webhooks.claimDue(iso(1000), lease, 10);
         expect([count(rest, 'busy'), count(rest, 'idle')]).to.deep.equal([2, 2]);

@@ -91,7 +91,7 @@ export class PgWebhookStore implements WebhookStore {
       leaseUntil,
       limit,
       share?.perWebhook ?? null,
-      JSON.stringify(share?.inFlight ?? {}),
+      JSON.stringify(Object.fromEntries(share?.inFlight ?? [])),
     ]);
   }
 

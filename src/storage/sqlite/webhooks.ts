@@ -79,20 +79,12 @@ export class SqliteWebhookStore implements WebhookStore {
         const earliest = this.db.prepare(CLAIM_EARLIEST_SQLITE);
         const due: { id: string; next_attempt_at: string }[] = [];
         for (const webhook of this.db.prepare('SELECT name FROM webhooks').pluck().all() as string[]) {
-          const busy = share && Object.hasOwn(share.inFlight, webhook) ? (share.inFlight[webhook] ?? 0) : 0;
-          const room = share ? share.perWebhook - busy : limit;
+          const room = share ? share.perWebhook - (share.inFlight.get(webhook) ?? 0) : limit;
           if (room <= 0) continue;
           due.push(...(earliest.all(webhook, now, Math.min(room, limit)) as typeof due));
         }
-        due.sort((a, b) =>
-          a.next_attempt_at < b.next_attempt_at
-            ? -1
-            : a.next_attempt_at > b.next_attempt_at
-              ? 1
-              : a.id < b.id
-                ? -1
-                : 1,
-        );
+        const order = (x: string, y: string) => (x < y ? -1 : x > y ? 1 : 0);
+        due.sort((a, b) => order(a.next_attempt_at, b.next_attempt_at) || order(a.id, b.id));
         const read = this.db.prepare(
           `SELECT d.*, w.url, w.format, w.secret FROM webhook_deliveries d JOIN webhooks w ON w.name = d.webhook
            WHERE d.id = ?`,
