@@ -355,3 +355,51 @@ onEveryBackend('POST /api/v1/impact: large recorded inputs', () => {
     expect(r.json.changed).to.equal(r.json.errors);
   });
 });
+
+// The default and the sample cap of SPEC §11, over decisions recorded in each backend.
+onEveryBackend('POST /api/v1/impact: default limit (10 000) and at most 50 samples', function () {
+  this.timeout(300_000);
+  let a: Arbiter;
+  /** One more than the default limit. */
+  const RECORDED = 10_001;
+
+  before(async () => {
+    a = await Arbiter.start();
+    // 100 evaluations a request (the batch maximum), each an audited decision like any other.
+    const item = {
+      subject: { type: 'agent', id: 'deploy-bot', properties: { confidence: 0.95 } },
+      action: { name: 'read' },
+      resource: { type: 'repo', id: 'arbiter' },
+    };
+    for (let made = 0; made < RECORDED; made += 100) {
+      const n = Math.min(100, RECORDED - made);
+      const r = await call('POST', `${a.engine}/access/v1/evaluations`, {
+        body: { evaluations: Array<typeof item>(n).fill(item) },
+      });
+      expect(r.status, r.text).to.equal(200);
+      expect(r.json.evaluations.every((e: { decision: boolean }) => e.decision)).to.equal(true);
+    }
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  it('replays the most recent 10 000 decisions when no limit is given, and keeps 50 of the changes as samples', async () => {
+    const r = await call('POST', `${a.platform}/api/v1/impact`, {
+      body: { policies: { 'deny-read': DENY_READ } },
+    });
+    expect(r.status, r.text).to.equal(200);
+    expect(r.json.replayed).to.equal(10_000);
+    expect(r.json.changed).to.equal(10_000);
+    expect(r.json.changes).to.deep.equal({ 'allow→deny': 10_000 });
+    expect(r.json.samples).to.have.length(50);
+    expect(new Set(r.json.samples.map((s: { request_id: string }) => s.request_id)).size).to.equal(50);
+
+    const all = await call('POST', `${a.platform}/api/v1/impact`, {
+      body: { policies: { 'deny-read': DENY_READ }, limit: RECORDED },
+    });
+    expect(all.status, all.text).to.equal(200);
+    expect(all.json.replayed).to.equal(RECORDED);
+    expect(all.json.samples).to.have.length(50);
+  });
+});

@@ -123,6 +123,44 @@ onPostgresOnly('several engines on one database (SPEC §10)', function () {
     await within(1_000, async () => (await authorize(a)).status === 200);
   });
 
+  it('makes a data change answered by one process live on the other within 1 s', async () => {
+    const blocked = await call('GET', `${a.platform}/api/v1/data/blocked_resources`);
+    expect(blocked.status, blocked.text).to.equal(200);
+    expect((await authorize(b)).status).to.equal(200);
+    // AGENT.allow reads repo/arbiter: blocking it is a data change only.
+    const put = await call('PUT', `${a.platform}/api/v1/data/blocked_resources`, {
+      body: [...(blocked.json.value as string[]), 'repo/arbiter'],
+    });
+    expect(put.status, put.text).to.equal(200);
+    await within(1_000, async () => (await authorize(b)).status === 403);
+    expect(await revisionOf(b)).to.equal(put.json.revision);
+    const back = await call('PUT', `${b.platform}/api/v1/data/blocked_resources`, {
+      body: blocked.json.value,
+    });
+    expect(back.status, back.text).to.equal(200);
+    await within(1_000, async () => (await authorize(a)).status === 200);
+  });
+
+  it('compiles a policy change once, in the process that makes it; the other loads the stored set', async () => {
+    const compiles = async (x: Arbiter) => {
+      const m = await call('GET', `${x.engine}/metrics`);
+      return Number(/^arbiter_policy_compiles_total\{result="success"\} (\d+)$/m.exec(m.text)?.[1] ?? 0);
+    };
+    const [beforeA, beforeB] = [await compiles(a), await compiles(b)];
+    const put = await call('PUT', `${a.platform}/api/v1/policies/cluster-compile-once`, {
+      raw: FREEZE,
+      headers: { 'content-type': 'text/plain' },
+    });
+    expect(put.status, put.text).to.equal(201);
+    await within(1_000, async () => (await revisionOf(b)) === put.json.revision);
+    expect((await authorize(b)).status).to.equal(403);
+    expect(await compiles(a)).to.equal(beforeA + 1);
+    expect(await compiles(b)).to.equal(beforeB);
+    const del = await call('DELETE', `${a.platform}/api/v1/policies/cluster-compile-once`);
+    expect(del.status).to.equal(204);
+    await within(1_000, async () => (await authorize(b)).status === 200);
+  });
+
   it('lets exactly one of many concurrent approvals across the two processes win', async () => {
     const q = await authorize(a, AGENT.approval);
     expect(q.status).to.equal(202);
@@ -438,5 +476,46 @@ onPostgresOnly('database unreachable (SPEC §10)', function () {
     );
     await within(15_000, async () => (await authorize(direct)).status === answer);
     expect((await call('GET', `${direct.platform}/api/v1/audit/verify`)).json.ok).to.equal(true);
+  });
+});
+
+// A process of its own on a database of its own: registered on the PostgreSQL run.
+onPostgresOnly('ARBITER_DATABASE_URL (postgresql://) and ARBITER_DATABASE_POOL (SPEC §10)', function () {
+  this.timeout(120_000);
+  let db: TestDatabase;
+  let a: Arbiter;
+
+  before(async () => {
+    db = await createTestDatabase();
+    const url = db.url.replace(/^postgres:\/\//, 'postgresql://');
+    expect(url.startsWith('postgresql://')).to.equal(true);
+    a = await Arbiter.start({ ARBITER_DATABASE_URL: url, ARBITER_DATABASE_POOL: '2' });
+  });
+  after(async () => {
+    await a?.close();
+    await db?.drop();
+  });
+
+  it('serves on PostgreSQL named by a postgresql:// URL, never opening more connections than the pool holds', async () => {
+    const answers = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        i % 2 ? authorize(a) : call('GET', `${a.platform}/api/v1/audit?kind=decision&limit=50`),
+      ),
+    );
+    expect(answers.map((r) => r.status)).to.deep.equal(Array<number>(40).fill(200));
+    // The decisions are in this database: the URL named it.
+    const stored = await queryDatabase<{ n: number }>(
+      db.url,
+      "SELECT count(*)::int AS n FROM audit_events WHERE kind = 'decision'",
+    );
+    expect(stored[0]!.n).to.equal(20);
+    // The pool (2) and the one LISTEN connection; idle pool connections stay open 30 s, so a pool
+    // that had grown past its size under the load above would still show here.
+    const sessions = await queryDatabase<{ n: number }>(
+      db.url,
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND application_name = 'arbiter'",
+      [db.name],
+    );
+    expect(sessions[0]!.n).to.be.at.most(3);
   });
 });
