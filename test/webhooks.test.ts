@@ -374,6 +374,38 @@ onEveryBackend('webhooks (SPEC §12)', function () {
       expect(approved.data).to.include({ status: 'approved', decided_by: 'hook-reviewer', note: 'CHG-9' });
     });
 
+    it('POSTs queue.denied with who denied it and the note, signed like every message', async () => {
+      const q = await call('POST', `${a.engine}/v1/agent/authorize`, {
+        body: { ...AGENT.approval, resource: 'prod/web' },
+      });
+      expect(q.status).to.equal(202);
+      const reviewer = a.createKey('hook-denier', ['queue:review']);
+      const deny = await call('POST', `${a.engine}/v1/queue/${q.json.request_id}/deny`, {
+        key: reviewer,
+        body: { note: 'not in a freeze window' },
+      });
+      expect(deny.status, deny.text).to.equal(200);
+      await rx.waitFor(() => rx.messages('queue.denied').some((m) => m.data.id === q.json.request_id));
+      const raw = rx.got.find(
+        (g) => g.body.includes('"queue.denied"') && g.body.includes(q.json.request_id),
+      )!;
+      const verified = new Webhook(secret).verify(raw.body, raw.headers as Record<string, string>) as {
+        type: string;
+        data: Record<string, unknown>;
+      };
+      expect(verified).to.have.keys('id', 'type', 'time', 'data');
+      expect(verified.type).to.equal('queue.denied');
+      expect(verified.data).to.include({
+        id: q.json.request_id,
+        status: 'denied',
+        decided_by: 'hook-denier',
+        note: 'not in a freeze window',
+        agent_id: 'deploy-bot',
+        action: 'deploy',
+        resource: 'prod/web',
+      });
+    });
+
     it('announces policy changes as policy.changed with the new revision', async () => {
       const put = await call('PUT', `${a.platform}/api/v1/policies/hook-probe`, {
         raw: 'package authz.agent\n\ndeny contains "never" if false\n',
@@ -457,6 +489,40 @@ onEveryBackend('webhooks (SPEC §12)', function () {
         rx.hang = false;
       }
     });
+  });
+
+  it('sends queue.expired with no decider and no note when an item expires, as {id, type, time, data}', async () => {
+    const rx2 = new Receiver();
+    await rx2.start();
+    const b = await Arbiter.start({ ARBITER_WEBHOOK_RETRY_SECONDS: '1', ARBITER_QUEUE_TTL_SECONDS: '1' });
+    try {
+      const hook = await putHook(b, 'outcomes', { url: rx2.url, events: ['queue.expired'] });
+      expect(hook.status, hook.text).to.equal(201);
+      const expiring = await call('POST', `${b.engine}/v1/agent/authorize`, { body: AGENT.approval });
+      expect(expiring.status, expiring.text).to.equal(202);
+      // Left to expire (1 s): the sweeper records it and notifies.
+      await rx2.waitFor(() => rx2.messages('queue.expired').length === 1);
+      const [raw] = rx2.got;
+      const verified = new Webhook(hook.json.secret as string).verify(
+        raw!.body,
+        raw!.headers as Record<string, string>,
+      );
+      expect(verified).to.have.keys('id', 'type', 'time', 'data');
+      const [x] = rx2.messages('queue.expired');
+      expect(x!.data).to.include({
+        id: expiring.json.request_id,
+        status: 'expired',
+        decided_by: null,
+        note: null,
+        agent_id: 'deploy-bot',
+        resource: 'prod/api',
+        decided_at: expiring.json.expires_at,
+      });
+      expect(rx2.got).to.have.length(1);
+    } finally {
+      await b.close();
+      await rx2.stop();
+    }
   });
 
   it('formats Slack messages with a link to the console item (ARBITER_PUBLIC_URL)', async () => {
