@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { expect } from 'chai';
 import { onceOnly, onEveryBackend, TEST_BACKEND } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
@@ -308,6 +309,35 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
     const id = await authorize(AGENT.allow, 200);
     expect((await decisionEvent(id)).details).to.not.have.property('shadow_result');
     expectError(await dropShadow('deny-read'), 404);
+  });
+
+  it('records each shadow change as an audit event before answering: who, which policy, what went in', async () => {
+    const count = async (kind: string) => (await auditEvents(a.platform, { kind })).length;
+    const [puts, drops] = [await count('policy.shadow.put'), await count('policy.shadow.delete')];
+    const writer = a.createKey('shadow-writer', ['policies:write', 'policies:read']);
+    const put = await putShadow('audited-shadow', { rego: DENY_READ }, { key: writer });
+    expect(put.status, put.text).to.equal(201);
+    const [putEvent] = await auditEvents(a.platform, { kind: 'policy.shadow.put' });
+    expect(putEvent).to.deep.include({ actor: 'shadow-writer', resource: 'audited-shadow' });
+    expect(putEvent.details.sha256).to.equal(put.json.sha256);
+    expect(putEvent.details.sha256).to.equal(createHash('sha256').update(DENY_READ).digest('hex'));
+    // A dry run and a refused candidate record nothing.
+    const dry = await call('PUT', `${a.platform}/api/v1/policies/audited-shadow?mode=shadow&dry_run=true`, {
+      body: { rego: DENY_READ },
+    });
+    expect(dry.status, dry.text).to.equal(200);
+    expectError(await putShadow('audited-shadow', { rego: 'package authz.agent\n\ndeny contains' }), 400);
+    expect(await count('policy.shadow.put')).to.equal(puts + 1);
+
+    const drop = await call('DELETE', `${a.platform}/api/v1/policies/audited-shadow?mode=shadow`, {
+      key: writer,
+    });
+    expect(drop.status, drop.text).to.equal(204);
+    const [dropEvent] = await auditEvents(a.platform, { kind: 'policy.shadow.delete' });
+    expect(dropEvent).to.deep.include({ actor: 'shadow-writer', resource: 'audited-shadow' });
+    // Dropping what is not shadowed (404) records nothing.
+    expectError(await dropShadow('audited-shadow'), 404);
+    expect(await count('policy.shadow.delete')).to.equal(drops + 1);
   });
 
   it("shows a tenant-bound key the counts over every decision but only its own tenant's samples", async () => {
