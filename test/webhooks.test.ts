@@ -557,6 +557,26 @@ onEveryBackend('webhooks (SPEC §12)', function () {
     }
   });
 
+  it("links a Slack message to the Engine API's own address when ARBITER_PUBLIC_URL is unset", async () => {
+    const slack = new Receiver();
+    await slack.start();
+    const b = await Arbiter.start({ ARBITER_WEBHOOK_RETRY_SECONDS: '1' });
+    try {
+      const hook = await putHook(b, 'slack', { url: slack.url, events: ['queue.pending'], format: 'slack' });
+      expect(hook.status, hook.text).to.equal(201);
+      const q = await call('POST', `${b.engine}/v1/agent/authorize`, { body: AGENT.approval });
+      expect(q.status, q.text).to.equal(202);
+      await slack.waitFor(() => slack.got.length === 1);
+      const msg = JSON.parse(slack.got[0]!.body) as SlackBody;
+      const link = `${b.engine}/console/#/item/${q.json.request_id}`;
+      expect(msg.text).to.include(`<${link}|Open in Arbiter>`);
+      expect(msg.blocks.find((x) => x.type === 'actions')?.elements?.[0]?.url).to.equal(link);
+    } finally {
+      await b.close();
+      await slack.stop();
+    }
+  });
+
   it('sends a Slack message for policy.changed: the revision, who changed it, and what', async () => {
     const slack = new Receiver();
     await slack.start();
