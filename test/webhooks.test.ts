@@ -557,6 +557,72 @@ onEveryBackend('webhooks (SPEC §12)', function () {
     }
   });
 
+  it('signs every attempt from a secret rotation on with the new secret, retries of earlier deliveries included; a PUT without one keeps it', async () => {
+    const rx3 = new Receiver();
+    await rx3.start();
+    const secretOf = (fill: number) => `whsec_${Buffer.alloc(32, fill).toString('base64')}`;
+    const [oldSecret, newSecret] = [secretOf(1), secretOf(2)];
+    const verifies = (secret: string, r: Received) => {
+      try {
+        new Webhook(secret).verify(r.body, r.headers as Record<string, string>);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    const events = ['queue.pending'];
+    try {
+      expect((await putHook(a, 'rotating', { url: rx3.url, events, secret: oldSecret })).status).to.equal(
+        201,
+      );
+      // The receiver refuses this item's message until told otherwise: it stays due for retries.
+      const trace = '4bf92f3577b34da6a3ce929d0e0e4736';
+      rx3.failing.set(trace, 1_000);
+      const q = await call('POST', `${a.engine}/v1/agent/authorize`, {
+        body: { ...AGENT.approval, resource: 'prod/rotation' },
+        headers: { traceparent: `00-${trace}-00f067aa0ba902b7-01` },
+      });
+      expect(q.status, q.text).to.equal(202);
+      await rx3.waitFor(() => rx3.got.length >= 1);
+      expect(verifies(oldSecret, rx3.got[0]!)).to.equal(true);
+
+      const rotated = await putHook(a, 'rotating', { url: rx3.url, events, secret: newSecret });
+      expect(rotated.status, rotated.text).to.equal(200);
+      expect(rotated.json).to.not.have.property('secret');
+      rx3.failing.set(trace, 0);
+      const delivered = async () =>
+        (
+          (await call('GET', `${a.platform}/api/v1/webhooks/rotating/deliveries`)).json.deliveries as {
+            status: string;
+          }[]
+        )[0]?.status === 'delivered';
+      const until = Date.now() + 20_000;
+      while (!(await delivered())) {
+        if (Date.now() > until) throw new Error('the delivery was not retried to success within 20 s');
+        await sleep(100);
+      }
+      // The attempt that succeeded was made after the rotation: signed with the new secret only.
+      const last = rx3.got.at(-1)!;
+      expect(JSON.parse(last.body).data.id).to.equal(q.json.request_id);
+      expect(verifies(newSecret, last)).to.equal(true);
+      expect(verifies(oldSecret, last)).to.equal(false);
+
+      // A PUT without "secret" keeps the current one.
+      const kept = await putHook(a, 'rotating', { url: rx3.url, events });
+      expect(kept.status, kept.text).to.equal(200);
+      expect(kept.json).to.not.have.property('secret');
+      const next = await call('POST', `${a.engine}/v1/agent/authorize`, {
+        body: { ...AGENT.approval, resource: 'prod/rotation-2' },
+      });
+      await rx3.waitFor(() => rx3.got.some((g) => g.body.includes(next.json.request_id as string)));
+      const msg = rx3.got.find((g) => g.body.includes(next.json.request_id as string))!;
+      expect(verifies(newSecret, msg)).to.equal(true);
+    } finally {
+      await call('DELETE', `${a.platform}/api/v1/webhooks/rotating`);
+      await rx3.stop();
+    }
+  });
+
   it("links a Slack message to the Engine API's own address when ARBITER_PUBLIC_URL is unset", async () => {
     const slack = new Receiver();
     await slack.start();
