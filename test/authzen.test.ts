@@ -212,6 +212,22 @@ onEveryBackend('AuthZEN Authorization API 1.0 (SPEC §14)', () => {
       expect(r.json.context).to.not.have.property('access_request');
     });
 
+    it("takes the subject's confidence over the context's when both are given", async () => {
+      // 0.95 (the subject's) reads repo/arbiter; 0.3 (the context's) is below the deny threshold.
+      const r = await evaluation({ ...AZ.allow, context: { confidence: 0.3 } });
+      expect(r.status, r.text).to.equal(200);
+      expect(r.json.decision).to.equal(true);
+      const [ev] = await auditEvents(a.platform, { request_id: r.json.context.request_id });
+      expect(ev.confidence).to.equal(0.95);
+      // The other way round: the subject's low confidence decides, whatever the context says.
+      const low = await evaluation({
+        ...agent('read', 'repo', 'arbiter', 0.3),
+        context: { confidence: 0.95 },
+      });
+      expect(low.json.decision).to.equal(false);
+      expect(low.json.context.reason).to.match(/below the deny threshold/);
+    });
+
     it('answers requires_approval as decision false with the queue item as access_request', async () => {
       const before = await a.count('queue_items');
       const r = await evaluation(AZ.approval);
