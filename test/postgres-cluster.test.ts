@@ -519,3 +519,68 @@ onPostgresOnly('ARBITER_DATABASE_URL (postgresql://) and ARBITER_DATABASE_POOL (
     expect(sessions[0]!.n).to.be.at.most(3);
   });
 });
+
+// A database of its own, created with another collation: registered on the PostgreSQL run.
+onPostgresOnly('lists paged by name on a database that sorts names its own way (ICU en-US)', function () {
+  this.timeout(120_000);
+  let db: TestDatabase;
+  let a: Arbiter;
+
+  before(async () => {
+    db = await createTestDatabase({ icuLocale: 'en-US' });
+    // The collation puts `_` and `-` before digits; UTF-16 code units put digits first.
+    const [sorted] = await queryDatabase<{ names: string[] }>(
+      db.url,
+      "SELECT array_agg(x ORDER BY x) AS names FROM (VALUES ('a1'), ('a_b'), ('a-b')) v(x)",
+    );
+    expect(sorted!.names).to.deep.equal(['a_b', 'a-b', 'a1']);
+    a = await Arbiter.start({ ARBITER_DATABASE_URL: db.url });
+  });
+  after(async () => {
+    await a?.close();
+    await db?.drop();
+  });
+
+  /** Every name of a list, one page (limit=1) at a time, following next_cursor. */
+  const pagedNames = async (path: string, items: string, key: string): Promise<string[]> => {
+    const names: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const r: Response = await call(
+        'GET',
+        `${a.platform}${path}?limit=1${cursor === null ? '' : `&cursor=${cursor}`}`,
+      );
+      expect(r.status, r.text).to.equal(200);
+      names.push(...(r.json[items] as Record<string, string>[]).map((x) => x[key]!));
+      cursor = r.json.next_cursor as string | null;
+    } while (cursor !== null && names.length < 100);
+    return names;
+  };
+  const codeUnitOrder = (names: string[]) => [...names].sort((x, y) => Number(x > y) - Number(x < y));
+
+  it('pages policies, data documents and webhooks each once, in code-unit order', async () => {
+    const rego = 'package authz.agent\n\ndeny contains "never" if false\n';
+    for (const name of ['a1', 'a_b', 'a-b']) {
+      const put = await call('PUT', `${a.platform}/api/v1/policies/p${name}`, { body: { rego } });
+      expect(put.status, put.text).to.equal(201);
+      const data = await call('PUT', `${a.platform}/api/v1/data/d${name}`, { body: 1 });
+      expect(data.status, data.text).to.equal(201);
+      const hook = await call('PUT', `${a.platform}/api/v1/webhooks/w${name}`, {
+        body: { url: 'http://127.0.0.1:9/hook', events: ['policy.changed'] },
+      });
+      expect(hook.status, hook.text).to.equal(201);
+    }
+    const lists: [string, string, string][] = [
+      ['/api/v1/policies', 'policies', 'name'],
+      ['/api/v1/data', 'documents', 'path'],
+      ['/api/v1/webhooks', 'webhooks', 'name'],
+    ];
+    for (const [path, items, key] of lists) {
+      const whole = await call('GET', `${a.platform}${path}`);
+      const all = (whole.json[items] as Record<string, string>[]).map((x) => x[key]!);
+      const paged = await pagedNames(path, items, key);
+      expect(paged, path).to.deep.equal(codeUnitOrder(all));
+      expect(all, path).to.deep.equal(codeUnitOrder(all));
+    }
+  });
+});

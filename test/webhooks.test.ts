@@ -163,6 +163,47 @@ onEveryBackend('webhooks (SPEC §12)', function () {
       expect(deletes.filter((e) => e.resource === 'ops')).to.have.length(1);
     });
 
+    it('pages the webhook list by name with limit and next_cursor, as every list, and refuses bad paging', async () => {
+      const names = ['paged-1', 'paged-a', 'paged_b'];
+      for (const name of names) {
+        expect((await putHook(a, name, { url: rx.url, events: ['queue.expired'] })).status).to.equal(201);
+      }
+      try {
+        const whole = await call('GET', `${a.platform}/api/v1/webhooks`);
+        expect(whole.status, whole.text).to.equal(200);
+        expect(whole.json).to.have.keys('webhooks', 'next_cursor');
+        expect(whole.json.next_cursor).to.equal(null);
+        const all = whole.json.webhooks.map((w: { name: string }) => w.name) as string[];
+        expect(all).to.include.members(names);
+        const seen: string[] = [];
+        let cursor: string | null = null;
+        do {
+          const r = await call(
+            'GET',
+            `${a.platform}/api/v1/webhooks?limit=2${cursor === null ? '' : `&cursor=${cursor}`}`,
+          );
+          expect(r.status, r.text).to.equal(200);
+          expect(r.json.webhooks.length).to.be.within(1, 2);
+          seen.push(...r.json.webhooks.map((w: { name: string }) => w.name));
+          cursor = r.json.next_cursor as string | null;
+        } while (cursor !== null);
+        expect(seen).to.deep.equal(all);
+        // By name in code-unit order: '-' and digits before '_' and letters.
+        expect(seen.filter((n) => names.includes(n))).to.deep.equal(['paged-1', 'paged-a', 'paged_b']);
+        expectError(await call('GET', `${a.platform}/api/v1/webhooks?limit=0`), 400, /limit/);
+        expectError(await call('GET', `${a.platform}/api/v1/webhooks?cursor=nope`), 400, /cursor/);
+        const policyCursor = (await call('GET', `${a.platform}/api/v1/policies?limit=1`)).json.next_cursor;
+        expectError(
+          await call('GET', `${a.platform}/api/v1/webhooks?cursor=${policyCursor as string}`),
+          400,
+          /cursor/,
+        );
+        expectError(await call('GET', `${a.platform}/api/v1/webhooks?sort=name`), 400, /sort/);
+      } finally {
+        for (const name of names) await call('DELETE', `${a.platform}/api/v1/webhooks/${name}`);
+      }
+    });
+
     const bad: [string, unknown, RegExp][] = [
       ['a URL that is not http(s)', { url: 'ftp://x/y', events: ['queue.pending'] }, /url/],
       ['a URL that is not a URL', { url: 'not a url', events: ['queue.pending'] }, /url/],

@@ -134,11 +134,19 @@ export async function fetchPage<T>(
 }
 
 /**
- * One page of an already-ordered list keyed by a unique, sortable string (policy names, data
- * paths): items after the cursor's key, at most `limit` of them.
+ * One page of a list keyed by a unique string (policy names, data paths, webhook names): items
+ * after the cursor's key, at most `limit` of them, in UTF-16 code-unit order of their keys. The
+ * list is put in that order here, whatever order it came in: the cursor compares keys in it, and
+ * a database's `ORDER BY` follows its collation (PostgreSQL with ICU `en-US` puts `a_b` before
+ * `a1`), so a page cut in the store's order could skip or repeat items.
  */
 export function pageOf<T>(items: T[], key: (t: T) => string, kind: string, q: PageQuery): Page<T> {
   const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor, kind);
-  const rest = after === undefined ? items : items.filter((t) => key(t) > after);
+  // Code units, as `>` compares below (not localeCompare, which is a collation too).
+  const ordered = items
+    .map((t) => ({ t, k: key(t) }))
+    .sort((x, y) => Number(x.k > y.k) - Number(x.k < y.k))
+    .map((x) => x.t);
+  const rest = after === undefined ? ordered : ordered.filter((t) => key(t) > after);
   return cutPage(rest, q.limit ?? DEFAULT_LIMIT, (last) => encodeCursor(kind, key(last)));
 }

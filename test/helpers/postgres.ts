@@ -30,10 +30,23 @@ async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
   }
 }
 
-/** A new, empty database on the test server. */
-export async function createTestDatabase(): Promise<TestDatabase> {
+/**
+ * A new, empty database on the test server; with `icuLocale` (e.g. `en-US`), one whose text
+ * columns sort by that ICU collation, as a database created on a server of another locale would.
+ */
+export async function createTestDatabase(opts: { icuLocale?: string } = {}): Promise<TestDatabase> {
   const name = `arbiter_test_${process.pid}_${Date.now().toString(36)}_${counter++}`;
-  await admin((c) => c.query(`CREATE DATABASE ${name}`));
+  const { icuLocale } = opts;
+  if (icuLocale !== undefined && !/^[A-Za-z]+(-[A-Za-z0-9]+)*$/.test(icuLocale)) {
+    throw new Error(`not an ICU locale name: ${icuLocale}`);
+  }
+  await admin((c) =>
+    c.query(
+      icuLocale === undefined
+        ? `CREATE DATABASE ${name}`
+        : `CREATE DATABASE ${name} TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE '${icuLocale}'`,
+    ),
+  );
   const url = new URL(TEST_SERVER_URL);
   url.pathname = `/${name}`;
   return {

@@ -1,3 +1,4 @@
+import { pageOf } from '../../common/pagination.js';
 import { webhookRequestSchema, type WebhookService } from '../../webhooks/service.js';
 import { actorOf, type RouteDef } from '../context.js';
 import { PAGE_QUERY, queryOf } from '../query.js';
@@ -55,16 +56,18 @@ export function webhookRoutes(webhooks: WebhookService): RouteDef[] {
       template: '/api/v1/webhooks',
       ok: {
         status: 200,
-        description: '{"webhooks": [webhook]} (never their secrets)',
-        schema: exact({ webhooks: { type: 'array', items: webhookSchema } }),
+        description: '{"webhooks": [webhook], "next_cursor"} by name (never their secrets)',
+        schema: page('webhooks', webhookSchema),
       },
+      query: PAGE_QUERY,
       apis: PLATFORM,
       scope: 'admin',
       global: WEBHOOKS_ARE_GLOBAL,
       body: 'none',
       summary: 'List webhooks',
       handler: async (ctx) => {
-        ctx.body = { webhooks: await webhooks.list() };
+        const p = pageOf(await webhooks.list(), (w) => w.name, 'webhooks', queryOf(ctx, PAGE_QUERY));
+        ctx.body = { webhooks: p.items, next_cursor: p.next_cursor };
       },
     },
     {
