@@ -47,6 +47,22 @@ onEveryBackend('decisions over HTTP (real compiler, real storage)', () => {
     });
   }
 
+  it("decides the seed's agent request as written, context with reason and user_id, and passes the context on", async () => {
+    const body = {
+      agent_id: 'deploy-bot',
+      action: 'deploy',
+      resource: 'prod/api',
+      confidence: 0.95,
+      context: { reason: 'release 1.4 hotfix', user_id: 'alice' },
+    };
+    const r = await call('POST', a.engine + '/api/v1/authorize', { body });
+    expect(r.status, r.text).to.equal(202);
+    expect(r.json).to.include({ status: 'requires_approval' });
+    expect(r.json.message).to.be.a('string').and.not.equal('');
+    const item = await call('GET', `${a.engine}/v1/queue/${r.json.request_id}`);
+    expect(item.json.context).to.deep.equal(body.context);
+  });
+
   it('serves /api/v1/authorize on the platform listener too', async () => {
     const r = await call('POST', a.platform + '/api/v1/authorize', { body: AGENT.allow });
     expect(r.status).to.equal(200);

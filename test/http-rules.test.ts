@@ -316,12 +316,27 @@ onEveryBackend('common HTTP rules (SPEC §3) on both listeners', () => {
           400,
           'confidence out of range: must be between 0.0 and 1.0, got 1.0000001',
         );
+        // The seed: out-of-range confidence is a 400 whose text names confidence as out of range,
+        // also for a number JSON.parse cannot hand on as written (Infinity, or rounded into range).
+        for (const literal of ['1e999', '-1e999', '1.00000000000000001', '-1e-400']) {
+          refuse(
+            `answers 400 with the out-of-range message for confidence ${literal}, as sent`,
+            path,
+            json(
+              `{"agent_id":"deploy-bot","action":"read","resource":"repo/arbiter","confidence":${literal}}`,
+            ),
+            400,
+            `confidence out of range: must be between 0.0 and 1.0, got ${literal}`,
+          );
+        }
         refuse(
-          'answers 400 naming confidence for confidence 1e999 (a number JSON cannot represent)',
+          'answers 400 naming confidence for an in-range confidence a double cannot hold (0.99999999999999999)',
           path,
-          json('{"agent_id":"deploy-bot","action":"read","resource":"repo/arbiter","confidence":1e999}'),
+          json(
+            '{"agent_id":"deploy-bot","action":"read","resource":"repo/arbiter","confidence":0.99999999999999999}',
+          ),
           400,
-          /^confidence holds a number too large to represent$/,
+          /^confidence holds the number 0\.99999999999999999, which would reach the policy as 1 /,
         );
         refuse(
           'answers 400 naming context when it is a string',
@@ -337,6 +352,21 @@ onEveryBackend('common HTTP rules (SPEC §3) on both listeners', () => {
           400,
           /context/,
         );
+        // The seed's known members of context are strings.
+        for (const [member, value] of [
+          ['reason', 5],
+          ['reason', { why: 'x' }],
+          ['user_id', 42],
+          ['user_id', null],
+        ] as const) {
+          refuse(
+            `answers 400 naming context.${member} when it is ${JSON.stringify(value)}, not a string`,
+            path,
+            { body: { ...AGENT.allow, context: { [member]: value } } },
+            400,
+            `context.${member} must be a string`,
+          );
+        }
         refuse(
           'answers 400 naming an unknown top-level field',
           path,
@@ -393,6 +423,13 @@ onEveryBackend('common HTTP rules (SPEC §3) on both listeners', () => {
         { body: { ...HUMAN.allow, user_id: '' } },
         400,
         /user_id/,
+      );
+      refuse(
+        'answers 400 naming context.reason when it is not a string',
+        '/v1/authorize',
+        { body: { ...HUMAN.allow, context: { reason: 5 } } },
+        400,
+        'context.reason must be a string',
       );
       refuse('answers 400 for malformed JSON', '/v1/authorize', json('{"tenant_id":'), 400, /JSON/);
       refuse('answers 400 for a JSON array', '/v1/authorize', json('[]'), 400);

@@ -834,7 +834,7 @@ onEveryBackend('Platform API: policies and data (real compiler, real storage)', 
       expectError(
         await call('POST', engine, json(withAccount('1').replace('0.95', '1.0000000000000000001'))),
         400,
-        /^confidence holds the number 1\.0000000000000000001, which would reach the policy as 1 \(/,
+        'confidence out of range: must be between 0.0 and 1.0, got 1.0000000000000000001',
       );
     });
 

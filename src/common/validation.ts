@@ -145,7 +145,7 @@ function describe(e: ErrorObject | undefined, body: unknown): string {
       const v = valueAt(body, e);
       const s = e.parentSchema as { minimum?: number; maximum?: number };
       if (typeof v === 'number' && !Number.isFinite(v) && s.minimum !== undefined) {
-        return `${where} out of range: must be between ${fmt(s.minimum)} and ${fmt(s.maximum)}, got ${String(v)}`;
+        return rangeMessage(where, s, String(v));
       }
       return `${where} must be ${article((e.params as { type: string | string[] }).type)}`;
     }
@@ -156,11 +156,8 @@ function describe(e: ErrorObject | undefined, body: unknown): string {
     case 'maxLength':
       return `${where} must be at most ${(e.params as { limit: number }).limit} characters`;
     case 'minimum':
-    case 'maximum': {
-      const s = e.parentSchema as { minimum?: number; maximum?: number; type?: string };
-      const f = s.type === 'integer' ? String : fmt;
-      return `${where} out of range: must be between ${f(s.minimum)} and ${f(s.maximum)}, got ${String(valueAt(body, e))}`;
-    }
+    case 'maximum':
+      return rangeMessage(where, e.parentSchema as RangeSchema, String(valueAt(body, e)));
     case 'minItems':
       return `${where} must have at least ${(e.params as { limit: number }).limit} item(s)`;
     case 'maxItems':
@@ -185,6 +182,78 @@ function describe(e: ErrorObject | undefined, body: unknown): string {
     default:
       return `${where} ${e.message ?? 'is invalid'}`;
   }
+}
+
+interface RangeSchema {
+  minimum?: number;
+  maximum?: number;
+  type?: string;
+}
+
+/** The one text of a number outside its range (SPEC §5: "confidence out of range: must be between 0.0 and 1.0, got 1.5"). */
+function rangeMessage(where: string, s: RangeSchema, got: string): string {
+  const f = s.type === 'integer' ? String : fmt;
+  return `${where} out of range: must be between ${f(s.minimum)} and ${f(s.maximum)}, got ${got}`;
+}
+
+/**
+ * The range error for the number a JSON object text holds at its top-level member `at`, when
+ * `schema` gives that member a range and the number, exactly as written, lies outside it; else
+ * undefined. For the numbers JSON.parse cannot hand on as written (1e999 becomes Infinity,
+ * 1.00000000000000001 becomes 1, -1e-400 becomes -0): one that is out of range is told so, with
+ * the number it sent, as any other out-of-range number is (the seed: out-of-range confidence is a
+ * 400 naming the field as out of range), rather than that it is too large or inexact.
+ */
+export function rangeErrorAt(text: string, schema: JsonSchema, at: string): string | undefined {
+  const properties = schema.properties as Record<string, RangeSchema> | undefined;
+  const s = Object.hasOwn(properties ?? {}, at) ? properties?.[at] : undefined;
+  if (s?.minimum === undefined || s.maximum === undefined) return undefined;
+  let literal: string | undefined;
+  // The last number at that path: JSON.parse keeps the last of a repeated key.
+  scanJson(text, {
+    number: (l, place) => {
+      if (place.path() === at && place.parentPath() === '') literal = l;
+      return undefined;
+    },
+  });
+  if (literal === undefined) return undefined;
+  const inside =
+    compareDecimal(literal, String(s.minimum)) >= 0 && compareDecimal(literal, String(s.maximum)) <= 0;
+  if (inside) return undefined;
+  return rangeMessage(at, s, literal.length > 48 ? `${literal.slice(0, 48)}…` : literal);
+}
+
+/** -1, 0 or 1 as JSON number literal `a` is below, equal to or above `b`, exactly, whatever their size. */
+export function compareDecimal(a: string, b: string): number {
+  const x = decimalParts(a);
+  const y = decimalParts(b);
+  if (x.sign !== y.sign) return x.sign < y.sign ? -1 : 1;
+  if (x.sign === 0) return 0;
+  let magnitude: number;
+  if (x.scale !== y.scale) magnitude = x.scale < y.scale ? -1 : 1;
+  else {
+    const n = Math.max(x.digits.length, y.digits.length);
+    const dx = x.digits.padEnd(n, '0');
+    const dy = y.digits.padEnd(n, '0');
+    magnitude = dx === dy ? 0 : dx < dy ? -1 : 1;
+  }
+  return magnitude * x.sign;
+}
+
+/** A literal as sign, significant digits and the power of ten of its first digit (0 has sign 0). */
+function decimalParts(literal: string): { sign: number; digits: string; scale: bigint } {
+  const m = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(literal);
+  if (!m) throw new Error(`not a JSON number: ${literal}`);
+  const [, minus = '', whole = '', fraction = '', exponent = '0'] = m;
+  const all = whole + fraction;
+  const lead = all.length - all.replace(/^0+/, '').length;
+  const digits = all.slice(lead).replace(/0+$/, '');
+  if (digits === '') return { sign: 0, digits: '', scale: 0n };
+  return {
+    sign: minus === '-' ? -1 : 1,
+    digits,
+    scale: BigInt(exponent) + BigInt(whole.length - 1 - lead),
+  };
 }
 
 function fmt(n: number | undefined): string {

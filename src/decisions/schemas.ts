@@ -10,6 +10,19 @@ const resourceString = {
   ...NO_DOT_SEGMENTS,
 };
 
+/**
+ * A request's context: any object, read by policies as input.context. The seed names two known
+ * members, both strings: `reason` and `user_id`; a request that sends either as anything else is
+ * refused (400 naming it), so a policy that reads them reads strings.
+ */
+const contextSchema = {
+  type: 'object',
+  properties: {
+    reason: { type: 'string', description: 'why the caller asks (a known member of the seed)' },
+    user_id: { type: 'string', description: 'the user the caller acts for (a known member of the seed)' },
+  },
+};
+
 /** Body of POST /v1/agent/authorize and POST /api/v1/authorize. */
 export const agentRequestSchema: JsonSchema = {
   type: 'object',
@@ -20,7 +33,7 @@ export const agentRequestSchema: JsonSchema = {
     action: shortString,
     resource: resourceString,
     confidence: { type: 'number', minimum: 0, maximum: 1 },
-    context: { type: 'object' },
+    context: contextSchema,
     on_behalf_of: {
       type: 'object',
       description: 'the user the agent acts for: the stricter of both decisions applies (SPEC §13)',
@@ -49,7 +62,7 @@ export const humanRequestSchema: JsonSchema = {
         id: resourceString,
       },
     },
-    context: { type: 'object' },
+    context: contextSchema,
   },
 };
 

@@ -8,6 +8,7 @@ import {
   inexactNumberIn,
   inexactNumberMessage,
   isStorableString,
+  rangeErrorAt,
   MAY_HOLD_UNSTORABLE,
 } from '../common/validation.js';
 import { newId, newSpanId, newTraceId } from '../ids.js';
@@ -411,7 +412,7 @@ function isEmptyObject(value: unknown): boolean {
  * target) that the route would not do, and must be told before anything changes.
  */
 export function bodyMiddleware(
-  route: Pick<RouteDef, 'body' | 'template'>,
+  route: Pick<RouteDef, 'body' | 'template' | 'requestSchema'>,
   maxBodyBytes: number,
 ): Middleware<State> {
   const kind = route.body;
@@ -469,11 +470,15 @@ export function bodyMiddleware(
           `${bad.at} holds a lone UTF-16 surrogate or a U+0000 character: strings must be well-formed Unicode without NUL`,
         );
       }
-      if (bad) throw invalid(`${bad.at} holds a number too large to represent`);
+      const outOfRange = (at: string) =>
+        route.requestSchema ? rangeErrorAt(text, route.requestSchema, at) : undefined;
+      if (bad) throw invalid(outOfRange(bad.at) ?? `${bad.at} holds a number too large to represent`);
       // A number JSON.parse rounded: policies would decide on a value the caller did not send.
       const inexact = inexactNumberIn(text);
       if (inexact) {
         const { at, literal, read } = inexact;
+        const range = outOfRange(at);
+        if (range) throw invalid(range);
         throw invalid(inexactNumberMessage(`${at} holds`, literal, read, 'send it as a string'));
       }
     }
