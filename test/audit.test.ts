@@ -661,6 +661,19 @@ onEveryBackend('audit trail', () => {
       );
     });
 
+    it('answers 100 events per page when no limit is given (SPEC §3), and the rest after the cursor', async () => {
+      const events = Array.from({ length: 101 }, (_, i) => ({ kind: 'page.default', message: `n${i}` }));
+      const sent = await call('POST', `${a.platform}/api/v1/audit/ingest`, { body: { events } });
+      expect(sent.status, sent.text).to.equal(202);
+      const first = await audit(a, 'kind=page.default');
+      expect(first.status).to.equal(200);
+      expect(first.json.events).to.have.length(100);
+      expect(first.json.next_cursor).to.be.a('string');
+      const rest = await audit(a, `kind=page.default&cursor=${encodeURIComponent(first.json.next_cursor)}`);
+      expect(rest.json.events.map((e: { message: string }) => e.message)).to.deep.equal(['n0']);
+      expect(rest.json.next_cursor).to.equal(null);
+    });
+
     it('returns next_cursor null when everything fits on one page', async () => {
       const r = await audit(a, 'kind=decision&agent_id=filt-agent-1&limit=3');
       expect(r.status).to.equal(200);

@@ -6,6 +6,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import path from 'node:path';
 import pg from 'pg';
 import { onceOnly, onEveryBackend, onSqliteOnly } from './helpers/backends.js';
+import { loadConfig } from '../src/config.js';
 import { ADMIN_KEY, AGENT, Arbiter, auditEvents, call, HUMAN } from './helpers/harness.js';
 import { baseEnv, runSync, ServeProcess, sleep } from './helpers/process.js';
 
@@ -53,6 +54,35 @@ onEveryBackend('process lifecycle', () => {
   onceOnly('configuration is validated at start-up', () => {
     const tmp = mkdtempSync(path.join(os.tmpdir(), 'arbiter-config-'));
     after(() => rmSync(tmp, { recursive: true, force: true }));
+
+    it('defaults as SPEC §1 says: 127.0.0.1, Engine 8080, Platform 8081, ./data, ./policies, TTLs 3600/300/3600 s, metrics behind a key', () => {
+      const c = loadConfig({});
+      expect({
+        host: c.host,
+        enginePort: c.enginePort,
+        platformPort: c.platformPort,
+        dataDir: c.dataDir,
+        policyDir: c.policyDir,
+        queueTtlSeconds: c.queueTtlSeconds,
+        tokenTtlSeconds: c.tokenTtlSeconds,
+        tokenMaxTtlSeconds: c.tokenMaxTtlSeconds,
+        issuer: c.issuer,
+        metricsPublic: c.metricsPublic,
+        maxBodyBytes: c.maxBodyBytes,
+      }).to.deep.equal({
+        host: '127.0.0.1',
+        enginePort: 8080,
+        platformPort: 8081,
+        dataDir: path.resolve('data'),
+        policyDir: path.resolve('policies'),
+        queueTtlSeconds: 3600,
+        tokenTtlSeconds: 300,
+        tokenMaxTtlSeconds: 3600,
+        issuer: 'arbiter',
+        metricsPublic: false,
+        maxBodyBytes: 1024 * 1024,
+      });
+    });
 
     const cases: [string, string, RegExp][] = [
       ['ARBITER_ENGINE_PORT', 'abc', /ARBITER_ENGINE_PORT/],

@@ -74,6 +74,42 @@ onEveryBackend('GET /metrics', () => {
     expect([...methods].sort()).to.deep.equal(['GET', 'HEAD', 'POST', 'other']);
   });
 
+  it('counts compiles and compile failures with their latency, tokens minted and revoked, and request latency per route and status', async () => {
+    const value = (text: string, series: string): number => {
+      const line = text.split('\n').find((l) => l.startsWith(series + ' '));
+      return line === undefined ? 0 : Number(line.slice(series.length + 1));
+    };
+    const SERIES = [
+      'arbiter_policy_compiles_total{result="success"}',
+      'arbiter_policy_compiles_total{result="failure"}',
+      'arbiter_policy_compile_duration_seconds_count',
+      'arbiter_tokens_minted_total',
+      'arbiter_tokens_revoked_total',
+      'arbiter_http_request_duration_seconds_count{api="platform",route="/api/v1/policies/{name}",method="PUT",status="400"}',
+      'arbiter_http_request_duration_seconds_count{api="engine",route="/v1/tokens/{tokenID}",method="DELETE",status="200"}',
+    ];
+    const read = async () => {
+      const text = (await call('GET', a.engine + '/metrics')).text;
+      return SERIES.map((s) => value(text, s));
+    };
+    const before = await read();
+    const put = (rego: string) =>
+      call('PUT', a.platform + '/api/v1/policies/metrics-probe', {
+        body: rego,
+        headers: { 'content-type': 'text/plain' },
+      });
+    expect((await put('package authz.agent\n\nallow if input.agent_id == "metrics"\n')).status).to.equal(201);
+    expect((await put('package authz.agent\n\nallow if {\n')).status).to.equal(400);
+    const minted = await call('POST', a.engine + '/v1/tokens/mint', {
+      body: { subject: 'metrics-probe', scopes: ['read:x'] },
+    });
+    expect(minted.status, minted.text).to.equal(201);
+    const revoked = await call('DELETE', `${a.engine}/v1/tokens/${minted.json.token_id as string}`);
+    expect(revoked.status, revoked.text).to.equal(200);
+    const after = await read();
+    expect(after.map((v, i) => v - (before[i] as number))).to.deep.equal([1, 1, 2, 1, 1, 1, 1]);
+  });
+
   // Found by an operations probe (2026-11-29): with PostgreSQL unreachable, the gauges read from
   // storage failed the whole scrape (503), so every counter went dark during the outage, the
   // 503s it caused included. Here their reads fail because the tables they count are gone.

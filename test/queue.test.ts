@@ -251,6 +251,12 @@ onEveryBackend('human-review queue', () => {
       expect(Date.parse(r.json.expires_at)).to.be.greaterThan(Date.parse(r.json.created_at));
     });
 
+    it('expires a pending item ARBITER_QUEUE_TTL_SECONDS after it was made, 3600 s by default', async () => {
+      const decided = await requestApproval(a, AGENT.approval);
+      const r = await call('GET', `${a.engine}/v1/queue/${decided.id}`, { key: reader });
+      expect(Date.parse(r.json.expires_at) - Date.parse(r.json.created_at)).to.equal(3600_000);
+    });
+
     it('returns a human item with user_id, tenant_id and the resource object', async () => {
       const { id } = await requestApproval(a, HUMAN.approval);
       const r = await call('GET', `${a.engine}/v1/queue/${id}`, { key: reader });
@@ -388,6 +394,19 @@ onEveryBackend('human-review queue', () => {
       );
       const item = await call('GET', `${a.engine}/v1/queue/${id}`, { key: reader });
       expect(item.json).to.include({ status: 'approved', decided_by: 'alice-reviewer' });
+    });
+
+    it('answers 403 "API key lacks scope queue:review" to a queue:read key, and leaves the item pending', async () => {
+      const { id } = await requestApproval(a, AGENT.approval);
+      for (const verb of ['approve', 'deny']) {
+        expectError(
+          await call('POST', `${a.engine}/v1/queue/${id}/${verb}`, { key: reader, body: { note: 'no' } }),
+          403,
+          'API key lacks scope queue:review',
+        );
+      }
+      const item = await call('GET', `${a.engine}/v1/queue/${id}`, { key: reader });
+      expect(item.json).to.include({ status: 'pending', decided_by: null, note: null });
     });
 
     it('forbids the key that made the request from deciding it, even with queue:review', async () => {

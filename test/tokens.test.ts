@@ -509,3 +509,43 @@ onEveryBackend('scoped tokens across a restart', () => {
     expect(decisions).to.deep.include({ request_id: denied.json.request_id, outcome: 'deny' });
   });
 });
+
+// SPEC §1 names ARBITER_ISSUER; SPEC §7 the optional audience of a mint. Tokens are stored: every backend.
+onEveryBackend('scoped tokens: issuer and audience', () => {
+  const ISSUER = 'https://arbiter.example.test';
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start({ ARBITER_ISSUER: ISSUER });
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  const claims = async (body: Record<string, unknown>) => {
+    const r = await call('POST', `${a.engine}/v1/tokens/mint`, { body });
+    expect(r.status, r.text).to.equal(201);
+    const jwks = createLocalJWKSet(await fetchJwks(a));
+    const { payload } = await jwtVerify(r.json.token as string, jwks, {
+      issuer: ISSUER,
+      algorithms: ['EdDSA'],
+    });
+    const seen = await call('POST', `${a.engine}/v1/tokens/introspect`, { body: { token: r.json.token } });
+    return { payload, introspected: seen.json };
+  };
+
+  it('signs iss as ARBITER_ISSUER, and makes it the audience when the mint names none', async () => {
+    const allowed = await decide(a, AGENT.allow);
+    const { payload, introspected } = await claims({ request_id: allowed.json.request_id });
+    expect(payload).to.include({ iss: ISSUER, aud: ISSUER });
+    expect(introspected).to.include({ active: true, iss: ISSUER, aud: ISSUER });
+  });
+
+  it('puts the audience a mint names in aud, for an exchange and a free-form mint alike', async () => {
+    const allowed = await decide(a, AGENT.allow);
+    const exchanged = await claims({ request_id: allowed.json.request_id, audience: 'repo-service' });
+    expect(exchanged.payload).to.include({ iss: ISSUER, aud: 'repo-service' });
+    expect(exchanged.introspected).to.include({ active: true, aud: 'repo-service' });
+    const free = await claims({ subject: 'ops', scopes: ['read:x'], audience: 'billing' });
+    expect(free.payload).to.include({ iss: ISSUER, aud: 'billing', sub: 'ops' });
+  });
+});
