@@ -4,6 +4,7 @@ import { renameSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { onEveryBackend, onPostgresOnly, onSqliteOnly } from './helpers/backends.js';
 import { Arbiter, call } from './helpers/harness.js';
+import { expectError } from './helpers/expect-error.js';
 import { queryDatabase, TEST_SERVER_URL } from './helpers/postgres.js';
 
 const DECISION = { agent_id: 'deploy-bot', action: 'read', resource: 'repo/arbiter', confidence: 0.95 };
@@ -11,7 +12,9 @@ const DECISION = { agent_id: 'deploy-bot', action: 'read', resource: 'repo/arbit
 /** /healthz says unavailable, naming why, and no decision is answered (503, never allow). */
 async function expectUnusable(a: Arbiter, why: RegExp): Promise<void> {
   const d = await call('POST', a.engine + '/v1/agent/authorize', { body: DECISION });
-  expect(d.status, d.text).to.equal(503);
+  // SPEC §5: a decision that cannot be recorded is a 503 error (never allow), to retry later.
+  expectError(d, 503);
+  expect(d.headers.get('retry-after')).to.equal('1');
   for (const base of [a.engine, a.platform]) {
     const r = await call('GET', base + '/healthz', { key: null });
     expect(r.status, r.text).to.equal(503);

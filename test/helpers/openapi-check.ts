@@ -141,6 +141,18 @@ export async function checkAnswer(
   const template = templateOf(c, path, m, listener.api);
   const op = template === undefined ? undefined : c.doc.paths[template][m];
   const served = (op?.['x-arbiter-apis'] as string[] | undefined)?.includes(listener.api) === true;
+  // The seed: every response body is JSON, except the metrics endpoint's (and what the document
+  // declares otherwise for its answer: the console's pages). An empty body (204, 304, a redirect)
+  // is no body.
+  if (!isJson && text !== '') {
+    const essence = (contentType ?? '').split(';')[0]!.trim().toLowerCase();
+    const declared = served ? Object.keys(op.responses[String(status)]?.content ?? {}) : [];
+    if (!declared.includes(essence)) {
+      throw new Error(
+        `${what} with a body of type ${essence || '(none)'}, which the OpenAPI document does not declare for it (every other answer is JSON): ${text.slice(0, 200)}`,
+      );
+    }
+  }
   let schemaAt: string;
   if (!served) {
     // No route of this listener: only "no such route" (404), "other method" (405), or a refusal
