@@ -451,8 +451,9 @@ onEveryBackend('Platform API: bundles, history and restore (real compiler, real 
           { kind: 'policy', name: 'm-one', op: 'put' },
           { kind: 'data', name: 'm_doc', op: 'put' },
         ]);
-        // The one revision does read them (which is what shows the list did not).
-        expect((await call('GET', `${a.platform}/api/v1/revisions/${n}`)).status).to.equal(500);
+        // The one revision does read them (which is what shows the list did not): SPEC §3's 500,
+        // {"error"} with no internals (no parser message, no stack, no SQL).
+        expectError(await call('GET', `${a.platform}/api/v1/revisions/${n}`), 500, 'internal error');
       } finally {
         await a.alter('UPDATE revisions SET policies = $1, data = $2 WHERE revision = $3', [
           saved!.policies,

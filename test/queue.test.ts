@@ -321,6 +321,17 @@ onEveryBackend('human-review queue', () => {
       expect(Date.now() - started).to.be.below(10_000);
     });
 
+    it('accepts the bounds of wait, 0 and 60 s, and answers at once for an item no longer pending', async () => {
+      const { id } = await requestApproval(a, AGENT.approval);
+      const approved = await call('POST', `${a.engine}/v1/queue/${id}/approve`, { key: reviewer });
+      expect(approved.status, approved.text).to.equal(200);
+      for (const w of ['0', '60']) {
+        const r = await call('GET', `${a.engine}/v1/queue/${id}?wait=${w}`, { key: reader });
+        expect(r.status, r.text).to.equal(200);
+        expect(r.json).to.include({ id, status: 'approved' });
+      }
+    });
+
     it('rejects a bad wait with a 400 naming wait', async () => {
       const { id } = await requestApproval(a, AGENT.approval);
       for (const w of ['-1', '61', '1000000', 'abc', '']) {
