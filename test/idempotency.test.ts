@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import { expectError } from './helpers/expect-error.js';
 import { onEveryBackend } from './helpers/backends.js';
-import { ADMIN_KEY, AGENT, Arbiter, auditCount, auditEvents, call, HUMAN } from './helpers/harness.js';
+import path from 'node:path';
+import { ADMIN_KEY, AGENT, Arbiter, auditCount, auditEvents, call, HUMAN, REPO } from './helpers/harness.js';
 
 // Idempotency records are stored (and must survive a restart): run on every backend.
 onEveryBackend('Idempotency-Key on authorize', () => {
@@ -129,5 +130,50 @@ onEveryBackend('Idempotency-Key on authorize', () => {
     expect(again.json.request_id).to.equal(first.json.request_id);
     expect(await counts()).to.deep.equal(before);
     expectError(await authorize(AGENT.allow, 'idem-restart'), 422);
+  });
+});
+
+// SPEC §5: an Idempotency-Key is honoured within 24 h. The service's wall clock is stepped
+// forward (test/fixtures/skew-clock.mjs, on SIGUSR2) instead of waiting a day. Records are stored:
+// every backend.
+onEveryBackend('Idempotency-Key after 24 h', () => {
+  let a: Arbiter;
+  before(async () => {
+    a = await Arbiter.start({
+      NODE_OPTIONS: `--import=${path.join(REPO, 'test', 'fixtures', 'skew-clock.mjs')}`,
+      TEST_CLOCK_JUMP_MS: String(12 * 3600_000),
+    });
+  });
+  after(async () => {
+    await a.close();
+  });
+
+  /** Steps the service's wall clock 12 h forward and waits until it says so. */
+  const stepForward = async (times: number) => {
+    process.kill(a.pid!, 'SIGUSR2');
+    for (let i = 0; i < 200; i++) {
+      if (a.logs.filter((l) => /wall clock stepped/.test(l)).length >= times) return;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error('the wall clock was not stepped');
+  };
+
+  const authorize = (body: unknown) =>
+    call('POST', a.engine + '/v1/agent/authorize', { body, headers: { 'idempotency-key': 'daily-1' } });
+
+  it('replays within 24 h, and decides afresh once the first answer is more than 24 h old', async () => {
+    const first = await authorize(AGENT.allow);
+    expect(first.status).to.equal(200);
+    await stepForward(1);
+    const within = await authorize(AGENT.allow);
+    expect(within.json.request_id, '12 h later').to.equal(first.json.request_id);
+    expect(within.headers.get('idempotent-replayed')).to.equal('true');
+    expectError(await authorize(AGENT.deny), 422);
+    await stepForward(2);
+    const after = await authorize(AGENT.allow);
+    expect(after.status).to.equal(200);
+    expect(after.json.request_id, '24 h later').to.not.equal(first.json.request_id);
+    expect(after.headers.get('idempotent-replayed')).to.equal(null);
+    expect(await auditEvents(a.platform, { request_id: after.json.request_id })).to.have.length(1);
   });
 });
