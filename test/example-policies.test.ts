@@ -118,3 +118,43 @@ describe('example policies (policies/agent.rego)', function () {
     ]);
   });
 });
+
+// SPEC §4: scripts/build-rego.ts compiles a policy directory exactly as the service does.
+describe('scripts/build-rego.ts', function () {
+  this.timeout(120_000);
+  const script = path.join(REPO, 'dist', 'scripts', 'build-rego.js');
+  const run = (dir: string, out: string) =>
+    promisify(execFile)(process.execPath, [script, '--dir', dir, '--out', out], { cwd: REPO }).then(
+      (r) => ({ code: 0, ...r }),
+      (e: { code: number; stdout: string; stderr: string }) => e,
+    );
+
+  it("compiles the repository's policies/ to WebAssembly, with the built-in decision module", async () => {
+    const tmp = await mkdtemp(path.join(os.tmpdir(), 'arbiter-build-rego-'));
+    try {
+      const r = await run(path.join(REPO, 'policies'), path.join(tmp, 'policy.wasm'));
+      expect(r.code, r.stderr).to.equal(0);
+      expect(r.stdout).to.match(/^compiled \d+ policies \(agent, /);
+      const wasm = await readFile(path.join(tmp, 'policy.wasm'));
+      const loaded = await loadPolicy(wasm);
+      expect(Object.keys(loaded.entrypoints)).to.include('authz/decision');
+    } finally {
+      await rm(tmp, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses, as a PUT would, a policy calling a builtin the evaluator lacks (exit 1, naming it)', async () => {
+    const tmp = await mkdtemp(path.join(os.tmpdir(), 'arbiter-build-rego-'));
+    try {
+      await writeFile(
+        path.join(tmp, 'fetch.rego'),
+        'package authz.agent\n\nallow if http.send({"method": "GET", "url": "http://x"}).status_code == 200\n',
+      );
+      const r = await run(tmp, path.join(tmp, 'policy.wasm'));
+      expect(r.code).to.equal(1);
+      expect(r.stderr).to.match(/policy set does not compile: .*builtin http\.send is not allowed/);
+    } finally {
+      await rm(tmp, { recursive: true, force: true });
+    }
+  });
+});
