@@ -525,6 +525,25 @@ onEveryBackend('process lifecycle', () => {
   });
 
   describe('graceful shutdown', () => {
+    it('stops on SIGINT as on SIGTERM: logs the shutdown and exits 0, and keeps what it answered', async () => {
+      const a = await Arbiter.start();
+      try {
+        const r = await call('POST', a.engine + '/v1/agent/authorize', { body: AGENT.allow });
+        expect(r.status).to.equal(200);
+        process.kill(a.pid!, 'SIGINT');
+        expect(await a.exited(30_000)).to.deep.equal({ code: 0, signal: null });
+        expect(a.logs.join('\n')).to.match(/shutting down/i);
+        const refused = await fetch(a.engine + '/healthz').then(
+          () => 'answered',
+          () => 'refused',
+        );
+        expect(refused).to.equal('refused');
+        expect(await a.count('audit_events', "kind = 'decision'")).to.equal(1);
+      } finally {
+        await a.close();
+      }
+    });
+
     it('finishes the in-flight request on SIGTERM, exits 0 and logs the shutdown', async () => {
       const a = await Arbiter.start();
       try {
