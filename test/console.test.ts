@@ -299,6 +299,23 @@ onceOnly('reviewer console in Chromium', function () {
     return (await call('GET', `${a.engine}/v1/queue/${id}`)).json as Record<string, unknown>;
   }
 
+  /** Asks for and denies `n` requests (History shows 50 a page). */
+  async function decideMany(n: number, prefix: string): Promise<void> {
+    for (let i = 0; i < n; i++) {
+      const id = await ask({ ...AGENT.approval, resource: `${prefix}-${i}` });
+      const r = await call('POST', `${a.engine}/v1/queue/${id}/deny`, { key: reviewer2 });
+      expect(r.status, r.text).to.equal(200);
+    }
+  }
+
+  /** What covers the focused element's first few pixels, when that is not the element itself. */
+  const coveredBy = `(() => {
+    const el = document.activeElement;
+    const r = el.getBoundingClientRect();
+    const hit = document.elementFromPoint(r.left + Math.min(r.width / 2, 10), r.top + Math.min(r.height / 2, 8));
+    return hit !== null && (el.contains(hit) || hit.contains(el)) ? null : String(hit && hit.className);
+  })()`;
+
   it('refuses a wrong key with the server’s message and stores nothing', async () => {
     await page.goto(`${a.engine}/console/`);
     await page.getByLabel('API key').fill('arb_this-is-not-a-key');
@@ -947,5 +964,61 @@ onceOnly('reviewer console in Chromium', function () {
     await page.goto(`${a.engine}/console/#/item/${globexItem}`);
     await page.getByRole('alert').filter({ hasText: 'API key is bound to tenant acme' }).waitFor();
     expect(await page.getByRole('button', { name: 'Approve' }).count()).to.equal(0);
+  });
+
+  it('never hides the focused control under the top bar, at 1280 px and at 200 % zoom', async () => {
+    await decideMany(51, 'prod/rows'); // more rows than a window holds, and a Load more
+    await page.emulateMedia({ reducedMotion: 'reduce' });
+    for (const [width, height, zoom] of [
+      [1280, 800, 1],
+      [640, 400, 2], // a 1280 × 800 window zoomed to 200 %
+    ] as const) {
+      const zoomed = await browser.newContext({ viewport: { width, height }, deviceScaleFactor: zoom });
+      const p = await zoomed.newPage();
+      try {
+        await p.goto(`${a.engine}/console/`);
+        await p.getByLabel('API key').fill(reviewer);
+        await p.keyboard.press('Enter');
+        await p.getByRole('heading', { name: 'Pending requests' }).waitFor();
+        await p.getByRole('link', { name: 'History' }).click();
+        await p.getByRole('button', { name: 'Load more' }).focus();
+        // Backwards through the rows: each scrolled into view, clear of the bar.
+        for (let i = 0; i < 40; i++) {
+          await p.keyboard.press('Shift+Tab');
+          expect(await p.evaluate(coveredBy), `${width} px, Shift+Tab ${i + 1}`).to.equal(null);
+        }
+        expect(
+          await p.evaluate('document.documentElement.scrollWidth'),
+          'no sideways scrolling',
+        ).to.be.at.most(width);
+        await p.screenshot({ path: path.join(SHOTS, `history-keyboard-${width}.png`) });
+      } finally {
+        await zoomed.close();
+      }
+    }
+  });
+
+  it('marks the current view and the chosen filter in forced colours (Windows high contrast), not by colour alone', async () => {
+    await signIn(reviewer);
+    await page.getByRole('link', { name: 'History' }).click();
+    await page.getByRole('button', { name: 'All decided', pressed: true }).waitFor();
+    await page.emulateMedia({ forcedColors: 'active' });
+    await page.evaluate('document.activeElement.blur()');
+    // The same small piece of each tab's underline, and of each filter's face: the current one
+    // must not look like the others.
+    const underline = async (name: RegExp) => {
+      const b = (await page
+        .getByRole('navigation', { name: 'Views' })
+        .getByRole('link', { name })
+        .boundingBox())!;
+      return page.screenshot({ clip: { x: b.x + 4, y: b.y + b.height - 3, width: 30, height: 3 } });
+    };
+    expect((await underline(/^History$/)).equals(await underline(/^Pending/)), 'current tab').to.equal(false);
+    const face = async (name: string) => {
+      const b = (await page.getByRole('button', { name, exact: true }).boundingBox())!;
+      return page.screenshot({ clip: { x: b.x + b.width - 8, y: b.y + 2, width: 4, height: 4 } });
+    };
+    expect((await face('All decided')).equals(await face('Approved')), 'chosen filter').to.equal(false);
+    await shot('history-forced-colors');
   });
 });
