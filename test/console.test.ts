@@ -299,6 +299,50 @@ onceOnly('reviewer console in Chromium', function () {
     return (await call('GET', `${a.engine}/v1/queue/${id}`)).json as Record<string, unknown>;
   }
 
+  /**
+   * The focused element as its role, accessible name and states (`button "Denied" [pressed]`),
+   * from its ARIA snapshot without its content or value; null when the body has the focus.
+   */
+  async function focused(): Promise<string | null> {
+    const target = page.locator('*:focus');
+    if ((await target.count()) === 0) return null;
+    const line = (await target.ariaSnapshot()).split('\n')[0] as string;
+    return /^- (\w+(?: "(?:[^"\\]|\\.)*")?(?: \[[^\]]*\])*)/.exec(line)?.[1] ?? line;
+  }
+
+  /** Waits (up to 3 s) for `target` to hold the keyboard focus: a view moves it once it has drawn. */
+  async function expectFocusOn(target: Locator, what: string): Promise<void> {
+    for (let waited = 0; waited < 3000; waited += 50) {
+      if ((await target.and(page.locator(':focus')).count()) === 1) return;
+      await page.waitForTimeout(50);
+    }
+    expect.fail(`${what}: the focus is on ${(await focused()) ?? 'the page body'}`);
+  }
+
+  /**
+   * True when the focused element's focus ring can be seen all round: in each 3 px band just
+   * outside its box (where the ring is drawn; bands off the window aside), some pixels change
+   * between focused and not. A ring clipped by a parent leaves the bands on that side as they were.
+   */
+  async function ringVisible(): Promise<boolean> {
+    const target = page.locator('*:focus');
+    const box = (await target.boundingBox())!;
+    const view = page.viewportSize()!;
+    const bands = [
+      { x: box.x - 4, y: box.y - 4, width: box.width + 8, height: 3 },
+      { x: box.x - 4, y: box.y + box.height + 1, width: box.width + 8, height: 3 },
+      { x: box.x - 4, y: box.y, width: 3, height: box.height },
+      { x: box.x + box.width + 1, y: box.y, width: 3, height: box.height },
+    ].filter((b) => b.x >= 0 && b.y >= 0 && b.x + b.width <= view.width && b.y + b.height <= view.height);
+    const shoot = () => Promise.all(bands.map((clip) => page.screenshot({ clip })));
+    const on = await shoot();
+    const handle = await target.elementHandle();
+    await page.evaluate('document.activeElement.blur()');
+    const off = await shoot();
+    await handle!.focus();
+    return on.every((shot, i) => !shot.equals(off[i]!));
+  }
+
   /** Asks for and denies `n` requests (History shows 50 a page). */
   async function decideMany(n: number, prefix: string): Promise<void> {
     for (let i = 0; i < n; i++) {
@@ -966,6 +1010,119 @@ onceOnly('reviewer console in Chromium', function () {
     expect(await page.getByRole('button', { name: 'Approve' }).count()).to.equal(0);
   });
 
+  it('can be used by keyboard alone, in a sensible order, with a visible focus ring at every stop', async () => {
+    await page.emulateMedia({ reducedMotion: 'reduce' });
+    const id = await ask({ ...AGENT.approval, resource: 'prod/keyboard', context: { ticket: 'CHG-7001' } });
+    // Sign in: the key field has the focus, Tab reaches the button, Enter signs in.
+    await page.goto(`${a.engine}/console/`);
+    await expectFocusOn(page.getByLabel('API key'), 'on load');
+    expect(await ringVisible(), 'API key ring').to.equal(true);
+    await page.keyboard.type(reviewer);
+    await page.keyboard.press('Tab');
+    expect(await focused()).to.equal('button "Sign in"');
+    expect(await ringVisible(), 'Sign in ring').to.equal(true);
+    await page.keyboard.press('Enter');
+    // The list's heading takes the focus (not the body, where the form that had it was).
+    await expectFocusOn(
+      page.getByRole('heading', { name: 'Pending requests', level: 1 }),
+      'after signing in',
+    );
+    await link(id).waitFor();
+    // From there Tab goes into the list; back from the list, through the bar to the skip link.
+    await page.keyboard.press('Tab');
+    expect(await focused()).to.match(/^link "Request [0-9a-f-]{36}"$/);
+    expect(await ringVisible(), 'request link ring').to.equal(true);
+    const bar: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      await page.keyboard.press('Shift+Tab');
+      bar.push((await focused()) ?? 'body');
+      expect(await ringVisible(), `${bar[i]} ring`).to.equal(true);
+    }
+    expect(bar).to.have.length(4);
+    expect(bar[0]).to.equal('button "Sign out"');
+    expect(bar[1]).to.equal('link "History"');
+    expect(bar[2]).to.match(/^link "Pending \d+"$/);
+    expect(bar[3]).to.equal('link "Skip to content"');
+    // An item opens on its heading; Tab then reaches the context, the Note and the two buttons.
+    await link(id).focus();
+    await page.keyboard.press('Enter');
+    await expectFocusOn(
+      page.getByRole('heading', { name: /deploy\s+on\s+prod\/keyboard/, level: 1 }),
+      'item',
+    );
+    const stops: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      await page.keyboard.press('Tab');
+      stops.push((await focused()) ?? 'body');
+      expect(await ringVisible(), `${stops[i]} ring`).to.equal(true);
+    }
+    expect(stops).to.deep.equal([
+      'group "Context as JSON"',
+      'textbox "Note"',
+      'button "Approve"',
+      'button "Deny"',
+    ]);
+    // The way back to the list, and the list takes the focus again (the link that had it is gone).
+    await page.getByRole('link', { name: '← Pending requests' }).focus();
+    expect(await ringVisible(), 'back link ring').to.equal(true);
+    await page.keyboard.press('Enter');
+    await expectFocusOn(
+      page.getByRole('heading', { name: 'Pending requests', level: 1 }),
+      'back to the list',
+    );
+    // History from the bar: its heading, then the status filters and Refresh, each with its ring.
+    await page.getByRole('navigation', { name: 'Views' }).getByRole('link', { name: 'History' }).focus();
+    await page.keyboard.press('Enter');
+    await expectFocusOn(page.getByRole('heading', { name: 'History', level: 1 }), 'History');
+    const filters: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      await page.keyboard.press('Tab');
+      filters.push((await focused()) ?? 'body');
+      expect(await ringVisible(), `${filters[i]} ring`).to.equal(true);
+    }
+    // The check mark that shows the chosen filter is silent: aria-pressed says it.
+    expect(filters).to.deep.equal([
+      'button "All decided" [pressed]',
+      'button "Approved"',
+      'button "Denied"',
+      'button "Expired"',
+      'button "Refresh"',
+    ]);
+    // Space chooses a filter, and the focus stays on it.
+    await page.keyboard.press('Shift+Tab');
+    await page.keyboard.press('Space');
+    await page.getByRole('button', { name: 'Expired', exact: true, pressed: true }).waitFor();
+    expect(await focused()).to.equal('button "Expired" [pressed]');
+    await shot('keyboard-history-filter');
+  });
+
+  it('keeps the focus where it was while a list reloads, and takes it to the first new row after Load more', async () => {
+    await decideMany(51, 'prod/page'); // a second page, whatever earlier tests decided
+    await signIn(reviewer);
+    await page.getByRole('link', { name: 'History' }).click();
+    const pager = page.getByRole('status').filter({ hasText: /\d+ shown/ });
+    await pager.filter({ hasText: 'more available' }).waitFor();
+    // Refresh is unavailable while it loads, but keeps the focus (a disabled button drops it).
+    await page.route(/\/v1\/queue\?/, async (route) => {
+      await new Promise((r) => setTimeout(r, 300));
+      await route.continue();
+    });
+    const refresh = page.getByRole('button', { name: 'Refresh' });
+    await refresh.focus();
+    await page.keyboard.press('Enter');
+    await page.getByRole('status').filter({ hasText: 'Loading…' }).waitFor();
+    expect(await refresh.getAttribute('aria-disabled')).to.equal('true');
+    expect(await focused()).to.equal('button "Refresh" [disabled]');
+    await pager.filter({ hasText: '50 shown, more available' }).waitFor();
+    expect(await focused()).to.equal('button "Refresh"');
+    await page.unroute(/\/v1\/queue\?/);
+    // Load more: the focus goes to the first row it added, ready to read on.
+    await page.getByRole('button', { name: 'Load more' }).focus();
+    await page.keyboard.press('Enter');
+    const row51 = page.getByRole('row').nth(51); // row 0 is the header
+    await expectFocusOn(row51.getByRole('link', { name: /^Request / }), 'after Load more');
+  });
+
   it('never hides the focused control under the top bar, at 1280 px and at 200 % zoom', async () => {
     await decideMany(51, 'prod/rows'); // more rows than a window holds, and a Load more
     await page.emulateMedia({ reducedMotion: 'reduce' });
@@ -996,6 +1153,95 @@ onceOnly('reviewer console in Chromium', function () {
         await zoomed.close();
       }
     }
+  });
+
+  it('sends one decision however often Approve is pressed, keeps the focus on it meanwhile, then on the outcome', async () => {
+    const held = await ask({ ...AGENT.approval, resource: 'prod/held-key' });
+    const twice = await ask({ ...AGENT.approval, resource: 'prod/double-click' });
+    let decisions = 0;
+    await page.route(/\/v1\/queue\/[^/?]+\/(approve|deny)$/, async (route) => {
+      decisions++;
+      await new Promise((r) => setTimeout(r, 400));
+      await route.continue();
+    });
+    await signIn(reviewer);
+    await openItem(held);
+    await page.getByRole('textbox', { name: 'Note' }).focus();
+    await page.keyboard.type('checked the change');
+    await page.keyboard.press('Tab');
+    expect(await focused()).to.equal('button "Approve"');
+    // Enter held down: the key repeats while the decision is on its way.
+    for (let i = 0; i < 6; i++) await page.keyboard.down('Enter');
+    expect(await focused()).to.equal('button "Approving…" [disabled]');
+    expect(
+      await page.evaluate('getComputedStyle(document.activeElement).opacity'),
+      'looks unavailable',
+    ).to.equal('0.6');
+    await page.keyboard.up('Enter');
+    const done = page.getByRole('status').filter({ hasText: 'Approved as alice-reviewer, with your note' });
+    await done.waitFor();
+    await expectFocusOn(done.locator('.notice'), 'after approving');
+    expect(decisions).to.equal(1);
+    expect(await item(held)).to.include({ status: 'approved', note: 'checked the change' });
+    // Two presses in one go, before the page has drawn the first (a double click, a bounce).
+    await page.goto(`${a.engine}/console/#/item/${twice}`);
+    await page.getByRole('heading', { name: 'Audit trail' }).waitFor();
+    await page.getByRole('button', { name: 'Approve' }).evaluate((b: { click(): void }) => {
+      b.click();
+      b.click();
+    });
+    const conflict = page.getByRole('alert').filter({ hasText: 'not recorded' });
+    await page.getByRole('status').filter({ hasText: 'Approved as alice-reviewer' }).or(conflict).waitFor();
+    expect(await conflict.count(), 'a second decision sent, refused as 409').to.equal(0);
+    expect(decisions).to.equal(2);
+  });
+
+  it('takes the focus to the news when the item is decided elsewhere while the reviewer is deciding, and only then', async () => {
+    const writing = await ask({ ...AGENT.approval, resource: 'prod/writing' });
+    const reading = await ask({
+      ...AGENT.approval,
+      resource: 'prod/reading',
+      context: { ticket: 'CHG-7002' },
+    });
+    await signIn(reviewer);
+    await openItem(writing);
+    await page.getByRole('textbox', { name: 'Note' }).focus();
+    await page.keyboard.type('half-written');
+    expect((await call('POST', `${a.engine}/v1/queue/${writing}/deny`, { key: reviewer2 })).status).to.equal(
+      200,
+    );
+    const news = page
+      .getByRole('alert')
+      .filter({ hasText: /While you had this request open,\s+bob-reviewer\s+denied/ });
+    await news.waitFor();
+    // The Note it was in is gone: the focus is on the alert, not lost on the body.
+    await expectFocusOn(news.locator('.notice'), 'decided while writing a note');
+    // A reviewer reading the context keeps their place.
+    await page.goto(`${a.engine}/console/#/item/${reading}`);
+    await page.getByRole('heading', { name: 'Audit trail' }).waitFor();
+    const context = page.getByRole('group', { name: 'Context as JSON' });
+    await context.focus();
+    expect(
+      (await call('POST', `${a.engine}/v1/queue/${reading}/approve`, { key: reviewer2 })).status,
+    ).to.equal(200);
+    await page
+      .getByRole('alert')
+      .filter({ hasText: /bob-reviewer\s+approved/ })
+      .waitFor();
+    await page.waitForTimeout(200);
+    expect(await focused()).to.equal('group "Context as JSON"');
+  });
+
+  it('names the sign-in error in the key field’s description, and keeps the focus in the field', async () => {
+    await page.goto(`${a.engine}/console/`);
+    const field = page.getByLabel('API key');
+    await field.fill('arb_not-a-key');
+    await page.keyboard.press('Enter');
+    await page.getByRole('alert').filter({ hasText: 'invalid or revoked API key' }).waitFor();
+    expect(await focused()).to.equal('textbox "API key" [invalid]');
+    const ids = ((await field.getAttribute('aria-describedby')) ?? '').split(' ');
+    const described = await Promise.all(ids.map((id) => page.locator(`#${id}`).textContent()));
+    expect(described.join(' ')).to.match(/^invalid or revoked API key/);
   });
 
   it('marks the current view and the chosen filter in forced colours (Windows high contrast), not by colour alone', async () => {

@@ -1,6 +1,6 @@
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import { api, ApiError, cannotReview, holds, serverNow, type QueueItem, type Whoami } from './api.js';
-import { Verbatim } from './components.js';
+import { Verbatim, ViewHeading } from './components.js';
 import { HistoryView } from './HistoryView.js';
 import { ItemView } from './ItemView.js';
 import { PendingView } from './PendingView.js';
@@ -267,13 +267,11 @@ function Console({
 
 /** A link that names no view of the console: what it was, and the way back to the list. */
 function NotFound({ hash }: { hash: string }) {
-  const heading = useRef<HTMLHeadingElement>(null);
-  useEffect(() => heading.current?.focus(), [hash]);
   return (
     <section aria-labelledby="not-found-title" class="not-found">
-      <h1 id="not-found-title" ref={heading} tabIndex={-1}>
+      <ViewHeading key={hash} id="not-found-title">
         Page not found
-      </h1>
+      </ViewHeading>
       <p>
         The link <Verbatim class="mono" value={hash} /> does not name a view of the console or a request it
         could show. It may have been cut short or altered.

@@ -1,6 +1,14 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, ApiError, type QueueItem } from './api.js';
-import { RequestLink, StatusBadge, Time, Verbatim, WhatCells } from './components.js';
+import {
+  BusyButton,
+  RequestLink,
+  StatusBadge,
+  Time,
+  Verbatim,
+  ViewHeading,
+  WhatCells,
+} from './components.js';
 import { visible } from './format.js';
 
 const PAGE = 50;
@@ -27,9 +35,11 @@ export function HistoryView({
   const [loading, setLoading] = useState(true);
   const [error, setError] = useState<string | null>(null);
   const generation = useRef(0);
+  const table = useRef<HTMLTableSectionElement>(null);
 
   const load = async (from: string | null) => {
     const mine = ++generation.current;
+    const before = from === null ? 0 : items.length;
     setLoading(true);
     setError(null);
     try {
@@ -37,6 +47,13 @@ export function HistoryView({
       if (mine !== generation.current) return;
       setItems((prev) => (from === null ? page.items : [...prev, ...page.items]));
       setCursor(page.next_cursor);
+      // "Load more" takes the keyboard to the first row it added (the button may be gone: that
+      // was the last page), so the reviewer reads on from there rather than from the top.
+      if (from !== null && page.items.length > 0) {
+        requestAnimationFrame(() =>
+          table.current?.querySelectorAll<HTMLElement>('.id-link')[before]?.focus(),
+        );
+      }
     } catch (e) {
       if (mine !== generation.current) return;
       if (e instanceof ApiError && e.status === 401) return onUnauthorized(e.message);
@@ -56,9 +73,7 @@ export function HistoryView({
   return (
     <section aria-labelledby="history-title">
       <div class="view-head">
-        <h1 id="history-title" tabIndex={-1}>
-          History
-        </h1>
+        <ViewHeading id="history-title">History</ViewHeading>
         <div class="toolbar">
           <div class="segmented" role="group" aria-label="Status">
             {FILTERS.map((f) => (
@@ -73,9 +88,9 @@ export function HistoryView({
               </button>
             ))}
           </div>
-          <button type="button" class="btn btn-quiet-dark" onClick={() => void load(null)} disabled={loading}>
+          <BusyButton class="btn btn-quiet-dark" busy={loading} onClick={() => void load(null)}>
             Refresh
-          </button>
+          </BusyButton>
         </div>
       </div>
       <div role="alert">
@@ -99,7 +114,7 @@ export function HistoryView({
               </th>
             </tr>
           </thead>
-          <tbody>
+          <tbody ref={table}>
             {items.map((item) => (
               <tr
                 key={item.id}
@@ -143,14 +158,9 @@ export function HistoryView({
           {loading ? 'Loading…' : `${items.length} shown${cursor === null ? '' : ', more available'}`}
         </span>
         {cursor !== null && (
-          <button
-            type="button"
-            class="btn btn-secondary"
-            disabled={loading}
-            onClick={() => void load(cursor)}
-          >
+          <BusyButton class="btn btn-secondary" busy={loading} onClick={() => void load(cursor)}>
             Load more
-          </button>
+          </BusyButton>
         )}
       </div>
     </section>

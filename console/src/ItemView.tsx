@@ -2,7 +2,16 @@ import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { isReservedKind } from '../../src/audit/kinds.js';
 import { api, ApiError, cannotReview, type AuditEvent, type QueueItem, type Whoami } from './api.js';
-import { Json, StatusBadge, Subject, Time, TimeLeft, Verbatim } from './components.js';
+import {
+  BusyButton,
+  Json,
+  StatusBadge,
+  Subject,
+  Time,
+  TimeLeft,
+  Verbatim,
+  ViewHeading,
+} from './components.js';
 import {
   EVENT_LABEL,
   formatConfidence,
@@ -43,8 +52,9 @@ export function ItemView({
   const [note, setNote] = useState('');
   const [busy, setBusy] = useState<'approve' | 'deny' | null>(null);
   const [outcome, setOutcome] = useState<Outcome>(null);
-  const heading = useRef<HTMLHeadingElement>(null);
   const outcomeRef = useRef<HTMLDivElement>(null);
+  /** The Note and the buttons: gone once the item is decided, taking the focus with them. */
+  const decisionForm = useRef<HTMLFormElement>(null);
   /** Set once this reviewer sends a decision: from then on the answer to it tells what happened. */
   const deciding = useRef(false);
   /** Bumped after a decision fails without an answer, to wait on the item again. */
@@ -71,10 +81,7 @@ export function ItemView({
 
   useEffect(() => {
     api.item(apiKey, id).then(
-      (it) => {
-        setItem(it);
-        requestAnimationFrame(() => heading.current?.focus());
-      },
+      (it) => setItem(it),
       (e: unknown) => setLoadError(fail(e)),
     );
     void loadEvents();
@@ -103,10 +110,14 @@ export function ItemView({
         }
         if (stop.signal.aborted || deciding.current) return;
         if (current.status !== 'pending') {
+          // A reviewer writing a note or about to press a button is taken to what happened
+          // (the form goes away); one reading elsewhere in the item keeps their place.
+          const wasDeciding = decisionForm.current?.contains(document.activeElement) === true;
           setItem(current);
           setOutcome({ tone: 'conflict', text: decidedMeanwhile(current, me.name) });
           onDecided(id);
           void loadEvents();
+          if (wasDeciding) requestAnimationFrame(() => outcomeRef.current?.focus());
           return;
         }
         // Still pending, answered well before its wait was up (a server shutting down answers
@@ -118,7 +129,9 @@ export function ItemView({
   }, [pendingNow, watch]);
 
   const decide = async (verb: 'approve' | 'deny') => {
-    if (item === null) return;
+    // A second press before the first has re-rendered the buttons (two clicks in one task) is
+    // ignored here, not sent as a second decision that would answer 409.
+    if (item === null || deciding.current) return;
     deciding.current = true;
     setBusy(verb);
     setOutcome(null);
@@ -197,15 +210,13 @@ export function ItemView({
       {item !== null && (
         <>
           <div class="item-head">
-            <h1
+            <ViewHeading
               id="item-title"
-              ref={heading}
-              tabIndex={-1}
               title={`${visible(item.action, '', 'identifier')} on ${visible(formatResource(item.resource), '', 'identifier')}`}
             >
               <Verbatim class="mono" value={item.action} /> <span class="muted">on</span>{' '}
               <Verbatim class="mono" value={formatResource(item.resource)} />
-            </h1>
+            </ViewHeading>
             <StatusBadge status={item.status} />
           </div>
           <p class="item-sub" title={visible(item.message, '\n')}>
@@ -239,7 +250,7 @@ export function ItemView({
                 {Object.keys(item.context).length === 0 ? (
                   <p class="muted">The request carried no context.</p>
                 ) : (
-                  <pre class="json" tabIndex={0} aria-label="Context as JSON">
+                  <pre class="json" tabIndex={0} role="group" aria-label="Context as JSON">
                     <Json value={item.context} />
                   </pre>
                 )}
@@ -250,7 +261,7 @@ export function ItemView({
                   <p class="hint">
                     Subject, action, resource and context with their properties, as the policy read them.
                   </p>
-                  <pre class="json" tabIndex={0} aria-label="AuthZEN request as JSON">
+                  <pre class="json" tabIndex={0} role="group" aria-label="AuthZEN request as JSON">
                     <Json value={authzen} />
                   </pre>
                 </section>
@@ -380,6 +391,7 @@ export function ItemView({
                     <p class="muted">Loading…</p>
                   ) : (
                     <form
+                      ref={decisionForm}
                       onSubmit={(e) => {
                         e.preventDefault();
                       }}
@@ -395,29 +407,27 @@ export function ItemView({
                         value={note}
                         onInput={(e) => setNote(e.currentTarget.value)}
                         aria-describedby="note-help"
-                        disabled={busy !== null}
+                        readOnly={busy !== null}
                       />
                       <p id="note-help" class="hint">
                         Why you decide as you do (a ticket, a check you made). Stored with the decision and in
                         the audit trail. {note.length}/{NOTE_MAX}
                       </p>
                       <div class="actions">
-                        <button
-                          type="button"
+                        <BusyButton
                           class="btn btn-approve"
-                          disabled={busy !== null}
+                          busy={busy !== null}
                           onClick={() => void decide('approve')}
                         >
                           {busy === 'approve' ? 'Approving…' : 'Approve'}
-                        </button>
-                        <button
-                          type="button"
+                        </BusyButton>
+                        <BusyButton
                           class="btn btn-deny"
-                          disabled={busy !== null}
+                          busy={busy !== null}
                           onClick={() => void decide('deny')}
                         >
                           {busy === 'deny' ? 'Denying…' : 'Deny'}
-                        </button>
+                        </BusyButton>
                       </div>
                     </form>
                   )

@@ -1,6 +1,6 @@
 import { useRef } from 'preact/hooks';
 import type { Pending } from './App.js';
-import { RequestLink, Time, TimeLeft, Verbatim, WhatCells } from './components.js';
+import { RequestLink, Time, TimeLeft, Verbatim, ViewHeading, WhatCells } from './components.js';
 import { formatConfidence, visible } from './format.js';
 
 /** How long a newly arrived row stays highlighted. */
@@ -24,9 +24,7 @@ export function PendingView({ pending, now }: { pending: Pending; now: number })
   return (
     <section aria-labelledby="pending-title">
       <div class="view-head">
-        <h1 id="pending-title" tabIndex={-1}>
-          Pending requests
-        </h1>
+        <ViewHeading id="pending-title">Pending requests</ViewHeading>
         <p class="live-status" role="status" aria-live="polite" aria-atomic="true">
           {pending.error !== null ? (
             <span class="text-error">Cannot refresh: {pending.error}. Retrying…</span>

@@ -1,4 +1,5 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
+import { BusyButton } from './components.js';
 
 export function SignIn({
   onSignIn,
@@ -19,6 +20,7 @@ export function SignIn({
 
   const submit = async (e: Event) => {
     e.preventDefault();
+    if (busy) return;
     const k = key.trim();
     if (k === '') {
       setMessage('Enter an API key.');
@@ -60,20 +62,20 @@ export function SignIn({
               spellcheck={false}
               value={key}
               onInput={(e) => setKey(e.currentTarget.value)}
-              aria-describedby="key-help"
+              aria-describedby={message === null ? 'key-help' : 'key-error key-help'}
               aria-invalid={message !== null}
-              disabled={busy}
+              readOnly={busy}
             />
             <p id="key-help" class="hint">
               Kept in this browser tab only (session storage) and sent only to this server. Closing the tab
               forgets it.
             </p>
-            <div role="alert" class="form-error">
+            <div role="alert" id="key-error" class="form-error">
               {message}
             </div>
-            <button type="submit" class="btn btn-primary btn-block" disabled={busy}>
+            <BusyButton type="submit" class="btn btn-primary btn-block" busy={busy}>
               {busy ? 'Signing in…' : 'Sign in'}
-            </button>
+            </BusyButton>
           </form>
         )}
       </div>

@@ -1,4 +1,5 @@
-import type { ComponentChild } from 'preact';
+import type { ComponentChild, ComponentChildren } from 'preact';
+import { useEffect, useRef } from 'preact/hooks';
 import type { QueueItem, QueueStatus } from './api.js';
 import {
   formatResource,
@@ -186,5 +187,66 @@ export function TimeLeft({ item, now }: { item: QueueItem; now: number }) {
     >
       {left}
     </time>
+  );
+}
+
+/**
+ * The heading of a view, focused when the view appears (signed in, a link followed, a tab
+ * chosen, an item loaded): a keyboard or screen-reader user is taken to the new content and hears
+ * its name, instead of being left on the body when the link or form they used is gone.
+ */
+export function ViewHeading({
+  id,
+  title,
+  children,
+}: {
+  id: string;
+  title?: string;
+  children: ComponentChildren;
+}) {
+  const heading = useRef<HTMLHeadingElement>(null);
+  useEffect(() => heading.current?.focus(), []);
+  return (
+    <h1 id={id} ref={heading} tabIndex={-1} title={title}>
+      {children}
+    </h1>
+  );
+}
+
+/**
+ * A button whose action is in flight is aria-disabled, not disabled: a disabled button drops the
+ * keyboard focus to the page's body (and a screen reader's place with it), while this one keeps
+ * it, says it is unavailable, and ignores activation until the action is done (a key held down).
+ * Two presses within one task come before it has re-rendered as busy: an action that must never
+ * run twice guards itself as well (ItemView's decide).
+ */
+export function BusyButton({
+  busy,
+  onClick,
+  class: className,
+  type = 'button',
+  children,
+}: {
+  busy: boolean;
+  onClick?: () => void;
+  class: string;
+  type?: 'button' | 'submit';
+  children: ComponentChildren;
+}) {
+  return (
+    <button
+      type={type}
+      class={className}
+      aria-disabled={busy ? 'true' : undefined}
+      onClick={(e) => {
+        if (busy) {
+          e.preventDefault();
+          return;
+        }
+        onClick?.();
+      }}
+    >
+      {children}
+    </button>
   );
 }
