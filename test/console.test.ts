@@ -407,6 +407,8 @@ onceOnly('reviewer console in Chromium', function () {
     const id = await ask({ ...AGENT.approval, context: { ticket: 'CHG-2001' } });
     await rowOf(id).waitFor({ timeout: 2000 });
     expect(Date.now() - asked).to.be.below(2000);
+    // Marked as new for a few seconds, in words as well as by a tint.
+    await rowOf(id).getByRole('cell').first().filter({ hasText: /New$/ }).waitFor({ timeout: 2000 });
     expect(navigations).to.equal(0);
     const cells = await rowOf(id).getByRole('cell').allInnerTexts();
     expect(cells.join(' | ')).to.match(/deploy-bot/);
@@ -440,6 +442,9 @@ onceOnly('reviewer console in Chromium', function () {
       context: { ticket: 'CHG-2002', change: { window: 'tonight' } },
     });
     await signIn(reviewer);
+    await rowOf(id).waitFor();
+    // There before the list was first read: not marked as new.
+    expect(await rowOf(id).getByText('New', { exact: true }).count()).to.equal(0);
     await link(id).focus();
     await page.keyboard.press('Enter');
     await page.getByRole('heading', { name: 'Audit trail' }).waitFor();

@@ -7,7 +7,9 @@ import { formatConfidence, visible } from './format.js';
 const FRESH_MS = 4000;
 
 export function PendingView({ pending, now }: { pending: Pending; now: number }) {
-  // Rows that arrive after the first read are marked for a few seconds, so a reviewer notices them.
+  // Rows that arrive after the first read are marked for a few seconds, so a reviewer notices them:
+  // a tint that fades, and the word "New" (the tint alone is colour only, and still under reduced
+  // motion or forced colours).
   const arrived = useRef<Map<string, number> | null>(null);
   if (pending.at !== null) {
     if (arrived.current === null) arrived.current = new Map(pending.items.map((i) => [i.id, 0]));
@@ -76,6 +78,7 @@ export function PendingView({ pending, now }: { pending: Pending; now: number })
               >
                 <td>
                   <RequestLink id={item.id} />
+                  {isFresh(item.id) && <span class="tag-new">New</span>}
                 </td>
                 <WhatCells item={item} />
                 <td class="num mono">{formatConfidence(item.confidence)}</td>
