@@ -352,6 +352,44 @@ onceOnly('reviewer console in Chromium', function () {
     }
   }
 
+  /**
+   * How many pixels of a screenshot stand out (3:1 or more) from its commonest colour: the strokes
+   * of a readable label. Decoded in a blank page of the same browser (the console's CSP rightly
+   * refuses data: images).
+   */
+  async function contrastingPixels(png: Buffer): Promise<number> {
+    const blank = await context.newPage();
+    try {
+      return (await blank.evaluate(`(async () => {
+        const bytes = Uint8Array.from(atob('${png.toString('base64')}'), (c) => c.charCodeAt(0));
+        const bitmap = await createImageBitmap(new Blob([bytes], { type: 'image/png' }));
+        const canvas = new OffscreenCanvas(bitmap.width, bitmap.height);
+        const g = canvas.getContext('2d');
+        g.drawImage(bitmap, 0, 0);
+        const d = g.getImageData(0, 0, bitmap.width, bitmap.height).data;
+        const lum = (i) => [0.2126, 0.7152, 0.0722].reduce((sum, w, k) => {
+          const c = d[i + k] / 255;
+          return sum + w * (c <= 0.04045 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4);
+        }, 0);
+        const counts = new Map();
+        for (let i = 0; i < d.length; i += 4) {
+          const key = (d[i] << 16) | (d[i + 1] << 8) | d[i + 2];
+          counts.set(key, (counts.get(key) ?? 0) + 1);
+        }
+        const common = [...counts.entries()].sort((x, y) => y[1] - x[1])[0][0];
+        const base = lum([...d.keys()].find((i) => i % 4 === 0 && ((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]) === common));
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) {
+          const l = lum(i);
+          if ((Math.max(l, base) + 0.05) / (Math.min(l, base) + 0.05) >= 3) n++;
+        }
+        return n;
+      })()`)) as number;
+    } finally {
+      await blank.close();
+    }
+  }
+
   /** What covers the focused element's first few pixels, when that is not the element itself. */
   const coveredBy = `(() => {
     const el = document.activeElement;
@@ -1270,6 +1308,17 @@ onceOnly('reviewer console in Chromium', function () {
       return page.screenshot({ clip: { x: b.x + b.width - 8, y: b.y + 2, width: 4, height: 4 } });
     };
     expect((await face('All decided')).equals(await face('Approved')), 'chosen filter').to.equal(false);
+    // And its label can still be read there (the system's backplate once hid HighlightText).
+    const label = (await page.evaluate(`(() => {
+      const range = document.createRange();
+      range.selectNodeContents(document.querySelector('.segmented [aria-pressed="true"]'));
+      const r = range.getBoundingClientRect();
+      return { x: r.x, y: r.y, width: r.width, height: r.height };
+    })()`)) as { x: number; y: number; width: number; height: number };
+    expect(
+      await contrastingPixels(await page.screenshot({ clip: label })),
+      'chosen filter label',
+    ).to.be.above(20);
     await shot('history-forced-colors');
   });
 });
