@@ -11,17 +11,26 @@ import {
   overlaps,
   regoSha256,
 } from './documents.js';
-import { blobOf } from './history.js';
 import { readPolicyDir } from './policy-dir.js';
 import { evaluationConflict, Evaluator } from './evaluator.js';
 import { EvaluationThread, THREAD_FAILURE, thresholdErrorsOn } from './eval-thread.js';
 import { checkPairedData } from './paired.js';
 import { PlanThread } from './plan-thread.js';
+import {
+  type BundleRequest,
+  type BundleResult,
+  candidateSet,
+  checkBundle,
+  isEmptyPlan,
+  type Plan,
+  planBundle,
+  planRestore,
+  setAfter,
+} from './plans.js';
 import { ShadowSet, shadowModules } from './shadow-set.js';
 import { thresholdErrorMessage } from './thresholds.js';
 import type {
   DataDocument,
-  PolicyChange,
   PolicyRecord,
   PolicySnapshot,
   PolicyStore,
@@ -523,33 +532,7 @@ export class PolicyService {
     data: Record<string, unknown>,
   ): Promise<{ live: Evaluator; candidate: Evaluator }> {
     const snap = await this.store.snapshot();
-    const modules = new Map(snap.policies.map((p) => [p.name, p.rego]));
-    for (const [name, rego] of Object.entries(policies)) {
-      checkName(name);
-      if (rego === null) {
-        if (!modules.delete(name)) throw invalid(`policy ${name} is not live: it cannot be removed`);
-        continue;
-      }
-      checkRego(rego, name);
-      modules.set(name, rego);
-    }
-    const docs = new Map(snap.data.map((d) => [d.path, d.value]));
-    for (const [dataPath, value] of Object.entries(data)) {
-      checkDataPath(dataPath);
-      if (value === null) {
-        if (!docs.delete(dataPath))
-          throw invalid(`data document ${dataPath} does not exist: it cannot be removed`);
-      } else {
-        docs.set(dataPath, value);
-      }
-    }
-    const paths = [...docs.keys()];
-    for (const a of paths) {
-      const clash = paths.find((b) => overlaps(a, b));
-      if (clash) throw invalid(`data path ${a} overlaps data document ${clash}`);
-    }
-    const set = [...modules].map(([name, rego]) => ({ name, rego }));
-    const tree = dataTree([...docs].map(([path, value]) => ({ path, value })));
+    const { modules: set, data: tree } = candidateSet(snap, policies, data);
     const candidate = await this.prepare(await this.moduleFor(set), tree, snap.revision, set, 'isolated');
     const current = this.requireLive();
     const live =
@@ -575,53 +558,7 @@ export class PolicyService {
           `If-Match names revision ${opts.expectedRevision} but the live revision is ${snap.revision}`,
         );
       }
-      const live = new Map(snap.policies.map((p) => [p.name, p]));
-      for (const name of b.delete) if (!live.has(name)) throw notFound(`policy ${name} not found`);
-      const result: BundleResult = {
-        revision: snap.revision,
-        created: [],
-        updated: [],
-        deleted: [],
-        unchanged: [],
-        data: { created: [], updated: [], deleted: [], unchanged: [] },
-        dry_run: opts.dryRun,
-      };
-      const puts: PolicyChange['putPolicies'][number][] = [];
-      for (const [name, rego] of Object.entries(b.policies).sort(([x], [y]) => x.localeCompare(y))) {
-        const existing = live.get(name);
-        if (existing?.rego === rego) {
-          result.unchanged.push(name);
-          continue;
-        }
-        (existing ? result.updated : result.created).push(name);
-        puts.push({ name, rego, description: existing?.description ?? '', sha256: regoSha256(rego) });
-      }
-      const deletes = new Set(b.delete);
-      if (b.prune) for (const name of live.keys()) if (!Object.hasOwn(b.policies, name)) deletes.add(name);
-      result.deleted = [...deletes].sort();
-      const liveData = new Map(snap.data.map((d) => [d.path, d]));
-      const putData: PolicyChange['putData'][number][] = [];
-      for (const [p, value] of Object.entries(b.data).sort(([x], [y]) => x.localeCompare(y))) {
-        const existing = liveData.get(p);
-        if (value === null) {
-          if (!existing) throw notFound(`data document ${p} not found`);
-          result.data.deleted.push(p);
-          continue;
-        }
-        const sha256 = dataSha256(value);
-        if (existing && dataSha256(existing.value) === sha256) {
-          result.data.unchanged.push(p);
-          continue;
-        }
-        (existing ? result.data.updated : result.data.created).push(p);
-        putData.push({ path: p, value, sha256 });
-      }
-      const plan = {
-        putPolicies: puts,
-        deletePolicies: result.deleted,
-        putData,
-        deleteData: result.data.deleted,
-      };
+      const { plan, result } = planBundle(snap, b, opts.dryRun);
       if (isEmptyPlan(plan)) return { done: result };
       const next = await this.prepareSet(snap, plan);
       if (opts.dryRun) return { done: result };
@@ -632,11 +569,11 @@ export class PolicyService {
             created: result.created,
             updated: result.updated,
             deleted: result.deleted,
-            data_put: putData.map((d) => d.path),
+            data_put: plan.putData.map((d) => d.path),
             data_deleted: result.data.deleted,
             // What went live, by content: the trail shows which text, not only which names.
-            sha256: Object.fromEntries(puts.map((p) => [p.name, p.sha256])),
-            data_sha256: Object.fromEntries(putData.map((d) => [d.path, d.sha256])),
+            sha256: Object.fromEntries(plan.putPolicies.map((p) => [p.name, p.sha256])),
+            data_sha256: Object.fromEntries(plan.putData.map((d) => [d.path, d.sha256])),
             message: b.message,
           }),
         ],
@@ -665,33 +602,7 @@ export class PolicyService {
       target.data.map((d) => d.sha256),
     );
     const result = await this.changing(async (snap) => {
-      const live = new Map(snap.policies.map((p) => [p.name, p]));
-      const wanted = new Set(target.policies.map((p) => p.name));
-      // A description is part of what the revision recorded (docs/decisions.md): a policy whose
-      // text is live but whose description has changed since is put again with the recorded one.
-      const putPolicies = target.policies
-        .filter((p) => {
-          const current = live.get(p.name);
-          return current?.sha256 !== p.sha256 || current.description !== p.description;
-        })
-        .map((p) => ({
-          name: p.name,
-          rego: blobOf(blobs.rego, p.sha256, `policy ${p.name}`),
-          description: p.description,
-          sha256: p.sha256,
-        }));
-      const deletePolicies = snap.policies.filter((p) => !wanted.has(p.name)).map((p) => p.name);
-      const liveData = new Map(snap.data.map((d) => [d.path, dataSha256(d.value)]));
-      const wantedData = new Set(target.data.map((d) => d.path));
-      const putData = target.data
-        .filter((d) => liveData.get(d.path) !== d.sha256)
-        .map((d) => ({
-          path: d.path,
-          value: blobOf(blobs.data, d.sha256, `data ${d.path}`),
-          sha256: d.sha256,
-        }));
-      const deleteData = snap.data.filter((d) => !wantedData.has(d.path)).map((d) => d.path);
-      const plan = { putPolicies, deletePolicies, putData, deleteData };
+      const plan = planRestore(snap, target, blobs);
       if (isEmptyPlan(plan)) {
         throw conflict(`revision ${n}'s policy set is already live (revision ${snap.revision})`);
       }
@@ -701,12 +612,12 @@ export class PolicyService {
         (revision) => [
           this.event('policy.restore', `revision ${n}`, revision, ctx, {
             restored_revision: n,
-            policies_put: putPolicies.map((p) => p.name),
-            policies_deleted: deletePolicies,
-            data_put: putData.map((d) => d.path),
-            data_deleted: deleteData,
-            sha256: Object.fromEntries(putPolicies.map((p) => [p.name, p.sha256])),
-            data_sha256: Object.fromEntries(putData.map((d) => [d.path, d.sha256])),
+            policies_put: plan.putPolicies.map((p) => p.name),
+            policies_deleted: plan.deletePolicies,
+            data_put: plan.putData.map((d) => d.path),
+            data_deleted: plan.deleteData,
+            sha256: Object.fromEntries(plan.putPolicies.map((p) => [p.name, p.sha256])),
+            data_sha256: Object.fromEntries(plan.putData.map((d) => [d.path, d.sha256])),
           }),
         ],
       );
@@ -724,26 +635,7 @@ export class PolicyService {
    * Nothing is stored.
    */
   private async prepareSet(snap: PolicySnapshot, plan: Plan): Promise<Evaluator> {
-    const gone = new Set([...plan.deletePolicies, ...plan.putPolicies.map((p) => p.name)]);
-    const modules: Module[] = [
-      ...snap.policies.filter((p) => !gone.has(p.name)).map(({ name, rego }) => ({ name, rego })),
-      ...plan.putPolicies.map(({ name, rego }) => ({ name, rego })),
-    ].sort((x, y) => x.name.localeCompare(y.name));
-    const goneData = new Set([...plan.deleteData, ...plan.putData.map((d) => d.path)]);
-    const docs = [
-      ...snap.data.filter((d) => !goneData.has(d.path)),
-      ...plan.putData.map((d) => ({ path: d.path, value: d.value })),
-    ].sort((x, y) => x.path.localeCompare(y.path));
-    // Every proper prefix of every path against the set of paths: sorted neighbours are not
-    // enough ("roles-x" sorts between "roles" and "roles/admins").
-    const paths = new Set(docs.map((d) => d.path));
-    for (const { path } of docs) {
-      const parts = path.split('/');
-      for (let n = 1; n < parts.length; n++) {
-        const prefix = parts.slice(0, n).join('/');
-        if (paths.has(prefix)) throw conflict(`data path ${path} overlaps data document ${prefix}`);
-      }
-    }
+    const { modules, docs } = setAfter(snap, plan);
     const module = await this.compileToModule(modules);
     return this.prepare(module, dataTree(docs), snap.revision + 1, modules, 'live');
   }
@@ -1005,49 +897,6 @@ export class PolicyService {
       details,
     };
   }
-}
-
-/** A bundle as POST /api/v1/bundle takes it (SPEC §11); a data value of null deletes the document. */
-export interface BundleRequest {
-  policies: Record<string, string>;
-  data: Record<string, unknown>;
-  delete: string[];
-  prune: boolean;
-  message: string | null;
-}
-
-/** What a bundle did (in a dry run: would do) to the policies, or the data documents, it names. */
-export interface BundleChanges {
-  created: string[];
-  updated: string[];
-  deleted: string[];
-  unchanged: string[];
-}
-
-/** A bundle's answer: its policies' changes at the top (SPEC §11), its data documents' in `data`. */
-export interface BundleResult extends BundleChanges {
-  revision: number;
-  data: BundleChanges;
-  dry_run: boolean;
-}
-
-type Plan = Pick<PolicyChange, 'putPolicies' | 'deletePolicies' | 'putData' | 'deleteData'>;
-
-const isEmptyPlan = (p: Plan) =>
-  p.putPolicies.length + p.deletePolicies.length + p.putData.length + p.deleteData.length === 0;
-
-/** Rules of a bundle that need no snapshot: names, texts, paths, and no name both put and deleted. */
-function checkBundle(b: BundleRequest): void {
-  for (const [name, rego] of Object.entries(b.policies)) {
-    checkName(name);
-    checkRego(rego, name);
-  }
-  for (const name of b.delete) {
-    checkName(name);
-    if (Object.hasOwn(b.policies, name))
-      throw invalid(`policy ${name} is both put and deleted by the bundle`);
-  }
-  for (const p of Object.keys(b.data)) checkDataPath(p);
 }
 
 /** A conditional write that lost a race: the policy changed after the precondition was checked. */

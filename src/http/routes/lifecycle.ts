@@ -2,7 +2,8 @@ import { compileSchema, type JsonSchema } from '../../common/validation.js';
 import { invalid } from '../../errors.js';
 import { EXPLAIN_BOUNDS } from '../../policy/explain.js';
 import { impactRequestSchema, type LifecycleService } from '../../policy/lifecycle.js';
-import type { BundleRequest, PolicyService } from '../../policy/service.js';
+import type { BundleRequest } from '../../policy/plans.js';
+import type { PolicyService } from '../../policy/service.js';
 import { principalOf, type Ctx, type HeaderParam, type RouteDef } from '../context.js';
 import { boolParam, PAGE_QUERY, queryOf } from '../query.js';
 import type { RouteDeps } from './index.js';
@@ -70,7 +71,7 @@ const validateBundle = compileSchema<{
 }>(bundleRequestSchema);
 
 const names = { type: 'array', items: { type: 'string' } };
-/** BundleChanges (policy/service.ts): for the policies at the top, for the data documents in `data`. */
+/** BundleChanges (policy/plans.ts): for the policies at the top, for the data documents in `data`. */
 const bundleChanges = { created: names, updated: names, deleted: names, unchanged: names };
 const bundleResultSchema: JsonSchema = exact({
   revision: { type: 'integer' },
