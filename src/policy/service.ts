@@ -1,21 +1,17 @@
 import type { NewAuditEvent } from '../audit/types.js';
 import { conflict, invalid, isKind, notFound, precondition, unavailable } from '../errors.js';
-import { CompileError, type Module, type RegoCompiler } from './compiler.js';
+import type { RegoCompiler } from './compiler.js';
 import {
   checkDataPath,
   checkName,
   checkRego,
   dataSha256,
   dataTree,
-  ruleDataConflict,
   overlaps,
   regoSha256,
 } from './documents.js';
 import { readPolicyDir } from './policy-dir.js';
-import { evaluationConflict, Evaluator } from './evaluator.js';
-import { EvaluationThread, THREAD_FAILURE, thresholdErrorsOn } from './eval-thread.js';
-import { checkPairedData } from './paired.js';
-import { PlanThread } from './plan-thread.js';
+import type { Evaluator } from './evaluator.js';
 import {
   type BundleRequest,
   type BundleResult,
@@ -28,7 +24,7 @@ import {
   setAfter,
 } from './plans.js';
 import { ShadowSet, shadowModules } from './shadow-set.js';
-import { thresholdErrorMessage } from './thresholds.js';
+import { SetBuilder } from './set-builder.js';
 import type {
   DataDocument,
   PolicyRecord,
@@ -92,14 +88,6 @@ const NO_CHANGE = {
 const STALE = Symbol('stale');
 /** Attempts of one change before giving up (each one lost a race to another process's change). */
 const MAX_CHANGE_ATTEMPTS = 5;
-/** A set about to go live must finish evaluating this many of the latest recorded decisions. */
-const PREFLIGHT_DECISIONS = 64;
-/**
- * How `prepare` checks a set (see `checked`): `live`, a set about to go live (thresholds and the
- * latest decisions); `candidate`, a shadow set (thresholds), both within `serialized` and so on
- * the one check thread; `isolated`, an impact candidate, on a thread of its own (not serialized).
- */
-type Check = 'live' | 'candidate' | 'isolated';
 const notFoundOf = (name: string): never => {
   throw notFound(`${name} not found`);
 };
@@ -124,18 +112,14 @@ export class PolicyService {
   private live: Evaluator | undefined;
   /** The shadow set as this process evaluates it. */
   readonly shadowSet: ShadowSet;
-  /**
-   * Where a changed set (live or shadow) is checked before it is used (its thresholds; a live one
-   * also against recent decisions): its rules are user code, and one that never finishes must not
-   * stall the serving thread (the change is refused). Changes are serialized: one thread serves them.
-   */
-  private readonly checkThread = new EvaluationThread();
+  /** Compiles, instantiates and checks the sets this service makes live or shadows. */
+  private readonly sets: SetBuilder;
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly store: PolicyStore,
-    private readonly compiler: RegoCompiler,
-    private readonly evalBudgetMs: number,
+    compiler: RegoCompiler,
+    evalBudgetMs: number,
     private readonly observer: CompileObserver,
     /**
      * Whether a proven shadow set moves to the serving thread (ADR 0010), and whether there it is
@@ -143,8 +127,9 @@ export class PolicyService {
      */
     shadow: { inline: boolean; paired: boolean },
     /** The policy inputs of the most recent recorded decisions, newest first (the audit trail). */
-    private readonly recentInputs?: (n: number) => Promise<RecordedInput[]>,
+    recentInputs?: (n: number) => Promise<RecordedInput[]>,
   ) {
+    this.sets = new SetBuilder(store, compiler, evalBudgetMs, observer, () => this.live, recentInputs);
     this.shadowSet = new ShadowSet({
       inline: shadow.inline,
       moved: (inline) => observer.shadowInline?.(inline),
@@ -159,17 +144,15 @@ export class PolicyService {
 
   /** Whether an inline shadow set is paired with the live set (ADR 0012). */
   private readonly shadowPaired: boolean;
-  /** Where paired modules are planned: started at the first plan (plan-thread.ts). */
-  private planner: PlanThread | undefined;
 
   /** The live evaluator; undefined only before start() has loaded a set. */
   get evaluator(): Evaluator | undefined {
     return this.live;
   }
 
-  /** Stops the check and shadow threads; shadow evaluations still waiting count an error. */
+  /** Stops the check, plan and shadow threads; shadow evaluations still waiting count an error. */
   async close(): Promise<void> {
-    await Promise.allSettled([this.checkThread.close(), this.shadowSet.close(), this.planner?.close()]);
+    await Promise.allSettled([this.sets.close(), this.shadowSet.close()]);
   }
 
   /** Loads the stored set, seeding an empty never-seeded store from `policyDir` first. */
@@ -179,8 +162,8 @@ export class PolicyService {
       if (!snap.seeded && snap.policies.length === 0 && snap.data.length === 0) {
         const initial = await readPolicyDir(policyDir);
         // Refuse to seed a set that does not compile or whose thresholds are malformed.
-        const module = await this.compileToModule(initial.modules);
-        const next = await this.prepare(
+        const module = await this.sets.compiled(initial.modules);
+        const next = await this.sets.prepare(
           module,
           dataTree(initial.data),
           snap.revision + 1,
@@ -283,8 +266,8 @@ export class PolicyService {
     const existing = snap.policies.find((p) => p.name === name);
     const ifVersion = expectedVersion(existing, opts.precondition);
     const modules = [...snap.policies.filter((p) => p.name !== name), { name, rego }];
-    const module = await this.compileToModule(modules);
-    const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1, modules, 'live');
+    const module = await this.sets.compiled(modules);
+    const next = await this.sets.prepare(module, dataTree(snap.data), snap.revision + 1, modules, 'live');
     const desc = description ?? existing?.description ?? '';
     if (opts.dryRun) {
       const version = (existing?.version ?? 0) + 1;
@@ -344,14 +327,14 @@ export class PolicyService {
       const remaining = snap.policies.filter((p) => p.name !== name);
       let module: WebAssembly.Module;
       try {
-        module = await this.compileToModule(remaining);
+        module = await this.sets.compiled(remaining);
       } catch (e) {
         if (isKind(e, 'invalid')) {
           throw invalid(`deleting policy ${name} would leave a set that does not compile: ${e.message}`);
         }
         throw e;
       }
-      const next = await this.prepare(module, dataTree(snap.data), snap.revision + 1, remaining, 'live');
+      const next = await this.sets.prepare(module, dataTree(snap.data), snap.revision + 1, remaining, 'live');
       const c = await this.store.commit(
         {
           ...NO_CHANGE,
@@ -401,7 +384,11 @@ export class PolicyService {
         ...snap.data.filter((d) => d.path !== dataPath),
         { path: dataPath, value, updated_at: '' },
       ];
-      const prepared = await this.checked(await this.withData(snap, dataTree(docs)), snap.policies, 'live');
+      const prepared = await this.sets.checked(
+        await this.withData(snap, dataTree(docs)),
+        snap.policies,
+        'live',
+      );
       const sha256 = dataSha256(value);
       const created = !snap.data.some((d) => d.path === dataPath);
       const c = await this.store.commit(
@@ -427,7 +414,11 @@ export class PolicyService {
     const result = await this.changing(async (snap) => {
       if (!snap.data.some((d) => d.path === dataPath)) throw notFound(`data document ${dataPath} not found`);
       const docs = snap.data.filter((d) => d.path !== dataPath);
-      const prepared = await this.checked(await this.withData(snap, dataTree(docs)), snap.policies, 'live');
+      const prepared = await this.sets.checked(
+        await this.withData(snap, dataTree(docs)),
+        snap.policies,
+        'live',
+      );
       const c = await this.store.commit(
         { ...NO_CHANGE, expectedRevision: snap.revision, deleteData: [dataPath], actor: ctx.actor },
         (revision) => [this.event('data.delete', dataPath, revision, ctx, {})],
@@ -463,7 +454,7 @@ export class PolicyService {
       const next = shadow.policies.filter((p) => p.name !== name);
       next.push({ name, rego, sha256: digest, since: '' });
       const modules = shadowModules(snap.policies, next);
-      await this.prepare(await this.compileToModule(modules), dataTree(snap.data), snap.revision, modules);
+      await this.sets.prepare(await this.sets.compiled(modules), dataTree(snap.data), snap.revision, modules);
       if (dryRun) {
         const created = !shadow.policies.some((p) => p.name === name);
         return { created, since: new Date().toISOString() };
@@ -533,12 +524,22 @@ export class PolicyService {
   ): Promise<{ live: Evaluator; candidate: Evaluator }> {
     const snap = await this.store.snapshot();
     const { modules: set, data: tree } = candidateSet(snap, policies, data);
-    const candidate = await this.prepare(await this.moduleFor(set), tree, snap.revision, set, 'isolated');
+    const candidate = await this.sets.prepare(
+      await this.sets.compiledWithoutStoring(set),
+      tree,
+      snap.revision,
+      set,
+      'isolated',
+    );
     const current = this.requireLive();
     const live =
       current.revision === snap.revision
         ? current
-        : await this.prepare(await this.moduleFor(snap.policies), dataTree(snap.data), snap.revision);
+        : await this.sets.prepare(
+            await this.sets.compiledWithoutStoring(snap.policies),
+            dataTree(snap.data),
+            snap.revision,
+          );
     return { live, candidate };
   }
 
@@ -636,8 +637,8 @@ export class PolicyService {
    */
   private async prepareSet(snap: PolicySnapshot, plan: Plan): Promise<Evaluator> {
     const { modules, docs } = setAfter(snap, plan);
-    const module = await this.compileToModule(modules);
-    return this.prepare(module, dataTree(docs), snap.revision + 1, modules, 'live');
+    const module = await this.sets.compiled(modules);
+    return this.sets.prepare(module, dataTree(docs), snap.revision + 1, modules, 'live');
   }
 
   /**
@@ -662,7 +663,7 @@ export class PolicyService {
   private async withData(snap: PolicySnapshot, data: Record<string, unknown>): Promise<Evaluator> {
     const live = this.requireLive();
     if (live.revision === snap.revision) return live.withData(data, snap.revision + 1);
-    return this.prepare(await this.compileToModule(snap.policies), data, snap.revision + 1);
+    return this.sets.prepare(await this.sets.compiled(snap.policies), data, snap.revision + 1);
   }
 
   private async announce(revision: number): Promise<void> {
@@ -675,7 +676,7 @@ export class PolicyService {
   }
 
   private async load(snap: PolicySnapshot): Promise<void> {
-    const module = await this.compileToModule(snap.policies);
+    const module = await this.sets.compiled(snap.policies);
     await this.swap(module, dataTree(snap.data), snap.revision);
   }
 
@@ -684,106 +685,7 @@ export class PolicyService {
     data: Record<string, unknown>,
     revision: number,
   ): Promise<void> {
-    await this.install(await this.prepare(module, data, revision), revision);
-  }
-
-  /**
-   * Builds the next evaluator before anything is stored, so that a set which cannot be
-   * instantiated, or whose thresholds are malformed (when `modules` is given), is refused with
-   * the live set and the store untouched.
-   */
-  private async prepare(
-    module: WebAssembly.Module,
-    data: Record<string, unknown>,
-    revision: number,
-    modules?: Module[],
-    check: Check = 'candidate',
-  ): Promise<Evaluator> {
-    const e = await Evaluator.create(module, data, revision, this.evalBudgetMs);
-    return modules ? this.checked(e, modules, check) : e;
-  }
-
-  /** 400 when a rule of `modules` sits where `data` hold a value (documents.ts, ruleDataConflict). */
-  private async refuseRuleDataConflict(
-    modules: Module[],
-    data: Record<string, unknown>,
-    set: '' | 'shadow ',
-  ): Promise<void> {
-    const clash = ruleDataConflict((await this.compiler.parse(modules)).modules, data);
-    if (clash) {
-      throw invalid(
-        `conflicting rule for data path ${clash.path}: ${set}policy ${clash.policy} defines a rule there ` +
-          `(row ${clash.row}) and the data hold a value at ${clash.held}; OPA refuses such a set: ` +
-          'move the document or the rule; nothing changed',
-      );
-    }
-  }
-
-  /**
-   * `e`, once checked: no rule where the data hold a value (OPA refuses such a set; documents.ts,
-   * ruleDataConflict), then off the serving thread (each evaluation under the eval budget plus 1 s
-   * of its own): its thresholds, and — for a set about to go live (`live`) — that it finishes
-   * evaluating each of the most recent recorded decisions, so that a set that would stall the
-   * serving thread on inputs like those is never installed. Any error — a malformed threshold, a
-   * check that failed or did not finish — refuses the change (400) with the live set and the
-   * store untouched. Changes (live and shadow) are serialized and share one check thread; an
-   * impact candidate, which is not, is checked on a thread of its own, closed after, so that one
-   * which never finishes cannot fail anyone else's check.
-   */
-  private async checked(e: Evaluator, modules: Module[], check: Check): Promise<Evaluator> {
-    const thread = check === 'isolated' ? new EvaluationThread() : this.checkThread;
-    try {
-      const recent =
-        check === 'live' && this.recentInputs ? await this.recentInputs(PREFLIGHT_DECISIONS) : [];
-      await this.refuseRuleDataConflict(modules, e.data, '');
-      // A change to go live leaves the shadow set (the live set with the shadow modules in place)
-      // compiling too: a data document on a rule only a shadow module defines is refused here,
-      // as the shadow module would be refused after it.
-      if (check === 'live') {
-        const shadow = (await this.store.shadow()).policies;
-        if (shadow.length > 0) {
-          await this.refuseRuleDataConflict(shadowModules(modules, shadow), e.data, 'shadow ');
-        }
-      }
-      const errors = await thresholdErrorsOn(thread, e.threadSet);
-      if (errors.length > 0) throw invalid(thresholdErrorMessage(modules, errors));
-      // One at a time: each has its own allowance, and none is left running when this returns.
-      for (const { requestId, input, failed } of recent) {
-        const d = await thread.evaluate(input);
-        if (d.reasons[0] === THREAD_FAILURE) {
-          throw invalid(
-            `the new policy set did not finish evaluating recorded decision ${requestId} ` +
-              `(${d.error ?? 'the evaluation thread failed'}): decisions like it would stall the engine; nothing changed`,
-          );
-        }
-        if (evaluationConflict(d) && !failed && (await this.liveEvaluates(input))) {
-          throw invalid(
-            `the new policy set meets a conflict on recorded decision ${requestId}, which the live set decides: ` +
-              `${d.error}; every decision like it would be a deny with an evaluation error; nothing changed`,
-          );
-        }
-      }
-      return e;
-    } finally {
-      if (thread !== this.checkThread) await thread.close();
-    }
-  }
-
-  /**
-   * Whether the live set evaluates `input` (a recorded input, masked as recorded) without an
-   * error, on a thread of its own: only asked when a new set fails on it, to refuse only the
-   * failures the change itself brings. No live set yet: nothing to compare with.
-   */
-  private async liveEvaluates(input: Record<string, unknown>): Promise<boolean> {
-    if (!this.live) return false;
-    const thread = new EvaluationThread();
-    try {
-      thread.load(this.live.threadSet);
-      const d = await thread.evaluate(input);
-      return d.error === undefined;
-    } finally {
-      await thread.close();
-    }
+    await this.install(await this.sets.prepare(module, data, revision), revision);
   }
 
   /** Swaps in `e`; if the store assigned another revision than expected, relabels it first. */
@@ -807,69 +709,15 @@ export class PolicyService {
       async (shadow) => {
         snap = await this.store.snapshot();
         const modules = shadowModules(snap.policies, shadow);
-        return this.prepare(await this.compileToModule(modules), dataTree(snap.data), snap.revision, modules);
+        return this.sets.prepare(
+          await this.sets.compiled(modules),
+          dataTree(snap.data),
+          snap.revision,
+          modules,
+        );
       },
-      this.shadowPaired ? (shadow) => this.pairedEvaluator(snap, shadow) : undefined,
+      this.shadowPaired ? (shadow) => this.sets.paired(snap, shadow) : undefined,
     );
-  }
-
-  /**
-   * The paired module (paired.ts, ADR 0012) of the live set of `snap` and the shadow set it makes
-   * with `shadow`, loaded with the live data: from the store's cache when any process built it.
-   * Rejects, saying why, when the two cannot be paired.
-   */
-  private async pairedEvaluator(snap: PolicySnapshot | undefined, shadow: Module[]): Promise<Evaluator> {
-    if (!snap) throw new Error('no live set');
-    const live = snap.policies.map(({ name, rego }) => ({ name, rego }));
-    // Parsed and planned on a thread of its own: a large set's would hold up decisions here.
-    this.planner ??= new PlanThread(this.compiler.opaBin);
-    const { plan, changedPackages } = await this.planner.plan(live, shadowModules(live, shadow));
-    const data = dataTree(snap.data);
-    checkPairedData(data, changedPackages);
-    // Generated modules are named with a "/", which no policy name has: their hash is theirs alone.
-    const setHash = this.compiler.setHash([
-      ...live,
-      ...plan.modules.map((m) => ({ ...m, name: `paired/${m.name}` })),
-    ]);
-    let wasm = await this.store.getCompiled(setHash);
-    if (!wasm) {
-      wasm = await this.compiler.compilePaired(live, plan.modules);
-      await this.store.putCompiled(setHash, wasm);
-    }
-    return Evaluator.create(wasm, data, snap.revision, this.evalBudgetMs);
-  }
-
-  /**
-   * The wasm module for a set: from the store's cache when any process compiled this exact set
-   * (same modules, same built-in module, same compiler), else compiled and cached.
-   */
-  private async compileToModule(modules: Module[]): Promise<WebAssembly.Module> {
-    const setHash = this.compiler.setHash(modules);
-    const cached = await this.store.getCompiled(setHash);
-    if (cached) return WebAssembly.compile(cached);
-    const wasm = await this.compile(modules);
-    await this.store.putCompiled(setHash, wasm);
-    return WebAssembly.compile(wasm);
-  }
-
-  /** The wasm module for a set: from the store's cache when present, else compiled (not cached). */
-  private async moduleFor(modules: Module[]): Promise<WebAssembly.Module> {
-    const cached = await this.store.getCompiled(this.compiler.setHash(modules));
-    return WebAssembly.compile(cached ?? (await this.compile(modules)));
-  }
-
-  /** Compiles with the real compiler; a refused set is a 400 naming policy, row and column. */
-  private async compile(modules: Module[]): Promise<Buffer> {
-    const started = process.hrtime.bigint();
-    try {
-      const wasm = await this.compiler.compile(modules);
-      this.observer.compiled(true, Number(process.hrtime.bigint() - started) / 1e9);
-      return wasm;
-    } catch (e) {
-      this.observer.compiled(false, Number(process.hrtime.bigint() - started) / 1e9);
-      if (e instanceof CompileError) throw invalid(`policy set does not compile: ${e.message}`);
-      throw e;
-    }
   }
 
   /** Runs `fn` after every change queued before it: compiles and swaps never interleave. */
