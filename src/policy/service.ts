@@ -41,6 +41,7 @@ export interface ChangeContext {
   requestId: string;
 }
 
+/** What the service reports (metrics, logs, the cluster relay): keeps prom-client and IPC out of it. */
 export interface CompileObserver {
   compiled(ok: boolean, seconds: number): void;
   revision(revision: number): void;
@@ -64,6 +65,7 @@ export interface CompileObserver {
   shadowUnpaired?(why: string): void;
 }
 
+/** A policy as lists and write answers show it: everything but its text. */
 export type PolicyMeta = Omit<PolicyRecord, 'rego'>;
 
 /**
@@ -74,6 +76,7 @@ export interface Precondition {
   holds(current: PolicyMeta | undefined): boolean;
   failure: string;
 }
+/** `p` without its text. */
 export const metaOf = ({ rego: _rego, ...meta }: PolicyRecord): PolicyMeta => meta;
 
 /** A change of nothing, to spread a change's own fields onto. */
@@ -160,58 +163,63 @@ export class PolicyService {
     return this.serialized(async () => {
       const snap = await this.store.snapshot();
       if (!snap.seeded && snap.policies.length === 0 && snap.data.length === 0) {
-        const initial = await readPolicyDir(policyDir);
-        // Refuse to seed a set that does not compile or whose thresholds are malformed.
-        const module = await this.sets.compiled(initial.modules);
-        const next = await this.sets.prepare(
-          module,
-          dataTree(initial.data),
-          snap.revision + 1,
-          initial.modules,
-          'live',
-        );
-        const r = await this.store.commit(
-          {
-            expectedRevision: snap.revision,
-            putPolicies: initial.modules.map((m) => ({
-              name: m.name,
-              rego: m.rego,
-              description: m.description,
-              sha256: regoSha256(m.rego),
-            })),
-            deletePolicies: [],
-            putData: initial.data.map((d) => ({ ...d, sha256: dataSha256(d.value) })),
-            deleteData: [],
-            actor: ctx.actor,
-            message: `seeded from ${policyDir}`,
-            seed: true,
-          },
-          (revision) => [
-            {
-              kind: 'policy.seed',
-              actor: ctx.actor,
-              trace_id: ctx.traceId,
-              request_id: ctx.requestId,
-              outcome: 'success',
-              policy_revision: revision,
-              message: `seeded ${initial.modules.length} policies and ${initial.data.length} data documents from ${policyDir}`,
-              details: {
-                policies: initial.modules.map((m) => m.name),
-                data: initial.data.map((d) => d.path),
-              },
-            },
-          ],
-        );
-        // Another process seeded first: load what it stored.
-        if (r.ok) {
-          await this.install(next, r.revision);
-          return { seeded: true, revision: r.revision };
-        }
+        const revision = await this.seed(snap, policyDir, ctx);
+        if (revision !== undefined) return { seeded: true, revision };
       }
       const now = await this.store.snapshot();
       await this.load(now);
       return { seeded: false, revision: now.revision };
     });
+  }
+
+  /**
+   * Stores and installs the set of `policyDir` as the first revision over the empty `snap`; the
+   * revision, or undefined when another process seeded first (then its set is loaded instead).
+   */
+  private async seed(
+    snap: PolicySnapshot,
+    policyDir: string,
+    ctx: ChangeContext,
+  ): Promise<number | undefined> {
+    const initial = await readPolicyDir(policyDir);
+    // Refuse to seed a set that does not compile or whose thresholds are malformed.
+    const module = await this.sets.compiled(initial.modules);
+    const next = await this.sets.prepare(
+      module,
+      dataTree(initial.data),
+      snap.revision + 1,
+      initial.modules,
+      'live',
+    );
+    const r = await this.store.commit(
+      {
+        expectedRevision: snap.revision,
+        putPolicies: initial.modules.map((m) => ({
+          name: m.name,
+          rego: m.rego,
+          description: m.description,
+          sha256: regoSha256(m.rego),
+        })),
+        deletePolicies: [],
+        putData: initial.data.map((d) => ({ ...d, sha256: dataSha256(d.value) })),
+        deleteData: [],
+        actor: ctx.actor,
+        message: `seeded from ${policyDir}`,
+        seed: true,
+      },
+      (revision) => [
+        {
+          ...changeEvent('policy.seed', undefined, revision, ctx, {
+            policies: initial.modules.map((m) => m.name),
+            data: initial.data.map((d) => d.path),
+          }),
+          message: `seeded ${initial.modules.length} policies and ${initial.data.length} data documents from ${policyDir}`,
+        },
+      ],
+    );
+    if (!r.ok) return undefined;
+    await this.install(next, r.revision);
+    return r.revision;
   }
 
   /** Reloads from the store if another process changed it (no-op when the revision is current). */
@@ -223,11 +231,13 @@ export class PolicyService {
     });
   }
 
+  /** The live policies without their texts, and the live revision. */
   async list(): Promise<{ policies: PolicyMeta[]; revision: number }> {
     const snap = await this.store.snapshot();
     return { policies: snap.policies.map(metaOf), revision: snap.revision };
   }
 
+  /** One live policy with its text; 404 when it is not live. */
   async get(name: string): Promise<PolicyRecord> {
     checkName(name);
     const p = (await this.store.snapshot()).policies.find((x) => x.name === name);
@@ -235,6 +245,10 @@ export class PolicyService {
     return p;
   }
 
+  /**
+   * Creates or replaces a policy as a new revision, compiled with the whole live set and checked
+   * before anything is stored (a dry run stops there); `precondition` is the caller's If-Match.
+   */
   async put(
     name: string,
     rego: string,
@@ -290,9 +304,9 @@ export class PolicyService {
         ...(promoted !== undefined ? { promoteShadow: { name, sha256: promoted } } : {}),
       },
       (revision) => [
-        this.event('policy.put', name, revision, ctx, { sha256: regoSha256(rego), created: !existing }),
+        changeEvent('policy.put', name, revision, ctx, { sha256: regoSha256(rego), created: !existing }),
         ...(promoted !== undefined
-          ? [this.event('policy.shadow.promote', name, revision, ctx, { sha256: promoted })]
+          ? [changeEvent('policy.shadow.promote', name, revision, ctx, { sha256: promoted })]
           : []),
       ],
     );
@@ -314,6 +328,7 @@ export class PolicyService {
     };
   }
 
+  /** Deletes a policy as a new revision; 400 when the set left would not compile. */
   async delete(
     name: string,
     precondition: Precondition | undefined,
@@ -343,7 +358,7 @@ export class PolicyService {
           deletePolicies: [name],
           actor: ctx.actor,
         },
-        (revision) => [this.event('policy.delete', name, revision, ctx, {})],
+        (revision) => [changeEvent('policy.delete', name, revision, ctx, {})],
       );
       if (!c.ok) {
         if ('conflict' in c) throw preconditionFailed(name);
@@ -356,6 +371,7 @@ export class PolicyService {
     return result;
   }
 
+  /** The live data documents' paths (not their values), and the live revision. */
   async listData(): Promise<{ documents: { path: string; updated_at: string }[]; revision: number }> {
     const snap = await this.store.snapshot();
     return {
@@ -364,6 +380,7 @@ export class PolicyService {
     };
   }
 
+  /** One live data document with its value; 404 when there is none at the path. */
   async getData(dataPath: string): Promise<DataDocument> {
     checkDataPath(dataPath);
     const doc = (await this.store.snapshot()).data.find((d) => d.path === dataPath);
@@ -371,6 +388,10 @@ export class PolicyService {
     return doc;
   }
 
+  /**
+   * Creates or replaces a data document as a new revision, the live policies checked against the
+   * new data first; 409 when its path overlaps another document's.
+   */
   async putData(
     dataPath: string,
     value: unknown,
@@ -399,7 +420,7 @@ export class PolicyService {
           actor: ctx.actor,
         },
         // What went live, by content, as policy.put and a bundle's data_sha256 record it.
-        (revision) => [this.event('data.put', dataPath, revision, ctx, { sha256, created })],
+        (revision) => [changeEvent('data.put', dataPath, revision, ctx, { sha256, created })],
       );
       if (!c.ok) return 'stale' in c ? STALE : notFoundOf(dataPath);
       await this.install(prepared, c.revision);
@@ -409,6 +430,7 @@ export class PolicyService {
     return result;
   }
 
+  /** Deletes a data document as a new revision, the live policies checked without it first. */
   async deleteData(dataPath: string, ctx: ChangeContext): Promise<{ revision: number }> {
     checkDataPath(dataPath);
     const result = await this.changing(async (snap) => {
@@ -421,7 +443,7 @@ export class PolicyService {
       );
       const c = await this.store.commit(
         { ...NO_CHANGE, expectedRevision: snap.revision, deleteData: [dataPath], actor: ctx.actor },
-        (revision) => [this.event('data.delete', dataPath, revision, ctx, {})],
+        (revision) => [changeEvent('data.delete', dataPath, revision, ctx, {})],
       );
       if (!c.ok) return 'stale' in c ? STALE : notFoundOf(dataPath);
       await this.install(prepared, c.revision);
@@ -460,7 +482,7 @@ export class PolicyService {
         return { created, since: new Date().toISOString() };
       }
       const stored = await this.store.putShadow({ name, rego, sha256: digest }, [
-        this.event('policy.shadow.put', name, snap.revision, ctx, { sha256: digest }),
+        changeEvent('policy.shadow.put', name, snap.revision, ctx, { sha256: digest }),
       ]);
       await this.reshadow();
       return stored;
@@ -475,7 +497,7 @@ export class PolicyService {
     await this.serialized(async () => {
       const revision = this.requireLive().revision;
       const dropped = await this.store.dropShadow(name, undefined, [
-        this.event('policy.shadow.delete', name, revision, ctx, {}),
+        changeEvent('policy.shadow.delete', name, revision, ctx, {}),
       ]);
       if (!dropped) throw notInShadow(name);
       await this.reshadow();
@@ -566,7 +588,7 @@ export class PolicyService {
       const c = await this.store.commit(
         { ...plan, expectedRevision: snap.revision, actor: ctx.actor, message: b.message },
         (revision) => [
-          this.event('policy.bundle', 'bundle', revision, ctx, {
+          changeEvent('policy.bundle', 'bundle', revision, ctx, {
             created: result.created,
             updated: result.updated,
             deleted: result.deleted,
@@ -611,7 +633,7 @@ export class PolicyService {
       const c = await this.store.commit(
         { ...plan, expectedRevision: snap.revision, actor: ctx.actor, message: `restore of revision ${n}` },
         (revision) => [
-          this.event('policy.restore', `revision ${n}`, revision, ctx, {
+          changeEvent('policy.restore', `revision ${n}`, revision, ctx, {
             restored_revision: n,
             policies_put: plan.putPolicies.map((p) => p.name),
             policies_deleted: plan.deletePolicies,
@@ -666,26 +688,21 @@ export class PolicyService {
     return this.sets.prepare(await this.sets.compiled(snap.policies), data, snap.revision + 1);
   }
 
+  /** Waits until every serving process has loaded `revision` (CompileObserver.changed). */
   private async announce(revision: number): Promise<void> {
     await this.observer.changed?.(revision);
   }
 
+  /** The live evaluator; 503 before start() has loaded a set. */
   private requireLive(): Evaluator {
     if (!this.live) throw unavailable('no policy set is loaded');
     return this.live;
   }
 
+  /** Makes `snap`'s set live here as it is stored (start-up, another process's change). */
   private async load(snap: PolicySnapshot): Promise<void> {
     const module = await this.sets.compiled(snap.policies);
-    await this.swap(module, dataTree(snap.data), snap.revision);
-  }
-
-  private async swap(
-    module: WebAssembly.Module,
-    data: Record<string, unknown>,
-    revision: number,
-  ): Promise<void> {
-    await this.install(await this.sets.prepare(module, data, revision), revision);
+    await this.install(await this.sets.prepare(module, dataTree(snap.data), snap.revision), snap.revision);
   }
 
   /** Swaps in `e`; if the store assigned another revision than expected, relabels it first. */
@@ -726,25 +743,6 @@ export class PolicyService {
     this.queue = run.catch(() => undefined);
     return run;
   }
-
-  private event(
-    kind: string,
-    subject: string,
-    revision: number,
-    ctx: ChangeContext,
-    details: Record<string, unknown>,
-  ): NewAuditEvent {
-    return {
-      kind,
-      actor: ctx.actor,
-      trace_id: ctx.traceId,
-      request_id: ctx.requestId,
-      resource: subject,
-      outcome: 'success',
-      policy_revision: revision,
-      details,
-    };
-  }
 }
 
 /** A conditional write that lost a race: the policy changed after the precondition was checked. */
@@ -763,4 +761,27 @@ function expectedVersion(
   if (pre === undefined) return undefined;
   if (!pre.holds(existing === undefined ? undefined : metaOf(existing))) throw precondition(pre.failure);
   return existing?.version ?? 0;
+}
+
+/**
+ * The audit event of a policy, data or shadow change made by `ctx` (SPEC §11): it names the
+ * revision it made live (a shadow change: the live revision it was made over).
+ */
+function changeEvent(
+  kind: string,
+  subject: string | undefined,
+  revision: number,
+  ctx: ChangeContext,
+  details: Record<string, unknown>,
+): NewAuditEvent {
+  return {
+    kind,
+    actor: ctx.actor,
+    trace_id: ctx.traceId,
+    request_id: ctx.requestId,
+    ...(subject !== undefined ? { resource: subject } : {}),
+    outcome: 'success',
+    policy_revision: revision,
+    details,
+  };
 }
