@@ -7,7 +7,8 @@ import { onceOnly } from './helpers/backends.js';
 import { REPO } from './helpers/harness.js';
 import { type Module, RegoCompiler } from '../src/policy/compiler.js';
 import { Evaluator } from '../src/policy/evaluator.js';
-import { checkPairedData, planPaired, planRules, Unsupported } from '../src/policy/paired.js';
+import { checkPairedData, planPaired, planRules } from '../src/policy/paired.js';
+import { Unsupported } from '../src/policy/paired-rules.js';
 import { PlanThread } from '../src/policy/plan-thread.js';
 import { shadowModules } from '../src/policy/shadow-set.js';
 

@@ -7,7 +7,8 @@ import { gunzipSync } from 'node:zlib';
 import { repoRoot } from '../config.js';
 import { ALLOWED_BUILTINS, restrictCapabilities } from './capabilities.js';
 import { type LocatedError, type ParsedModule, relocateContractErrors, ruleSites } from './contract.js';
-import { PAIRED_ENTRYPOINT, type ParsedPolicy, type RegoAst } from './paired.js';
+import { PAIRED_ENTRYPOINT } from './paired.js';
+import type { ParsedPolicy, RegoAst } from './rego-ast.js';
 import { childEnv } from '../common/child-env.js';
 
 /** How many parse trees the compiler keeps (paired.ts reads each module of a set again on every change). */

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { canonicalJson } from '../common/canonical-json.js';
 import { invalid } from '../errors.js';
-import type { RegoAst } from './paired.js';
+import type { RegoAst } from './rego-ast.js';
 import type { DataDocument } from './types.js';
 
 /**

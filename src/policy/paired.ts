@@ -11,7 +11,7 @@
  * multi-value set (`deny contains …`) copies only those rules, beside one rule holding the live
  * set's members.
  *
- * This file only plans: it reads `opa parse` trees and writes the generated Rego. The plan is
+ * This file only plans: it reads `opa parse` trees (paired-rules.ts) and writes the generated Rego. The plan is
  * refused (`Unsupported`) whenever the copy could read something other than the shadow set would:
  * a rule reading the whole of `data` (`data[x]`, `walk(data, …)`), or a whole package the copy
  * changes, `with` on anything but `input` in a copied rule, a rule or data document where a
@@ -19,6 +19,21 @@
  * evaluated as before, on its own.
  */
 import type { Module } from './compiler.js';
+import {
+  containsAll,
+  difference,
+  groupBy,
+  IDENT,
+  key,
+  parseModule,
+  type ParsedModule,
+  ruleGroup,
+  ruleInfo,
+  type RuleInfo,
+  sameRules,
+  unsupported,
+} from './paired-rules.js';
+import type { ParsedPolicy } from './rego-ast.js';
 
 /** The entrypoint of a paired module: `{"live": decision, "shadow": decision}`. */
 export const PAIRED_ENTRYPOINT = '__arbiter_paired/both';
@@ -43,53 +58,6 @@ const DELTA = 'changed';
 /** Fresh variable names of the generated rules; a package defining a rule of such a name is refused. */
 const FRESH = 'arbiter_shadow_v';
 
-/** `opa parse --format json --json-include locations,-comments` of one module: what is read here. */
-export interface RegoAst {
-  package: { path: AstTerm[] };
-  imports?: AstImport[];
-  rules?: AstRule[];
-}
-
-export interface AstTerm {
-  type: string;
-  value: unknown;
-  location?: AstLocation;
-}
-
-interface AstLocation {
-  row: number;
-  col: number;
-  /** Base64 of the source text the node was parsed from. */
-  text?: string;
-}
-
-interface AstImport {
-  path: AstTerm;
-  alias?: string;
-}
-
-interface AstRule {
-  head: {
-    name?: string;
-    ref?: AstTerm[];
-    args?: AstTerm[];
-    key?: AstTerm;
-    value?: AstTerm;
-    location?: AstLocation;
-  };
-  body?: unknown;
-  else?: AstRule;
-  default?: boolean;
-  location?: AstLocation;
-}
-
-/** A module with its parse tree. */
-export interface ParsedPolicy {
-  name: string;
-  rego: string;
-  ast: RegoAst;
-}
-
 /** What a plan generates, and how much the shadow side shares with the live side. */
 export interface PairedPlan {
   /** The generated modules, compiled beside the live modules and the builtin decision module. */
@@ -112,73 +80,6 @@ export interface PairedPlan {
   comparedByChanges: string[];
 }
 
-/** A set this planner cannot pair; the shadow set is then evaluated on its own. */
-export class Unsupported extends Error {}
-
-const unsupported = (why: string): never => {
-  throw new Unsupported(why);
-};
-
-interface Import {
-  /** `data`, `input`, or another root (`rego`, `future`): only `data` imports are resolved here. */
-  root: string;
-  path: string[];
-  /** Whether the import names its alias (`as x`); `import input` may not name `input`. */
-  explicit: boolean;
-  alias: string;
-}
-
-interface ParsedModule {
-  name: string;
-  /** key(pkg) */
-  pkgKey: string;
-  source: string;
-  rules: AstRule[];
-  lineStarts: number[];
-  /**
-   * By row, read once per line: the offset of each of its code points where it holds surrogate
-   * pairs, null where it holds none (offsetOf).
-   */
-  astralLines: Map<number, number[] | null>;
-  pkg: string[];
-  imports: Import[];
-}
-
-/** A `data…` reference written in a rule, where the rewrite would insert the copy's root. */
-interface DataRef {
-  /** String offset just past the `data` that begins it. */
-  after: number;
-  path: string[];
-}
-
-interface RuleInfo {
-  module: ParsedModule;
-  group: string;
-  text: string;
-  /** The rule's text together with the imports it uses: equal signatures mean equal rules. */
-  signature: string;
-  /** Every static path under `data` the rule may read (imports and rules of its package resolved). */
-  reads: string[][];
-  dataRefs: DataRef[];
-  /** Per import alias, the paths the rule reads through it. */
-  aliasReads: Map<string, string[][]>;
-  /** Arity of a function; undefined for a document rule. */
-  arity: number | undefined;
-  /** `g contains x if …` */
-  multiValue: boolean;
-  /** A head of more than one term (`a.b := …`, `a[x] := …`). */
-  refHead: boolean;
-  /** A `with` whose target is not `input`. */
-  withData: boolean;
-  /**
-   * Each `with` of the rule (what it reads is then evaluated with another input or document): the
-   * name of the rule it sets the whole input to (`with input as delegated_input`), else `?`.
-   */
-  withs: string[];
-  /** Whether the rule reads `data` as a whole (`data[x]`, `walk(data, …)`). */
-  readsAllData: boolean;
-}
-
 interface Group {
   /** key([...pkg, name]) */
   key: string;
@@ -188,10 +89,6 @@ interface Group {
   live: RuleInfo[];
   shadow: RuleInfo[];
 }
-
-/** A path as a map key: JSON, so that no segment (a quoted one may hold any text) can run into the next. */
-const key = (path: string[]) => JSON.stringify(path);
-const IDENT = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**
  * Plans the paired module of `live` (the live set's modules) and `shadow` (the shadow set's:
@@ -251,15 +148,42 @@ export function planRules(live: ParsedPolicy[], shadow: ParsedPolicy[], builtin:
   const route = router(set.packages, affectedPackages);
   const copies = copyModules(set, affected, extended, route);
   const shared = sharedModules(set.groups, affectedPackages, affected, extended);
-  const decision = DECISION_PATH.join('.');
   const copied = route(DECISION_PATH) === 'copy';
   const { compared, delegated } = copied ? comparable(set, changed, affected) : NOT_COMPARED;
   const deltas = compared.map((g, i) => deltaOf(set, g, i, route));
+  const entry = entryModule(copied, deltas, delegated);
+  const name = (g: Group) => [...g.pkg, g.name].join('.');
+  const plan: PairedPlan = {
+    modules: [
+      ...copies,
+      ...shared.modules,
+      ...deltas.flatMap((d) => d.modules),
+      { name: 'entry', rego: entry },
+    ],
+    copied: shared.copied.sort(),
+    extended: [...extended].map((k) => (JSON.parse(k) as string[]).join('.')).sort(),
+    compared: compared.map(name).sort(),
+    comparedByChanges: compared
+      .filter((_, i) => deltas[i]!.modules.length > 0)
+      .map(name)
+      .sort(),
+  };
+  return { plan, changedPackages: [...affectedPackages.values()] };
+}
+
+/**
+ * The entry module: `both` answers the live decision, and the shadow decision unless it is the
+ * live one (`same`). `copied`: whether the decision reads anything the shadow set changes;
+ * `deltas`: the changed rules compared before the copy is evaluated (none: it always is);
+ * `delegated`: whether they are compared with the builtin module's delegated input too.
+ */
+function entryModule(copied: boolean, deltas: Delta[], delegated: boolean): string {
+  const decision = DECISION_PATH.join('.');
   const entry = [`package ${ENTRY_ROOT}`, '', `both["live"] := data.${decision}`, ''];
   if (!copied) {
     // The decision reads nothing the shadow set changes: the live decision is the shadow's too.
     entry.push('both["same"] := true');
-  } else if (compared.length === 0) {
+  } else if (deltas.length === 0) {
     entry.push(`both["shadow"] := data.${SHADOW_ROOT}.${decision}`);
   } else {
     // Where every changed rule has the value its live rule has, with the input and with each
@@ -295,23 +219,7 @@ export function planRules(live: ParsedPolicy[], shadow: ParsedPolicy[], builtin:
       `both["shadow"] := data.${SHADOW_ROOT}.${decision} if not same`,
     );
   }
-  const name = (g: Group) => [...g.pkg, g.name].join('.');
-  const plan: PairedPlan = {
-    modules: [
-      ...copies,
-      ...shared.modules,
-      ...deltas.flatMap((d) => d.modules),
-      { name: 'entry', rego: entry.join('\n') + '\n' },
-    ],
-    copied: shared.copied.sort(),
-    extended: [...extended].map((k) => (JSON.parse(k) as string[]).join('.')).sort(),
-    compared: compared.map(name).sort(),
-    comparedByChanges: compared
-      .filter((_, i) => deltas[i]!.modules.length > 0)
-      .map(name)
-      .sort(),
-  };
-  return { plan, changedPackages: [...affectedPackages.values()] };
+  return entry.join('\n') + '\n';
 }
 
 /** How `same` holds a changed rule against its live rule: two expressions, and what they need. */
@@ -425,6 +333,11 @@ interface RuleSets {
   groups: Map<string, Group>;
 }
 
+/**
+ * Reads both sets' modules (each module they share once) and groups their rules by package and
+ * name. Refuses (Unsupported) reserved packages, rules reading the whole of `data` or the
+ * generated roots, and names that clash.
+ */
 function groupRules(live: ParsedPolicy[], shadow: ParsedPolicy[], builtin: ParsedPolicy): RuleSets {
   // A module both sets hold (most of them) is read once.
   const readOnce = new Map<string, ParsedModule>();
@@ -483,6 +396,12 @@ function groupRules(live: ParsedPolicy[], shadow: ParsedPolicy[], builtin: Parse
       }
     }
   }
+  refuseClashes(packages, groups);
+  return { shadowModules, builtin: read(builtin), packages, groups };
+}
+
+/** Refuses (Unsupported) a rule where a package is, and a rule named like the generated ones. */
+function refuseClashes(packages: Map<string, string[]>, groups: Map<string, Group>): void {
   for (const p of packages.values()) {
     for (let n = 1; n <= p.length; n++) {
       if (groups.has(key(p.slice(0, n)))) {
@@ -494,7 +413,6 @@ function groupRules(live: ParsedPolicy[], shadow: ParsedPolicy[], builtin: Parse
     if (g.name.startsWith(FRESH))
       unsupported(`rule ${[...g.pkg, g.name].join('.')} has a name this planner uses`);
   }
-  return { shadowModules, builtin: read(builtin), packages, groups };
 }
 
 /** The keys of a path's prefixes, shortest first, the path itself last. */
@@ -679,248 +597,8 @@ function aliasOf(rules: RuleInfo[], name: string, path: string): string {
   return `${name}(${args}) := data.${path}(${args})`;
 }
 
-/** The group a rule defines: the first term of its head. */
-function ruleGroup(r: AstRule): string {
-  const first = r.head.ref?.[0];
-  const name = first && first.type === 'var' && typeof first.value === 'string' ? first.value : r.head.name;
-  if (typeof name !== 'string' || name === '') return unsupported('a rule has no name');
-  return name;
-}
-
-function parseModule(p: ParsedPolicy): ParsedModule {
-  const path = p.ast.package?.path ?? [];
-  const pkg = path
-    .slice(1)
-    .map((t) =>
-      t.type === 'string' && typeof t.value === 'string'
-        ? t.value
-        : unsupported(`package of ${p.name} is not static`),
-    );
-  const lineStarts = [0];
-  for (let i = 0; i < p.rego.length; i++) if (p.rego[i] === '\n') lineStarts.push(i + 1);
-  const imports = (p.ast.imports ?? []).map((im): Import => {
-    const terms = Array.isArray(im.path.value) ? (im.path.value as AstTerm[]) : [im.path];
-    const root =
-      terms[0]?.type === 'var'
-        ? String(terms[0].value)
-        : unsupported(`an import of ${p.name} is not a reference`);
-    const rest = terms
-      .slice(1)
-      .map((t) =>
-        t.type === 'string' && typeof t.value === 'string'
-          ? t.value
-          : unsupported(`an import of ${p.name} is not static`),
-      );
-    const alias = im.alias ?? rest[rest.length - 1] ?? root;
-    return { root, path: rest, alias, explicit: im.alias !== undefined };
-  });
-  return {
-    name: p.name,
-    pkgKey: key(pkg),
-    source: p.rego,
-    rules: p.ast.rules ?? [],
-    lineStarts,
-    astralLines: new Map(),
-    pkg,
-    imports,
-  };
-}
-
-/** The string offset of a location (rows from 1, columns counted in code points from 1). */
-function offsetOf(m: ParsedModule, loc: AstLocation | undefined): number {
-  if (!loc) return unsupported(`a node of ${m.name} has no location`);
-  const start = m.lineStarts[loc.row - 1];
-  if (start === undefined) return unsupported(`a location of ${m.name} is outside its text`);
-  const end = m.lineStarts[loc.row] ?? m.source.length + 1;
-  // Columns count code points. A line without surrogate pairs (most) counts them as its UTF-16
-  // units; a line with some has its code points' offsets listed once, not counted per location.
-  let points = m.astralLines.get(loc.row);
-  if (points === undefined) {
-    const line = m.source.slice(start, end);
-    points = null;
-    if (/[\uD800-\uDFFF]/.test(line)) {
-      points = [];
-      for (let off = 0; off < line.length; off += line.codePointAt(off)! > 0xffff ? 2 : 1) {
-        points.push(start + off);
-      }
-    }
-    m.astralLines.set(loc.row, points);
-  }
-  if (points === null) {
-    if (start + loc.col - 1 >= end) return unsupported(`a location of ${m.name} is outside its line`);
-    return start + loc.col - 1;
-  }
-  const at = points[loc.col - 1];
-  return at === undefined ? unsupported(`a location of ${m.name} is outside its line`) : at;
-}
-
-/** The source text at a location, checked against the text the parser recorded. */
-function textAt(m: ParsedModule, loc: AstLocation | undefined): { start: number; text: string } {
-  const start = offsetOf(m, loc);
-  const text = Buffer.from(loc?.text ?? '', 'base64').toString('utf8');
-  if (text === '' || m.source.slice(start, start + text.length) !== text) {
-    unsupported(`the parse tree of ${m.name} does not match its text`);
-  }
-  return { start, text };
-}
-
-function ruleInfo(m: ParsedModule, r: AstRule, packageRules: Set<string>): RuleInfo {
-  const group = ruleGroup(r);
-  const at = textAt(m, r.location);
-  const start = at.start;
-  let text = at.text;
-  if (r.default) {
-    // A default rule's location covers the keyword only; its head holds the rest.
-    const head = textAt(m, r.head.location);
-    if (text !== 'default' || head.start < start)
-      unsupported(`a default rule of ${m.name} is not where its head is`);
-    text = m.source.slice(start, head.start + head.text.length);
-  } else if (offsetOf(m, r.head.ref?.[0]?.location) !== start) {
-    // A second body of a rule (`p if { … } { … }`) is a rule of its own, without its head's text.
-    unsupported(`a rule of ${m.name} has a body apart from its head`);
-  }
-  const aliases = new Map(m.imports.filter((i) => i.root === 'data').map((i) => [i.alias, i.path]));
-  const otherAliases = new Set(m.imports.filter((i) => i.root !== 'data').map((i) => i.alias));
-  const info: RuleInfo = {
-    module: m,
-    group,
-    text,
-    signature: '',
-    reads: [],
-    dataRefs: [],
-    aliasReads: new Map(),
-    arity: r.head.args && r.head.args.length > 0 ? r.head.args.length : undefined,
-    multiValue: r.head.key !== undefined && r.head.value === undefined,
-    refHead: (r.head.ref?.length ?? 1) > 1,
-    withData: false,
-    withs: [],
-    readsAllData: false,
-  };
-  const usedAliases = new Set<string>();
-  const ref = (terms: AstTerm[]) => {
-    const head = terms[0];
-    if (!head || head.type !== 'var' || typeof head.value !== 'string') return;
-    const statics: string[] = [];
-    for (const t of terms.slice(1)) {
-      if (t.type === 'string' && typeof t.value === 'string') statics.push(t.value);
-      else break;
-    }
-    const name = head.value;
-    if (name === 'data') {
-      if (statics.length === 0) info.readsAllData = true;
-      const at = textAt(m, head.location);
-      if (at.text !== 'data') unsupported(`the parse tree of ${m.name} does not match its text`);
-      // OPA's tree holds a reference head's key twice (in the head's ref and as its key): once here.
-      if (!info.dataRefs.some((d) => d.after === at.start + 4 - start)) {
-        info.dataRefs.push({ after: at.start + 4 - start, path: statics });
-      }
-      info.reads.push(statics);
-    } else if (aliases.has(name)) {
-      usedAliases.add(name);
-      const path = [...aliases.get(name)!, ...statics];
-      info.reads.push(path);
-      const list = info.aliasReads.get(name) ?? [];
-      list.push(path);
-      info.aliasReads.set(name, list);
-    } else if (otherAliases.has(name)) {
-      usedAliases.add(name);
-    } else if (packageRules.has(name)) {
-      info.reads.push([...m.pkg, name]);
-    }
-  };
-  const walk = (node: unknown): void => {
-    if (Array.isArray(node)) {
-      for (const n of node) walk(n);
-      return;
-    }
-    if (!node || typeof node !== 'object') return;
-    const t = node as Partial<AstTerm> & { with?: { target?: AstTerm; value?: AstTerm }[] };
-    if (Array.isArray(t.with)) {
-      for (const w of t.with) {
-        const target = w.target;
-        const root = target?.type === 'ref' ? (target.value as AstTerm[])[0]?.value : target?.value;
-        if (root !== 'input') info.withData = true;
-        const whole = target?.type === 'ref' && (target.value as AstTerm[]).length === 1 && root === 'input';
-        info.withs.push(whole && w.value?.type === 'var' ? String(w.value.value) : '?');
-      }
-    }
-    if (t.type === 'ref' && Array.isArray(t.value)) {
-      const terms = t.value as AstTerm[];
-      ref(terms);
-      // A reference may start with a literal, a comprehension or a call ([data.x.v][0], f(x).y):
-      // what that holds is read too. A var at its head is the reference's own name.
-      walk(terms[0]?.type === 'var' ? terms.slice(1) : terms);
-      return;
-    }
-    if (t.type === 'var' && typeof t.value === 'string') {
-      ref([t as AstTerm]);
-      return;
-    }
-    const o = node as Record<string, unknown>;
-    for (const k in o) if (k !== 'location' && k !== 'text') walk(o[k]);
-  };
-  const walkRule = (x: AstRule) => {
-    walk(x.head.ref?.slice(1));
-    walk(x.head.args);
-    walk(x.head.key);
-    walk(x.head.value);
-    walk(x.body);
-    if (x.else) walkRule(x.else);
-  };
-  walkRule(r);
-  const imports = m.imports
-    // What the rule's names mean: the imports it uses, and the language switches (rego.v1).
-    .filter((i) => usedAliases.has(i.alias) || i.root === 'rego' || i.root === 'future')
-    .map((i) => `${i.alias}=${key([i.root, ...i.path])}`)
-    .sort();
-  info.signature = `${key(m.pkg)}\u0001${imports.join('\u0001')}\u0001${text}`;
-  return info;
-}
-
-/** `items` by `by`, each list in the order of `items` (linear: planning runs on the serving thread). */
-function groupBy<K, V>(items: Iterable<V>, by: (v: V) => K): Map<K, V[]> {
-  const out = new Map<K, V[]>();
-  for (const v of items) {
-    const list = out.get(by(v));
-    if (list) list.push(v);
-    else out.set(by(v), [v]);
-  }
-  return out;
-}
-
-/** Whether two lists hold the same rules, as many times each. */
-function sameRules(a: RuleInfo[], b: RuleInfo[]): boolean {
-  return a.length === b.length && containsAll(a, b);
-}
-
-/** Whether `outer` holds every rule of `inner`, as many times. */
-function containsAll(outer: RuleInfo[], inner: RuleInfo[]): boolean {
-  const counts = new Map<string, number>();
-  for (const r of outer) counts.set(r.signature, (counts.get(r.signature) ?? 0) + 1);
-  for (const r of inner) {
-    const n = counts.get(r.signature) ?? 0;
-    if (n === 0) return false;
-    counts.set(r.signature, n - 1);
-  }
-  return true;
-}
-
 /** The rules the shadow set adds to the live rules of `g` (a multi-value rule it extends). */
 const added = (g: Group): RuleInfo[] => difference(g.shadow, g.live);
-
-/** The rules of `a` that `b` does not hold, each as many times more as `a` holds it. */
-function difference(a: RuleInfo[], b: RuleInfo[]): RuleInfo[] {
-  const counts = new Map<string, number>();
-  for (const r of b) counts.set(r.signature, (counts.get(r.signature) ?? 0) + 1);
-  const out: RuleInfo[] = [];
-  // Matched in the order of `a`, so each rule of `b` is matched once.
-  for (const r of a) {
-    const n = counts.get(r.signature) ?? 0;
-    if (n > 0) counts.set(r.signature, n - 1);
-    else out.push(r);
-  }
-  return out;
-}
 
 /** Whether `data` holds anything at or under `pkg` (a package's document would merge it). */
 function dataBeneath(data: Record<string, unknown>, pkg: string[]): boolean {

@@ -20,7 +20,8 @@
  */
 import { Worker } from 'node:worker_threads';
 import type { Module } from './compiler.js';
-import { type PlannedRules, Unsupported } from './paired.js';
+import type { PlannedRules } from './paired.js';
+import { Unsupported } from './paired-rules.js';
 
 /** What the planning thread is asked: the live set's modules and the shadow set's (text), or to end. */
 export type PlanRequest = { id: number; live: Module[]; shadow: Module[] } | { id: 0; close: true };

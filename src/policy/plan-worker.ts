@@ -9,7 +9,8 @@
  */
 import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
 import { RegoCompiler } from './compiler.js';
-import { planRules, Unsupported } from './paired.js';
+import { planRules } from './paired.js';
+import { Unsupported } from './paired-rules.js';
 import type { PlanAnswer, PlanRequest } from './plan-thread.js';
 
 if (!parentPort) throw new Error('plan-worker.js runs as a worker thread only');
