@@ -13,7 +13,7 @@ import type { LimitDeclaration, LimitUse, QueueItem } from '../queue/types.js';
 import { requestDigest } from './digest.js';
 import { chargeAt, fromMicro, withLimits } from './limits.js';
 import { agentRequestSchema, humanRequestSchema, type AgentRequest, type HumanRequest } from './schemas.js';
-import type { DecisionRecord, DecisionStore, RecordOutcome } from './store.js';
+import type { DecisionRecord, DecisionStore, LimitCharge, RecordOutcome } from './store.js';
 
 export interface FlowIds {
   requestId: string;
@@ -70,6 +70,25 @@ interface Evaluation {
   limits: LimitDeclaration[];
   revision: number | null;
   latencyNs: number;
+}
+
+/**
+ * One request as it is recorded, whatever its answer (the live one, or the deny of an exhausted
+ * budget): the subject and policy input masked, the evaluation, the caller, the time.
+ */
+interface Deciding {
+  kind: 'agent' | 'human';
+  /** Its context masked. */
+  subject: Subject;
+  /** The policy input, masked. */
+  input: Record<string, unknown>;
+  evaluation: Evaluation;
+  principal: Principal;
+  ids: FlowIds;
+  now: Date;
+  call: Call;
+  idem: Idempotency | undefined;
+  shadow: ShadowOutcome | undefined;
 }
 
 /** What one request adds to its decision beyond the subject: its digest and extra input. */
@@ -249,73 +268,22 @@ export class DecisionService {
     }
     // After the replay: a retry of a request recorded before the limit (or under a higher one)
     // gets its recorded answer.
-    if (!call.extras.sizeChecked) {
-      if (call.extras.authzen) {
-        // The whole evaluation reaches the policy and the audit event (input.authzen), not only
-        // its context: its subject, action and resource may carry any properties.
-        this.checkSize(AUTHZEN_EVALUATION, call.extras.authzen, ids.receivedBytes);
-      } else {
-        // The other members of an agent or a human request are bounded by their schemas.
-        this.checkSize('context', req.context, ids.receivedBytes);
-      }
-    }
-    // A proven shadow set paired with the live set answers in the same pass (ADR 0012).
-    const generation = this.policies.shadowSet.generation;
-    const { evaluation, pairedShadow } = this.evaluate(input);
-    // The live answer is fixed; the shadow (if any) is evaluated on its thread, or here once
-    // proven. Without a shadow set, or with a proven one, nothing is awaited: no extra turn.
-    const shadowing = pairedShadow
-      ? shadowOutcome(pairedShadow, evaluation.decision, generation)
-      : this.shadow(input, evaluation.decision);
-    const answered = shadowing instanceof Promise ? await shadowing : shadowing;
-    const now = new Date();
-    const masked: Subject = { ...subject, context: this.maskContext(subject.context) };
-    // Mask paths name fields of the policy input as well (e.g. authzen.subject.properties.ssn).
-    const maskedInput = this.mask(input);
-    // A failed evaluation's text is Arbiter's, and a builtin's error quotes its operand
-    // (`time.parse_rfc3339_ns: cannot parse "…"`), a masked field's value included: the text
-    // recorded and answered holds MASK in its place.
-    const hidden =
-      evaluation.decision.error !== undefined || answered?.result === 'error'
-        ? maskedValues(input, maskedInput)
-        : [];
-    const live = hidden.length > 0 ? withoutValuesIn(evaluation.decision, hidden) : evaluation.decision;
-    const shadow =
-      answered && hidden.length > 0
-        ? { ...answered, message: withoutValues(answered.message, hidden) }
-        : answered;
-    const made = (decision: PolicyDecision) => {
-      const item =
-        decision.status === 'requires_approval'
-          ? this.queueItem(kind, masked, decision, evaluation, principal, ids, now, call)
-          : undefined;
-      return {
-        decision: decisionRecord(kind, masked, decision, evaluation, principal, ids, now, item, idem, call),
-        event: decisionEvent(
-          kind,
-          masked,
-          maskedInput,
-          decision,
-          evaluation,
-          principal,
-          ids,
-          now,
-          item,
-          call,
-          shadow,
-        ),
-        item,
-      };
+    if (!call.extras.sizeChecked) this.checkRequestSize(req, call.extras, ids.receivedBytes);
+    const { evaluation, live, shadow, maskedInput } = await this.judge(input);
+    const d: Deciding = {
+      kind,
+      subject: { ...subject, context: this.maskContext(subject.context) },
+      input: maskedInput,
+      evaluation,
+      principal,
+      ids,
+      now: new Date(),
+      call,
+      idem,
+      shadow,
     };
-    const chosen = made(live);
-    // An allow consumes its budgets with its audit event; an exhausted one turns it into a deny.
-    const charge =
-      evaluation.decision.status === 'allow' && evaluation.limits.length > 0
-        ? (() => {
-            const limits = chargeAt(evaluation.limits, now.getTime());
-            return { limits, denials: limits.map((l) => made(exhaustedDenial(l))) };
-          })()
-        : undefined;
+    const chosen = this.recordsOf(d, live);
+    const charge = this.chargeOf(d);
     let outcome: RecordOutcome;
     try {
       outcome = await this.store.record({
@@ -335,6 +303,80 @@ export class DecisionService {
     this.observer.decided(kind, outcome.decision.status, evaluation.latencyNs / 1e9);
     if (shadow) this.observer.shadowed?.(shadow.result);
     return { decision: answer(outcome.decision), replayed: false };
+  }
+
+  /** Refuses (413) a request whose free-form part is over the size limit, before it is evaluated. */
+  private checkRequestSize(
+    req: AgentRequest | HumanRequest,
+    extras: DecisionExtras,
+    receivedBytes: number | undefined,
+  ): void {
+    if (extras.authzen) {
+      // The whole evaluation reaches the policy and the audit event (input.authzen), not only
+      // its context: its subject, action and resource may carry any properties.
+      this.checkSize(AUTHZEN_EVALUATION, extras.authzen, receivedBytes);
+    } else {
+      // The other members of an agent or a human request are bounded by their schemas.
+      this.checkSize('context', req.context, receivedBytes);
+    }
+  }
+
+  /**
+   * The live answer to `input` and, when a shadow set is active, the shadow set's beside it; a
+   * failed evaluation's texts with the masked fields' values taken out, as they are recorded
+   * and answered; and `input` masked, as it is recorded.
+   */
+  private async judge(input: Record<string, unknown>): Promise<{
+    evaluation: Evaluation;
+    live: PolicyDecision;
+    shadow: ShadowOutcome | undefined;
+    maskedInput: Record<string, unknown>;
+  }> {
+    // A proven shadow set paired with the live set answers in the same pass (ADR 0012).
+    const generation = this.policies.shadowSet.generation;
+    const { evaluation, pairedShadow } = this.evaluate(input);
+    // The live answer is fixed; the shadow (if any) is evaluated on its thread, or here once
+    // proven. Without a shadow set, or with a proven one, nothing is awaited: no extra turn.
+    const shadowing = pairedShadow
+      ? shadowOutcome(pairedShadow, evaluation.decision, generation)
+      : this.shadow(input, evaluation.decision);
+    const answered = shadowing instanceof Promise ? await shadowing : shadowing;
+    // Mask paths name fields of the policy input as well (e.g. authzen.subject.properties.ssn).
+    const maskedInput = this.mask(input);
+    // A failed evaluation's text is Arbiter's, and a builtin's error quotes its operand
+    // (`time.parse_rfc3339_ns: cannot parse "…"`), a masked field's value included: the text
+    // recorded and answered holds MASK in its place.
+    const hidden =
+      evaluation.decision.error !== undefined || answered?.result === 'error'
+        ? maskedValues(input, maskedInput)
+        : [];
+    const live = hidden.length > 0 ? withoutValuesIn(evaluation.decision, hidden) : evaluation.decision;
+    const shadow =
+      answered && hidden.length > 0
+        ? { ...answered, message: withoutValues(answered.message, hidden) }
+        : answered;
+    return { evaluation, live, shadow, maskedInput };
+  }
+
+  /**
+   * What an allow consumes of its budgets, with its audit event (the store charges them in the
+   * same transaction): each limit with the deny recorded instead should it be exhausted. Nothing
+   * for any other answer, or an allow without budgets.
+   */
+  private chargeOf(d: Deciding): LimitCharge | undefined {
+    const { decision, limits } = d.evaluation;
+    if (decision.status !== 'allow' || limits.length === 0) return undefined;
+    const charged = chargeAt(limits, d.now.getTime());
+    return { limits: charged, denials: charged.map((l) => this.recordsOf(d, exhaustedDenial(l))) };
+  }
+
+  /** The decision record, audit event and (for requires_approval) queue item of `decision`. */
+  private recordsOf(
+    d: Deciding,
+    decision: PolicyDecision,
+  ): { decision: DecisionRecord; event: NewAuditEvent; item: QueueItem | undefined } {
+    const item = decision.status === 'requires_approval' ? this.queueItem(d, decision) : undefined;
+    return { decision: decisionRecord(d, decision, item), event: decisionEvent(d, decision, item), item };
   }
 
   /**
@@ -398,14 +440,8 @@ export class DecisionService {
 
   /** The pending item a requires_approval answer puts in the review queue (id = request id). */
   private queueItem(
-    kind: 'agent' | 'human',
-    { on_behalf_of, ...subject }: Subject,
+    { kind, subject: { on_behalf_of, ...subject }, evaluation, principal, ids, now, call }: Deciding,
     decision: PolicyDecision,
-    evaluation: Evaluation,
-    principal: Principal,
-    ids: FlowIds,
-    now: Date,
-    call: Call,
   ): QueueItem {
     return {
       id: ids.requestId,
@@ -477,16 +513,9 @@ function exhaustedDenial(l: LimitUse): PolicyDecision {
 
 /** What is kept of the decision: enough to replay it and to exchange it for a token. */
 function decisionRecord(
-  kind: 'agent' | 'human',
-  subject: Subject,
+  { kind, subject, evaluation, principal, ids, now, idem, call }: Deciding,
   decision: PolicyDecision,
-  evaluation: Evaluation,
-  principal: Principal,
-  ids: FlowIds,
-  now: Date,
   item: QueueItem | undefined,
-  idem: Idempotency | undefined,
-  call: Call,
 ): DecisionRecord {
   return {
     request_id: ids.requestId,
@@ -516,17 +545,19 @@ function decisionRecord(
  * can be explained and replayed against a candidate set.
  */
 function decisionEvent(
-  kind: 'agent' | 'human',
-  subject: Subject,
-  input: Record<string, unknown>,
+  {
+    kind,
+    subject,
+    input,
+    evaluation: { revision, latencyNs, limits },
+    principal,
+    ids,
+    now,
+    call,
+    shadow,
+  }: Deciding,
   decision: PolicyDecision,
-  { revision, latencyNs, limits }: Evaluation,
-  principal: Principal,
-  ids: FlowIds,
-  now: Date,
   item: QueueItem | undefined,
-  call: Call,
-  shadow: ShadowOutcome | undefined,
 ): NewAuditEvent {
   const { context: _context, ...inputWithoutContext } = input;
   // input.authzen repeats the context (SPEC §14): store it masked, as details.context is.
