@@ -308,7 +308,7 @@ export function unknownVariables(env: NodeJS.ProcessEnv = process.env): string[]
  * Mask paths that cannot do what they say, refused so that no operator believes a field masked:
  * - the policy input's fields a decision records in the clear besides its stored input (the audit
  *   event's own fields, the review queue, tokens' scopes, webhook messages): the top-level fields
- *   of `agentInput`/`humanInput` (src/decisions/service.ts), and the AuthZEN subject's, resource's
+ *   of `agentInput`/`humanInput` (src/decisions/policy-input.ts), and the AuthZEN subject's, resource's
  *   and action's `id`, `type` and `name`, and the subject properties read as `confidence` and
  *   `tenant_id` (src/authzen/service.ts);
  * - `context` whole, which the queue item keeps as an object;

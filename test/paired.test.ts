@@ -49,7 +49,7 @@ function editAgent(from: string, to: string): Module {
   return { name: 'agent', rego: AGENT.replace(from, to) };
 }
 
-// Inputs shaped as the decision service builds them (src/decisions/service.ts), over the names
+// Inputs shaped as the decision service builds them (src/decisions/policy-input.ts), over the names
 // the example policies and data know, and some they do not.
 const ACTIONS = [
   'read', 'list', 'deploy', 'rollback', 'delete', 'logs.tail', 'invoices.pay', 'payments.transfer',

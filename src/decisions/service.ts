@@ -11,6 +11,7 @@ import { failClosed, type DecisionStatus, type PolicyDecision } from '../policy/
 import type { PolicyService } from '../policy/service.js';
 import type { LimitDeclaration, LimitUse, QueueItem } from '../queue/types.js';
 import { requestDigest } from './digest.js';
+import { agentInput, humanInput } from './policy-input.js';
 import { chargeAt, fromMicro, withLimits } from './limits.js';
 import { agentRequestSchema, humanRequestSchema, type AgentRequest, type HumanRequest } from './schemas.js';
 import type { DecisionRecord, DecisionStore, LimitCharge, RecordOutcome } from './store.js';
@@ -193,7 +194,7 @@ export class DecisionService {
       context,
       ...boundAuthzen(extras),
     });
-    return this.decide('agent', req, agentInput(req, principal, extras), principal, ids, idemKey, {
+    return this.decide('agent', req, agentInput(req, principal, extras.authzen), principal, ids, idemKey, {
       subject: {
         agent_id: req.agent_id,
         user_id: null,
@@ -228,7 +229,7 @@ export class DecisionService {
       context,
       ...boundAuthzen(extras),
     });
-    return this.decide('human', req, humanInput(req, principal, extras), principal, ids, idemKey, {
+    return this.decide('human', req, humanInput(req, principal, extras.authzen), principal, ids, idemKey, {
       subject: {
         agent_id: null,
         user_id: req.user_id,
@@ -637,37 +638,3 @@ function bodyHash(kind: string, req: unknown): string {
  * request, whose digest stays that of SPEC §13.
  */
 const boundAuthzen = (extras: DecisionExtras) => (extras.authzen ? { authzen: extras.authzen } : {});
-
-/** The policy input of an agent request (SPEC §4). */
-function agentInput(req: AgentRequest, p: Principal, extras: DecisionExtras): Record<string, unknown> {
-  return {
-    kind: 'agent',
-    agent_id: req.agent_id,
-    action: req.action,
-    resource: req.resource,
-    confidence: req.confidence,
-    context: req.context ?? {},
-    principal: principalInput(p),
-    ...(req.on_behalf_of ? { on_behalf_of: { ...req.on_behalf_of } } : {}),
-    ...(extras.authzen ? { authzen: extras.authzen } : {}),
-  };
-}
-
-/** The policy input of a human request (SPEC §4). */
-function humanInput(req: HumanRequest, p: Principal, extras: DecisionExtras): Record<string, unknown> {
-  return {
-    kind: 'human',
-    tenant_id: req.tenant_id,
-    user_id: req.user_id,
-    action: req.action,
-    resource: { type: req.resource.type, id: req.resource.id },
-    context: req.context ?? {},
-    principal: principalInput(p),
-    ...(extras.authzen ? { authzen: extras.authzen } : {}),
-  };
-}
-
-/** `principal` in the policy input: the calling key, never its secret. */
-function principalInput(p: Principal) {
-  return { name: p.name, tenant: p.tenant, agent: p.agent };
-}
