@@ -336,7 +336,17 @@ onEveryBackend('common HTTP rules (SPEC §3) on both listeners', () => {
             '{"agent_id":"deploy-bot","action":"read","resource":"repo/arbiter","confidence":0.99999999999999999}',
           ),
           400,
-          /^confidence holds the number 0\.99999999999999999, which would reach the policy as 1 /,
+          // A confidence cannot be sent as a string: the advice is one it can follow.
+          /^confidence holds the number 0\.99999999999999999, which would reach the policy as 1 \(numbers are read as doubles\): send it with at most 15 significant digits$/,
+        );
+        refuse(
+          'advises sending a string for an inexact number inside context, where a string is allowed',
+          path,
+          json(
+            '{"agent_id":"deploy-bot","action":"read","resource":"repo/arbiter","context":{"account":9007199254740993}}',
+          ),
+          400,
+          /^context\.account holds the number 9007199254740993, which would reach the policy as 9007199254740992 .*: send it as a string$/,
         );
         refuse(
           'answers 400 naming context when it is a string',

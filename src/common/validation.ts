@@ -223,6 +223,17 @@ export function rangeErrorAt(text: string, schema: JsonSchema, at: string): stri
   return rangeMessage(at, s, literal.length > 48 ? `${literal.slice(0, 48)}…` : literal);
 }
 
+/**
+ * Whether `schema` types its top-level member `at` as a number only, so that a caller told its
+ * number is inexact cannot send it as a string and must be told to send fewer digits instead.
+ */
+export function isNumericMemberOf(schema: JsonSchema, at: string): boolean {
+  const properties = schema.properties as Record<string, { type?: unknown }> | undefined;
+  const type = Object.hasOwn(properties ?? {}, at) ? properties?.[at]?.type : undefined;
+  const types = Array.isArray(type) ? type : [type];
+  return types.length > 0 && types.every((t) => t === 'number' || t === 'integer');
+}
+
 /** -1, 0 or 1 as JSON number literal `a` is below, equal to or above `b`, exactly, whatever their size. */
 export function compareDecimal(a: string, b: string): number {
   const x = decimalParts(a);

@@ -7,6 +7,7 @@ import {
   findUnstorable,
   inexactNumberIn,
   inexactNumberMessage,
+  isNumericMemberOf,
   isStorableString,
   rangeErrorAt,
   MAY_HOLD_UNSTORABLE,
@@ -479,7 +480,11 @@ export function bodyMiddleware(
         const { at, literal, read } = inexact;
         const range = outOfRange(at);
         if (range) throw invalid(range);
-        throw invalid(inexactNumberMessage(`${at} holds`, literal, read, 'send it as a string'));
+        // A member typed as a number cannot be sent as a string; 15 significant digits always
+        // reach the policy as written.
+        const numeric = route.requestSchema !== undefined && isNumericMemberOf(route.requestSchema, at);
+        const fix = numeric ? 'send it with at most 15 significant digits' : 'send it as a string';
+        throw invalid(inexactNumberMessage(`${at} holds`, literal, read, fix));
       }
     }
     if (
