@@ -101,6 +101,7 @@ interface AgentBody {
 
 interface Req {
   id: string;
+  traceId: string;
   body: AgentBody;
   outcome: Outcome;
   /** The budget cost its limit declares (pay and deploy), charged on allow or approval. */
@@ -114,8 +115,9 @@ interface Req {
 interface Idem {
   key: string;
   body: AgentBody;
-  requestId: string;
   outcome: Outcome;
+  /** The first answer's body: a retry replays it (SPEC §5). */
+  first: Record<string, unknown>;
 }
 
 interface Tok {
@@ -256,8 +258,10 @@ function expectDecision(
   if (budgetDenied) expect(res.json.message).to.match(/^budget exhausted/);
   const id = res.json.request_id as string;
   expect(id).to.be.a('string');
+  expect(res.json.trace_id).to.be.a('string');
   m.requests.push({
     id,
+    traceId: res.json.trace_id as string,
     body,
     outcome,
     cost,
@@ -266,7 +270,7 @@ function expectDecision(
     exchanged: false,
   });
   m.events.push(ev('decision', id, outcome));
-  if (key) m.idem.push({ key, body, requestId: id, outcome });
+  if (key) m.idem.push({ key, body, outcome, first: res.json as Record<string, unknown> });
 }
 
 /**
@@ -304,7 +308,7 @@ class Authorize implements Cmd {
 class Retry implements Cmd {
   constructor(
     readonly i: number,
-    readonly variant: 'same' | 'permuted' | 'changed',
+    readonly variant: 'same' | 'permuted' | 'changed' | 'platform',
   ) {}
   check(m: Readonly<Model>): boolean {
     return m.idem.length > 0;
@@ -312,16 +316,17 @@ class Retry implements Cmd {
   async run(m: Model, r: Real): Promise<void> {
     const idem = m.idem[this.i % m.idem.length]!;
     const body =
-      this.variant === 'same'
+      this.variant === 'same' || this.variant === 'platform'
         ? JSON.stringify(idem.body)
         : this.variant === 'permuted'
           ? JSON.stringify(permuted(idem.body))
           : JSON.stringify({ ...idem.body, resource: `${idem.body.resource}-other` });
-    const res = await call('POST', `${r.s.a.engine}/v1/agent/authorize`, {
-      key: r.agentKey,
-      body,
-      headers: { 'idempotency-key': idem.key },
-    });
+    // The Platform API serves agent decisions too, and a retry there is the same retry.
+    const url =
+      this.variant === 'platform'
+        ? `${r.s.a.platform}/api/v1/authorize`
+        : `${r.s.a.engine}/v1/agent/authorize`;
+    const res = await call('POST', url, { key: r.agentKey, body, headers: { 'idempotency-key': idem.key } });
     if (m.keyRevoked) return expectUnauthenticated(res);
     tally('retry ' + this.variant);
     if (this.variant === 'changed') {
@@ -329,8 +334,7 @@ class Retry implements Cmd {
       return;
     }
     expect(res.status, res.text).to.equal(STATUS_CODE[idem.outcome]);
-    expect(res.json.status).to.equal(idem.outcome);
-    expect(res.json.request_id).to.equal(idem.requestId);
+    expect(res.json).to.deep.equal(idem.first);
   }
   toString(): string {
     return `Retry(${this.i}, ${this.variant})`;
@@ -748,8 +752,8 @@ const idx = fc.nat(50);
 
 const Auth = fc.constantFrom('none', 'fresh', 'fresh', 'spare') as fc.Arbitrary<'none' | 'fresh' | 'spare'>;
 const To = fc.constantFrom('approve', 'deny') as fc.Arbitrary<'approve' | 'deny'>;
-const Variant = fc.constantFrom('same', 'permuted', 'changed') as fc.Arbitrary<
-  'same' | 'permuted' | 'changed'
+const Variant = fc.constantFrom('same', 'permuted', 'changed', 'platform') as fc.Arbitrary<
+  'same' | 'permuted' | 'changed' | 'platform'
 >;
 const By = fc.constantFrom('reviewer', 'reviewer', 'reviewer', 'self') as fc.Arbitrary<'reviewer' | 'self'>;
 const Minter = fc.constantFrom('agent', 'agent', 'admin') as fc.Arbitrary<'agent' | 'admin'>;
@@ -876,6 +880,23 @@ async function finalChecks(m: Model, r: Real): Promise<void> {
     )
     .sort();
   expect(got, `the audit events of the sequence: ${JSON.stringify(got)}`).to.deep.equal([...m.events].sort());
+  // Every event of a request's flow carries the trace id its decision answered (SPEC §3).
+  const byId = new Map(m.requests.map((q) => [q.id, q]));
+  for (const e of mine) {
+    const q = byId.get(e.request_id as string);
+    if (q) expect(e.trace_id, `trace of ${e.kind} ${q.id}`).to.equal(q.traceId);
+  }
+  // An item's own trail (GET /v1/queue/{id}/events) holds its decision, transitions and tokens.
+  for (const q of m.requests.filter((x) => x.item)) {
+    const res = await call('GET', `${a.engine}/v1/queue/${q.id}/events?limit=1000`, { key: r.s.reviewerKey });
+    expect(res.status, res.text).to.equal(200);
+    const trail = (res.json.events as { kind: string; request_id: string; outcome: string }[])
+      .map((e) => ev(e.kind, e.request_id, e.outcome))
+      .sort();
+    expect(trail, `the trail of ${q.id}`).to.deep.equal(
+      m.events.filter((x) => x.includes(` ${q.id} `)).sort(),
+    );
+  }
   // Others' events in the window: only expirations of earlier sequences' items, recorded late.
   const others = events.filter((e) => !mine.includes(e)).map((e) => `${e.kind} ${e.agent_id}`);
   for (const o of others) expect(o, 'an event of no sequence').to.match(/^queue\.expire sm-/);
