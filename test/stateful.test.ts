@@ -233,6 +233,43 @@ const authorize = (r: Real, body: unknown, idemKey?: string) =>
     headers: idemKey ? { 'idempotency-key': idemKey } : {},
   });
 
+const costOf = (spec: Spec) => (spec.action === 'pay' || spec.action === 'deploy' ? spec.amount : null);
+
+/** The model's answer to a decision request now: its outcome, with the budget charged on an allow. */
+function modelDecision(m: Model, r: Real, spec: Spec): { outcome: Outcome; budgetDenied: boolean } {
+  const outcome = policyOutcome(spec);
+  const cost = costOf(spec);
+  if (outcome !== 'allow' || cost === null) return { outcome, budgetDenied: false };
+  if (used(m, r.s) + cost > BUDGET_MAX) return { outcome: 'deny', budgetDenied: true };
+  charge(m, r.s, cost);
+  return { outcome, budgetDenied: false };
+}
+
+/** Records a decision the server made in the model: its request, item and audit event. */
+function recordDecision(
+  m: Model,
+  spec: Spec,
+  body: AgentBody,
+  id: unknown,
+  traceId: unknown,
+  outcome: Outcome,
+) {
+  expect(id).to.be.a('string');
+  expect(traceId).to.be.a('string');
+  tally(`decision ${outcome}`);
+  m.requests.push({
+    id: id as string,
+    traceId: traceId as string,
+    body,
+    outcome,
+    cost: costOf(spec),
+    item: outcome === 'requires_approval' ? { state: 'pending', epoch: m.epoch } : undefined,
+    grantedEpoch: outcome === 'allow' ? m.epoch : null,
+    exchanged: false,
+  });
+  m.events.push(ev('decision', id as string, outcome));
+}
+
 /** Checks a decision's answer against the model's, and records it in the model. */
 function expectDecision(
   m: Model,
@@ -243,34 +280,80 @@ function expectDecision(
   res: Response,
 ): void {
   if (m.keyRevoked) return expectUnauthenticated(res);
-  let outcome = policyOutcome(spec);
-  const cost = spec.action === 'pay' || spec.action === 'deploy' ? spec.amount : null;
-  let budgetDenied = false;
-  if (outcome === 'allow' && cost !== null) {
-    if (used(m, r.s) + cost > BUDGET_MAX) {
-      outcome = 'deny';
-      budgetDenied = true;
-    } else charge(m, r.s, cost);
-  }
-  tally(`authorize ${outcome}${budgetDenied ? ' budget' : ''}`);
+  const { outcome, budgetDenied } = modelDecision(m, r, spec);
   expect(res.status, res.text).to.equal(STATUS_CODE[outcome]);
   expect(res.json.status, res.text).to.equal(outcome);
   if (budgetDenied) expect(res.json.message).to.match(/^budget exhausted/);
-  const id = res.json.request_id as string;
-  expect(id).to.be.a('string');
-  expect(res.json.trace_id).to.be.a('string');
-  m.requests.push({
-    id,
-    traceId: res.json.trace_id as string,
-    body,
-    outcome,
-    cost,
-    item: outcome === 'requires_approval' ? { state: 'pending', epoch: m.epoch } : undefined,
-    grantedEpoch: outcome === 'allow' ? m.epoch : null,
-    exchanged: false,
-  });
-  m.events.push(ev('decision', id, outcome));
+  recordDecision(m, spec, body, res.json.request_id, res.json.trace_id, outcome);
   if (key) m.idem.push({ key, body, outcome, first: res.json as Record<string, unknown> });
+}
+
+/** The same agent decision through AuthZEN (SPEC §14): one more door to the same model. */
+class AuthzenEvaluation implements Cmd {
+  constructor(readonly spec: Spec) {}
+  check(): boolean {
+    return true;
+  }
+  async run(m: Model, r: Real): Promise<void> {
+    await clearOfWindowEdge(r.s);
+    const spec = { ...this.spec, obo: null };
+    const traceId = randomUUID().replace(/-/g, '');
+    const res = await call('POST', `${r.s.a.engine}/access/v1/evaluation`, {
+      key: r.agentKey,
+      headers: { traceparent: `00-${traceId}-00f067aa0ba902b7-01` },
+      body: {
+        subject: { type: 'agent', id: r.agentId, properties: { confidence: spec.confidence } },
+        action: { name: spec.action },
+        resource: { type: 'res', id: String(spec.resource) },
+        context: { amount: spec.amount },
+      },
+    });
+    if (m.keyRevoked) return expectUnauthenticated(res);
+    const { outcome } = modelDecision(m, r, spec);
+    expect(res.status, res.text).to.equal(200);
+    expect(res.json.decision, res.text).to.equal(outcome === 'allow');
+    expect(res.json.context.status, res.text).to.equal(outcome);
+    const id = res.json.context.request_id as string;
+    if (outcome === 'requires_approval') expect(res.json.context.access_request.id).to.equal(id);
+    else expect(res.json.context.access_request).to.equal(undefined);
+    recordDecision(m, spec, bodyOf(spec, r), id, traceId, outcome);
+  }
+  toString(): string {
+    return `AuthzenEvaluation(${JSON.stringify({ ...this.spec, obo: null })})`;
+  }
+}
+
+/**
+ * `n` payments of `amount` at once, each with its own request: exactly as many are allowed as the
+ * budget left holds (SPEC §13: N concurrent requests against a budget of M allow min(N, M)).
+ */
+class Burst implements Cmd {
+  constructor(
+    readonly n: number,
+    readonly amount: number,
+  ) {}
+  check(m: Readonly<Model>): boolean {
+    return !m.keyRevoked;
+  }
+  async run(m: Model, r: Real): Promise<void> {
+    await clearOfWindowEdge(r.s);
+    const spec: Spec = { action: 'pay', resource: 9, confidence: 0.99, amount: this.amount, obo: null };
+    const body = bodyOf(spec, r);
+    const answers = await Promise.all(Array.from({ length: this.n }, () => authorize(r, body)));
+    const fits = Math.min(this.n, Math.floor((BUDGET_MAX - used(m, r.s)) / this.amount));
+    const allowed = answers.filter((x) => x.status === 200);
+    expect(allowed.length, answers.map((x) => x.text).join('\n')).to.equal(fits);
+    for (const x of answers) {
+      const outcome: Outcome = x.status === 200 ? 'allow' : 'deny';
+      expect(x.json.status, x.text).to.equal(outcome);
+      if (outcome === 'deny') expect(x.json.message).to.match(/^budget exhausted/);
+      else charge(m, r.s, this.amount);
+      recordDecision(m, spec, body, x.json.request_id, x.json.trace_id, outcome);
+    }
+  }
+  toString(): string {
+    return `Burst(${this.n} x pay ${this.amount})`;
+  }
 }
 
 /**
@@ -308,7 +391,7 @@ class Authorize implements Cmd {
 class Retry implements Cmd {
   constructor(
     readonly i: number,
-    readonly variant: 'same' | 'permuted' | 'changed' | 'platform',
+    readonly variant: 'same' | 'permuted' | 'changed' | 'platform' | 'human',
   ) {}
   check(m: Readonly<Model>): boolean {
     return m.idem.length > 0;
@@ -321,15 +404,31 @@ class Retry implements Cmd {
         : this.variant === 'permuted'
           ? JSON.stringify(permuted(idem.body))
           : JSON.stringify({ ...idem.body, resource: `${idem.body.resource}-other` });
-    // The Platform API serves agent decisions too, and a retry there is the same retry.
+    // The Platform API serves agent decisions too, and a retry there is the same retry; a human
+    // request under the key is another body.
     const url =
       this.variant === 'platform'
         ? `${r.s.a.platform}/api/v1/authorize`
-        : `${r.s.a.engine}/v1/agent/authorize`;
-    const res = await call('POST', url, { key: r.agentKey, body, headers: { 'idempotency-key': idem.key } });
+        : this.variant === 'human'
+          ? `${r.s.a.engine}/v1/authorize`
+          : `${r.s.a.engine}/v1/agent/authorize`;
+    const sent =
+      this.variant === 'human'
+        ? JSON.stringify({
+            tenant_id: 'acme',
+            user_id: 'alice',
+            action: 'read',
+            resource: { type: 'res', id: '0' },
+          })
+        : body;
+    const res = await call('POST', url, {
+      key: r.agentKey,
+      body: sent,
+      headers: { 'idempotency-key': idem.key },
+    });
     if (m.keyRevoked) return expectUnauthenticated(res);
     tally('retry ' + this.variant);
-    if (this.variant === 'changed') {
+    if (this.variant === 'changed' || this.variant === 'human') {
       expectError(res, 422);
       return;
     }
@@ -752,8 +851,8 @@ const idx = fc.nat(50);
 
 const Auth = fc.constantFrom('none', 'fresh', 'fresh', 'spare') as fc.Arbitrary<'none' | 'fresh' | 'spare'>;
 const To = fc.constantFrom('approve', 'deny') as fc.Arbitrary<'approve' | 'deny'>;
-const Variant = fc.constantFrom('same', 'permuted', 'changed', 'platform') as fc.Arbitrary<
-  'same' | 'permuted' | 'changed' | 'platform'
+const Variant = fc.constantFrom('same', 'permuted', 'changed', 'platform', 'human') as fc.Arbitrary<
+  'same' | 'permuted' | 'changed' | 'platform' | 'human'
 >;
 const By = fc.constantFrom('reviewer', 'reviewer', 'reviewer', 'self') as fc.Arbitrary<'reviewer' | 'self'>;
 const Minter = fc.constantFrom('agent', 'agent', 'admin') as fc.Arbitrary<'agent' | 'admin'>;
@@ -766,6 +865,13 @@ const command: fc.Arbitrary<Cmd> = fc.oneof(
     arbitrary: fc
       .tuple(specArb, fc.integer({ min: 2, max: 4 }))
       .map(([s, n]): Cmd => new Authorize(s, 'fresh', n)),
+  },
+  { weight: 3, arbitrary: specArb.map((s): Cmd => new AuthzenEvaluation(s)) },
+  {
+    weight: 2,
+    arbitrary: fc
+      .tuple(fc.integer({ min: 2, max: 5 }), fc.constantFrom(1, 2))
+      .map(([n, amount]): Cmd => new Burst(n, amount)),
   },
   { weight: 6, arbitrary: fc.tuple(idx, Variant).map(([i, v]): Cmd => new Retry(i, v)) },
   { weight: 2, arbitrary: fc.boolean().map((k): Cmd => new Invalid(k)) },
@@ -906,7 +1012,8 @@ async function finalChecks(m: Model, r: Real): Promise<void> {
 }
 
 onEveryBackend('stateful contract: random sequences against a model (SPEC §5–8, §13)', function () {
-  this.timeout(600_000);
+  // Long runs (ARBITER_STATEFUL_RUNS) take about 2 s per sequence.
+  this.timeout(Math.max(600_000, RUNS * 10_000));
   let dir: string;
   let s: Server;
   before(async () => {
