@@ -527,6 +527,7 @@ class Decide implements Cmd {
     }
     const refused = decideRefusal(m, r, req, this.to);
     if (refused) {
+      tally(`${this.to} refused ${refused[0]}${refused[1] ? ` ${refused[1].source}` : ''}`);
       expectError(res, refused[0], refused[1]);
       return;
     }
@@ -571,6 +572,27 @@ class RaceDecide implements Cmd {
   }
   toString(): string {
     return `RaceDecide(${this.i})`;
+  }
+}
+
+/** A long-poll on a pending item while a reviewer denies it: the wait answers the denial (SPEC §6). */
+class WaitDecided implements Cmd {
+  constructor(readonly i: number) {}
+  check(m: Readonly<Model>): boolean {
+    return m.requests.some((q) => q.item?.state === 'pending');
+  }
+  async run(m: Model, r: Real): Promise<void> {
+    const pending = m.requests.filter((q) => q.item?.state === 'pending');
+    const req = pending[this.i % pending.length]!;
+    const wait = call('GET', `${r.s.a.engine}/v1/queue/${req.id}?wait=30`, { key: r.s.reviewerKey });
+    const res = await decide(r, req.id, 'deny', ADMIN_KEY, null);
+    applyDecide(m, r, req, 'deny', 'admin', null, res);
+    const waited = await wait;
+    expect(waited.status, waited.text).to.equal(200);
+    expect(waited.json).to.include({ id: req.id, status: 'denied', decided_by: 'admin' });
+  }
+  toString(): string {
+    return `WaitDecided(${this.i})`;
   }
 }
 
@@ -660,6 +682,7 @@ const mint = (r: Real, req: Req, by: 'agent' | 'admin', ttl: number | undefined)
   });
 
 function expectRefusal(res: Response, [status, message]: [number, RegExp?]): void {
+  tally(`mint refused ${status}${message ? ` ${message.source}` : ''}`);
   if (status === 401) expectUnauthenticated(res);
   else expectError(res, status, message);
 }
@@ -884,6 +907,7 @@ const command: fc.Arbitrary<Cmd> = fc.oneof(
   { weight: 2, arbitrary: idx.map((i): Cmd => new RaceDecide(i)) },
   { weight: 2, arbitrary: idx.map((i): Cmd => new RaceMint(i)) },
   { weight: 3, arbitrary: idx.map((i): Cmd => new GetItem(i)) },
+  { weight: 1, arbitrary: idx.map((i): Cmd => new WaitDecided(i)) },
   { weight: 2, arbitrary: fc.constant<Cmd>(new ListPending()) },
   { weight: 2, arbitrary: fc.constant<Cmd>(new Jump()) },
   {
