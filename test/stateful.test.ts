@@ -20,9 +20,11 @@ import { sleep } from './helpers/process.js';
  * `GET /api/v1/audit/verify` is ok.
  *
  * Time: the server runs with test/fixtures/skew-clock.mjs, and a Jump command steps its wall clock
- * forward by one hour (SIGUSR2): every pending item expires (queue TTL 30 min), every token
- * expires (TTL ≤ 30 min), every grant leaves the 5-minute exchange window and the 1-hour budget
- * window rolls over. At most three jumps per sequence, far from the 24-hour idempotency window.
+ * forward by one hour (SIGUSR2): the 1-hour budget window rolls over, every grant leaves the
+ * 5-minute exchange window, an item lives through one jump and expires at the second (queue TTL
+ * 90 min: approved after one, it charges the new window), a token minted for 90 minutes likewise
+ * and every other token (TTL ≤ 30 min) at the first. At most three jumps per sequence, far from
+ * the 24-hour idempotency window.
  *
  * Environment: ARBITER_STATEFUL_RUNS (sequences, default 20), ARBITER_STATEFUL_SEED (default
  * 20261130), ARBITER_STATEFUL_COMMANDS (longest sequence, default 30), ARBITER_STATEFUL_REPLAY (the
@@ -43,6 +45,10 @@ const SEED = intEnv('ARBITER_STATEFUL_SEED', 20261130);
 const MAX_COMMANDS = intEnv('ARBITER_STATEFUL_COMMANDS', 30);
 
 const HOUR = 3600_000;
+/** Queue TTL and the longest token: 90 minutes, so each lives through one jump of the clock. */
+const LONG_TTL = 5400;
+/** Jumps a pending item lives through, and a token minted for LONG_TTL: one. */
+const ITEM_LIVES = 2;
 const BUDGET_MAX = 3;
 const MAX_JUMPS = 3;
 
@@ -127,6 +133,8 @@ interface Tok {
   scope: string;
   by: 'agent' | 'admin';
   epoch: number;
+  /** Jumps after which it has expired. */
+  lives: number;
   revoked: boolean;
   revokedAt?: string;
 }
@@ -652,7 +660,7 @@ class Jump implements Cmd {
     tally('jump');
     m.epoch++;
     for (const q of m.requests) {
-      if (q.item?.state === 'pending') {
+      if (q.item?.state === 'pending' && m.epoch - q.item.epoch >= ITEM_LIVES) {
         q.item.state = 'expired';
         m.events.push(ev('queue.expire', q.id, 'expired'));
       }
@@ -688,7 +696,14 @@ function expectRefusal(res: Response, [status, message]: [number, RegExp?]): voi
 }
 
 /** Records a token the server minted (checked against the answer). */
-function applyMint(m: Model, r: Real, req: Req, by: 'agent' | 'admin', res: Response): void {
+function applyMint(
+  m: Model,
+  r: Real,
+  req: Req,
+  by: 'agent' | 'admin',
+  ttl: number | undefined,
+  res: Response,
+): void {
   tally('mint ok');
   expect(res.status, res.text).to.equal(201);
   const scope = `${req.body.action}:${req.body.resource}`;
@@ -702,6 +717,7 @@ function applyMint(m: Model, r: Real, req: Req, by: 'agent' | 'admin', res: Resp
     scope,
     by,
     epoch: m.epoch,
+    lives: ttl === LONG_TTL ? ITEM_LIVES : 1,
     revoked: false,
   });
   m.events.push(ev('token.mint', req.id, 'minted'));
@@ -721,7 +737,7 @@ class Mint implements Cmd {
     const res = await mint(r, req, this.by, this.ttl);
     const refused = mintRefusal(m, req, this.by);
     if (refused) return expectRefusal(res, refused);
-    applyMint(m, r, req, this.by, res);
+    applyMint(m, r, req, this.by, this.ttl, res);
   }
   toString(): string {
     return `Mint(${this.i}, by=${this.by}, ttl=${this.ttl})`;
@@ -746,14 +762,14 @@ class RaceMint implements Cmd {
     expect([x!, y!].filter((z) => z.status === 201).length, `one token: ${x!.text} / ${y!.text}`).to.equal(1);
     const [won, lost] = x!.status === 201 ? [x!, y!] : [y!, x!];
     expectError(lost, 409, /already exchanged/);
-    applyMint(m, r, req, won === x ? 'agent' : 'admin', won);
+    applyMint(m, r, req, won === x ? 'agent' : 'admin', undefined, won);
   }
   toString(): string {
     return `RaceMint(${this.i})`;
   }
 }
 
-const tokenActive = (m: Model, t: Tok) => !t.revoked && t.epoch === m.epoch;
+const tokenActive = (m: Model, t: Tok) => !t.revoked && m.epoch - t.epoch < t.lives;
 
 class Introspect implements Cmd {
   constructor(readonly j: number) {}
@@ -913,7 +929,7 @@ const command: fc.Arbitrary<Cmd> = fc.oneof(
   {
     weight: 8,
     arbitrary: fc
-      .tuple(idx, Minter, fc.constantFrom(undefined, 120, 1800))
+      .tuple(idx, Minter, fc.constantFrom(undefined, 120, 1800, LONG_TTL))
       .map(([i, by, ttl]): Cmd => new Mint(i, by, ttl)),
   },
   { weight: 5, arbitrary: idx.map((j): Cmd => new Introspect(j)) },
@@ -1048,8 +1064,8 @@ onEveryBackend('stateful contract: random sequences against a model (SPEC §5–
       ARBITER_POLICY_DIR: dir,
       NODE_OPTIONS: `--import=${path.join(REPO, 'test', 'fixtures', 'skew-clock.mjs')}`,
       TEST_CLOCK_JUMP_MS: String(HOUR),
-      ARBITER_QUEUE_TTL_SECONDS: '1800',
-      ARBITER_TOKEN_MAX_TTL_SECONDS: '1800',
+      ARBITER_QUEUE_TTL_SECONDS: String(LONG_TTL),
+      ARBITER_TOKEN_MAX_TTL_SECONDS: String(LONG_TTL),
     });
     s = {
       a,
