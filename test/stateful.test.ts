@@ -381,6 +381,7 @@ class Authorize implements Cmd {
     await clearOfWindowEdge(r.s);
     const key =
       this.idem === 'none' ? undefined : this.idem === 'spare' ? m.spareKeys.shift() : `idem-${randomUUID()}`;
+    if (this.idem === 'spare') tally('authorize with a key first sent with a refused body');
     const body = bodyOf(this.spec, r);
     const [first, ...rest] = await Promise.all(
       Array.from({ length: this.copies }, () => authorize(r, body, key)),
