@@ -7,7 +7,7 @@ import path from 'node:path';
 import { onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
 import { ADMIN_KEY, Arbiter, call, REPO, type Response } from './helpers/harness.js';
-import { sleep } from './helpers/process.js';
+import { runSync, sleep } from './helpers/process.js';
 
 /**
  * Model-based testing of the stateful contract over the real HTTP API (SPEC §5 decisions and
@@ -27,8 +27,9 @@ import { sleep } from './helpers/process.js';
  * the 24-hour idempotency window.
  *
  * Environment: ARBITER_STATEFUL_RUNS (sequences, default 30), ARBITER_STATEFUL_SEED (default
- * 20261130), ARBITER_STATEFUL_COMMANDS (longest sequence, default 30), ARBITER_STATEFUL_REPLAY (the
- * `path` a failure printed: replays its shrunk sequence with the same seed), ARBITER_STATEFUL_STATS=1
+ * 20261130), ARBITER_STATEFUL_COMMANDS (longest sequence, default 30), ARBITER_STATEFUL_REPLAY and
+ * ARBITER_STATEFUL_REPLAY_COMMANDS (the `path` and `replayPath` a failure printed: with the same
+ * seed, they replay its shrunk sequence), ARBITER_STATEFUL_STATS=1
  * (prints how often each outcome was exercised). A failure prints the seed, the replay path and
  * the shrunk sequence of commands.
  */
@@ -829,7 +830,12 @@ class RevokeKey implements Cmd {
     return !m.keyRevoked;
   }
   async run(m: Model, r: Real): Promise<void> {
-    const out = r.s.a.cli(['keys', 'revoke', r.keyName]);
+    // The CLI runs on the server's (stepped) clock, as an operator's CLI on the server's machine
+    // would: whether a token has expired is read on the revoking process's clock.
+    const out = runSync(['keys', 'revoke', r.keyName], {
+      ...r.s.a.fullEnv(),
+      TEST_CLOCK_OFFSET_MS: String(r.s.jumps * HOUR),
+    });
     expect(out.code, out.stderr).to.equal(0);
     tally('revoke key');
     m.keyRevoked = true;
@@ -942,10 +948,19 @@ const command: fc.Arbitrary<Cmd> = fc.oneof(
   { weight: 2, arbitrary: fc.constant<Cmd>(new Limits()) },
 );
 
-/** ARBITER_STATEFUL_REPLAY: the `path` a failure printed, to run exactly its shrunk sequence again. */
+/**
+ * ARBITER_STATEFUL_REPLAY: the `path` a failure printed, and ARBITER_STATEFUL_REPLAY_COMMANDS the
+ * `replayPath` in its counterexample's comment: with the same seed, they run the shrunk sequence
+ * again, at once.
+ */
 const REPLAY = process.env.ARBITER_STATEFUL_REPLAY || undefined;
+const REPLAY_COMMANDS = process.env.ARBITER_STATEFUL_REPLAY_COMMANDS || undefined;
 
-const commands = fc.commands([command], { maxCommands: MAX_COMMANDS, size: 'max', replayPath: REPLAY });
+const commands = fc.commands([command], {
+  maxCommands: MAX_COMMANDS,
+  size: 'max',
+  replayPath: REPLAY_COMMANDS,
+});
 
 /** Every audit event appended after `baseline`, newest first. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- audit events are read as plain JSON
