@@ -18,6 +18,7 @@ import {
   type RawRequest,
   type RawResponse,
 } from './helpers/raw-http.js';
+import { intEnv } from './helpers/env.js';
 
 /**
  * Fuzzes every route of the route table, as the service's own OpenAPI document lists them (so a new
@@ -49,13 +50,6 @@ import {
  * ARBITER_FUZZ_TRACE (print requests and answers of routes whose "METHOD /template" contains it).
  */
 
-const intEnv = (name: string, def: number): number => {
-  const v = process.env[name];
-  if (v === undefined || v === '') return def;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got ${v}`);
-  return n;
-};
 const RUNS = intEnv('ARBITER_FUZZ_RUNS', 60);
 const SEED = intEnv('ARBITER_FUZZ_SEED', 20261123);
 const CONCURRENCY = Math.max(1, intEnv('ARBITER_FUZZ_CONCURRENCY', 4));

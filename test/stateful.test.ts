@@ -8,6 +8,7 @@ import { onEveryBackend } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
 import { ADMIN_KEY, Arbiter, call, REPO, type Response } from './helpers/harness.js';
 import { runSync, sleep } from './helpers/process.js';
+import { intEnv } from './helpers/env.js';
 
 /**
  * Model-based testing of the stateful contract over the real HTTP API (SPEC §5 decisions and
@@ -34,13 +35,6 @@ import { runSync, sleep } from './helpers/process.js';
  * the shrunk sequence of commands.
  */
 
-const intEnv = (name: string, def: number): number => {
-  const v = process.env[name];
-  if (v === undefined || v === '') return def;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got ${v}`);
-  return n;
-};
 const RUNS = intEnv('ARBITER_STATEFUL_RUNS', 30);
 const SEED = intEnv('ARBITER_STATEFUL_SEED', 20261130);
 const MAX_COMMANDS = intEnv('ARBITER_STATEFUL_COMMANDS', 30);
