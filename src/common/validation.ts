@@ -196,6 +196,12 @@ function rangeMessage(where: string, s: RangeSchema, got: string): string {
   return `${where} out of range: must be between ${f(s.minimum)} and ${f(s.maximum)}, got ${got}`;
 }
 
+/** The schema `schema` gives its own top-level member `at` (never an inherited name), if any. */
+function memberSchema(schema: JsonSchema, at: string): unknown {
+  const properties = schema.properties as Record<string, unknown> | undefined;
+  return properties !== undefined && Object.hasOwn(properties, at) ? properties[at] : undefined;
+}
+
 /**
  * The range error for the number a JSON object text holds at its top-level member `at`, when
  * `schema` gives that member a range and the number, exactly as written, lies outside it; else
@@ -205,8 +211,7 @@ function rangeMessage(where: string, s: RangeSchema, got: string): string {
  * 400 naming the field as out of range), rather than that it is too large or inexact.
  */
 export function rangeErrorAt(text: string, schema: JsonSchema, at: string): string | undefined {
-  const properties = schema.properties as Record<string, RangeSchema> | undefined;
-  const s = Object.hasOwn(properties ?? {}, at) ? properties?.[at] : undefined;
+  const s = memberSchema(schema, at) as RangeSchema | undefined;
   if (s?.minimum === undefined || s.maximum === undefined) return undefined;
   let literal: string | undefined;
   // The last number at that path: JSON.parse keeps the last of a repeated key.
@@ -228,8 +233,7 @@ export function rangeErrorAt(text: string, schema: JsonSchema, at: string): stri
  * number is inexact cannot send it as a string and must be told to send fewer digits instead.
  */
 export function isNumericMemberOf(schema: JsonSchema, at: string): boolean {
-  const properties = schema.properties as Record<string, { type?: unknown }> | undefined;
-  const type = Object.hasOwn(properties ?? {}, at) ? properties?.[at]?.type : undefined;
+  const type = (memberSchema(schema, at) as { type?: unknown } | undefined)?.type;
   const types = Array.isArray(type) ? type : [type];
   return types.length > 0 && types.every((t) => t === 'number' || t === 'integer');
 }
@@ -238,6 +242,7 @@ export function isNumericMemberOf(schema: JsonSchema, at: string): boolean {
 export function compareDecimal(a: string, b: string): number {
   const x = decimalParts(a);
   const y = decimalParts(b);
+  if (x === undefined || y === undefined) throw new Error(`not a JSON number: ${x ? b : a}`);
   if (x.sign !== y.sign) return x.sign < y.sign ? -1 : 1;
   if (x.sign === 0) return 0;
   let magnitude: number;
@@ -251,10 +256,10 @@ export function compareDecimal(a: string, b: string): number {
   return magnitude * x.sign;
 }
 
-/** A literal as sign, significant digits and the power of ten of its first digit (0 has sign 0). */
-function decimalParts(literal: string): { sign: number; digits: string; scale: bigint } {
+/** A JSON number literal as sign, significant digits and the power of ten of its first digit (0 has sign 0); undefined for anything else. */
+function decimalParts(literal: string): { sign: number; digits: string; scale: bigint } | undefined {
   const m = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(literal);
-  if (!m) throw new Error(`not a JSON number: ${literal}`);
+  if (!m) return undefined;
   const [, minus = '', whole = '', fraction = '', exponent = '0'] = m;
   const all = whole + fraction;
   const lead = all.length - all.replace(/^0+/, '').length;
@@ -372,13 +377,11 @@ export function holdsExactly(literal: string, value: number): boolean {
 
 /** A JSON number literal's exact decimal value as `[-]digits e exponent`, digits without leading or trailing zeros. */
 function decimalValue(literal: string): string {
-  const m = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(literal);
-  if (!m) return literal;
-  const [, sign = '', whole = '', fraction = '', exponent = '0'] = m;
-  const digits = (whole + fraction).replace(/^0+/, '');
-  const kept = digits.replace(/0+$/, '');
-  if (kept === '') return '0';
-  return `${sign}${kept}e${BigInt(exponent) - BigInt(fraction.length) + BigInt(digits.length - kept.length)}`;
+  const parts = decimalParts(literal);
+  if (parts === undefined) return literal;
+  const { sign, digits, scale } = parts;
+  if (sign === 0) return '0';
+  return `${sign < 0 ? '-' : ''}${digits}e${scale - BigInt(digits.length - 1)}`;
 }
 
 /**
