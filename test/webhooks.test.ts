@@ -992,8 +992,14 @@ onEveryBackend('webhook sends at shutdown', function () {
         s.destroy();
         resolve(false);
       });
+      // A connection the kernel took into the backlog just before the listener closed is reset,
+      // not refused: not yet "refused", so the caller probes again.
       s.on('error', (err: NodeJS.ErrnoException) =>
-        err.code === 'ECONNREFUSED' ? resolve(true) : reject(err),
+        err.code === 'ECONNREFUSED'
+          ? resolve(true)
+          : err.code === 'ECONNRESET'
+            ? resolve(false)
+            : reject(err),
       );
     });
 
