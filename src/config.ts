@@ -21,6 +21,8 @@ export interface Config {
   readonly opaBin: string;
   readonly logLevel: LogLevel;
   readonly queueTtlSeconds: number;
+  /** Pending approvals one API key may have at once; past it, requires_approval is a deny (0: no cap). */
+  readonly queueMaxPendingPerKey: number;
   readonly tokenTtlSeconds: number;
   readonly tokenMaxTtlSeconds: number;
   readonly tokenExchangeWindowSeconds: number;
@@ -72,6 +74,11 @@ const settings = {
   opaBin: { env: 'ARBITER_OPA_BIN', def: path.join(repoRoot, '.opa-bin', 'opa'), parse: str },
   logLevel: { env: 'ARBITER_LOG_LEVEL', def: 'info', parse: logLevel },
   queueTtlSeconds: { env: 'ARBITER_QUEUE_TTL_SECONDS', def: '3600', parse: seconds },
+  queueMaxPendingPerKey: {
+    env: 'ARBITER_QUEUE_MAX_PENDING_PER_KEY',
+    def: '1000',
+    parse: (raw: string, name: string) => nonNegativeInt(raw, name, MAX_PENDING),
+  },
   tokenTtlSeconds: { env: 'ARBITER_TOKEN_TTL_SECONDS', def: '300', parse: seconds },
   tokenMaxTtlSeconds: { env: 'ARBITER_TOKEN_MAX_TTL_SECONDS', def: '3600', parse: seconds },
   tokenExchangeWindowSeconds: {
@@ -147,6 +154,8 @@ const MAX_INT = 2_147_483_647;
  * beyond what those hold would answer 500 on every request that uses it, not stop the start.
  */
 const MAX_SECONDS = 10 * 365 * 24 * 3600;
+/** The highest pending-approval cap: far past what a reviewer can read, well within a count. */
+const MAX_PENDING = 1_000_000;
 /** The longest an HTTP timeout may be: Node holds it in milliseconds in a timer (about 24 days). */
 const MAX_TIMEOUT_SECONDS = Math.floor(MAX_INT / 1000);
 function positiveInt(raw: string, name: string, max = MAX_INT): number {

@@ -90,6 +90,7 @@ export function buildServices(config: Config, stores: Stores, compiler: RegoComp
     masker,
     decisionMetrics(m),
     config.maxContextBytes,
+    config.queueMaxPendingPerKey,
   );
   const audit = new AuditService(stores.audit, masker, config.maxContextBytes);
   const queue = new QueueService(

@@ -105,6 +105,21 @@ onEveryBackend('process lifecycle', () => {
       ['ARBITER_EVAL_STALL_SECONDS', '1.5', /ARBITER_EVAL_STALL_SECONDS/],
       ['ARBITER_ADMIN_KEY', 'short', /ARBITER_ADMIN_KEY/],
       ['ARBITER_MAX_LONG_POLLS_PER_KEY', '0', /ARBITER_MAX_LONG_POLLS_PER_KEY must be a positive integer/],
+      [
+        'ARBITER_QUEUE_MAX_PENDING_PER_KEY',
+        '-1',
+        /ARBITER_QUEUE_MAX_PENDING_PER_KEY must be 0 or a positive/,
+      ],
+      [
+        'ARBITER_QUEUE_MAX_PENDING_PER_KEY',
+        'many',
+        /ARBITER_QUEUE_MAX_PENDING_PER_KEY must be 0 or a positive/,
+      ],
+      [
+        'ARBITER_QUEUE_MAX_PENDING_PER_KEY',
+        '1000001',
+        /ARBITER_QUEUE_MAX_PENDING_PER_KEY must be .* up to 1000000/,
+      ],
       // SPEC §10: PostgreSQL is named by a postgres:// or postgresql:// URL, sized by a positive pool.
       ['ARBITER_DATABASE_URL', 'mysql://db.example/arbiter', /ARBITER_DATABASE_URL must be a postgres:\/\//],
       ['ARBITER_DATABASE_POOL', '0', /ARBITER_DATABASE_POOL must be a positive integer/],

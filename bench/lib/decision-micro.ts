@@ -134,6 +134,8 @@ export async function decisionMicro(
         makeMasker([]),
         decisionMetrics(createMetrics()),
         65536,
+        // No cap on pending approvals: the bench floods one key's queue by design (docs/performance.md).
+        0,
       ),
       record,
       setRecord: (fn) => {

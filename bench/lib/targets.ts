@@ -69,6 +69,10 @@ export async function startArbiter(
     ARBITER_POLICY_DIR: opts.policyDir ?? POLICY_DIR,
     ARBITER_LOG_LEVEL: 'warn',
     ARBITER_OPA_BIN: opaBin(),
+    // One key sends every request, a share of them to review, thousands a second: with the cap on
+    // pending approvals (1 000 by default) they would turn into its denies within a second. The
+    // bench measures deciding, so no cap (docs/performance.md measures the cap's own cost).
+    ARBITER_QUEUE_MAX_PENDING_PER_KEY: '0',
   });
   const workers = process.env.ARBITER_WORKERS;
   if (workers) env.ARBITER_WORKERS = workers;

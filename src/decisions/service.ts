@@ -14,7 +14,7 @@ import { requestDigest } from './digest.js';
 import { agentInput, humanInput } from './policy-input.js';
 import { chargeAt, fromMicro, withLimits } from './limits.js';
 import { agentRequestSchema, humanRequestSchema, type AgentRequest, type HumanRequest } from './schemas.js';
-import type { DecisionRecord, DecisionStore, LimitCharge, RecordOutcome } from './store.js';
+import type { DecisionRecord, DecisionStore, LimitCharge, PendingCap, RecordOutcome } from './store.js';
 
 export interface FlowIds {
   requestId: string;
@@ -135,6 +135,8 @@ export class DecisionService {
     private readonly observer: DecisionObserver,
     /** The most a request's context may be as JSON (UTF-8 bytes; ARBITER_MAX_CONTEXT_BYTES). */
     private readonly maxContextBytes: number,
+    /** Pending approvals one key may have at once (ARBITER_QUEUE_MAX_PENDING_PER_KEY; 0: no cap). */
+    private readonly maxPendingPerKey: number,
   ) {}
 
   /**
@@ -293,6 +295,7 @@ export class DecisionService {
         item: chosen.item,
         idemSince: idem?.since ?? idempotencySince(),
         charge,
+        pendingCap: chosen.item ? this.pendingCapOf(d) : undefined,
         shadow: shadow ? { generation: shadow.generation, live: shadow.live } : undefined,
       });
     } catch (e) {
@@ -369,6 +372,15 @@ export class DecisionService {
     if (decision.status !== 'allow' || limits.length === 0) return undefined;
     const charged = chargeAt(limits, d.now.getTime());
     return { limits: charged, denials: charged.map((l) => this.recordsOf(d, exhaustedDenial(l))) };
+  }
+
+  /**
+   * The cap a requires_approval's queue item is held to, with the deny recorded instead when the
+   * requesting key has that many pending already (the store counts them in the same transaction).
+   */
+  private pendingCapOf(d: Deciding): PendingCap | undefined {
+    if (this.maxPendingPerKey === 0) return undefined;
+    return { max: this.maxPendingPerKey, denial: this.recordsOf(d, queueFullDenial(this.maxPendingPerKey)) };
   }
 
   /** The decision record, audit event and (for requires_approval) queue item of `decision`. */
@@ -509,6 +521,17 @@ function exhaustedDenial(l: LimitUse): PolicyDecision {
       `budget exhausted: limit ${JSON.stringify(l.key)} allows ${fromMicro(l.max)} per ${l.window} ` +
       `(window from ${l.windowStart})`,
     reasons: ['limit_exhausted'],
+  };
+}
+
+/** The deny recorded instead of a requires_approval when its key has `max` approvals pending. */
+function queueFullDenial(max: number): PolicyDecision {
+  return {
+    status: 'deny',
+    message:
+      `review queue full for this API key: it has ${max} pending approvals, the most it may have ` +
+      '(ARBITER_QUEUE_MAX_PENDING_PER_KEY); ask again once reviewers have decided some or they expire',
+    reasons: ['pending_approvals_exhausted'],
   };
 }
 

@@ -46,6 +46,12 @@ export interface DecisionToRecord {
    * first exhausted limit i) is recorded instead of `decision`.
    */
   charge?: LimitCharge | undefined;
+  /**
+   * The cap on the requesting key's pending approvals, with a requires_approval's queue item: when
+   * the key already has `max` pending items that have not expired at the item's `created_at`,
+   * `denial` is recorded instead of `decision` and no item is stored (ADR 0013).
+   */
+  pendingCap?: PendingCap | undefined;
   /** Set when a shadow set shadowed this decision (SPEC §11). */
   shadow?: ShadowedBy | undefined;
 }
@@ -56,8 +62,8 @@ export interface ShadowedBy {
   generation: number;
   /**
    * The live policy set's answer the shadow's was compared with. It differs from the recorded
-   * outcome only when a budget turned an allow into a deny: shadow mode compares the policies'
-   * answers, so that case counts as the policy's allow.
+   * outcome only when a budget turned an allow into a deny, or the pending cap a requires_approval
+   * (ADR 0013): shadow mode compares the policies' answers, so those count as the policy's.
    */
   live: 'allow' | 'requires_approval' | 'deny';
 }
@@ -173,6 +179,15 @@ export function shadowMarksOf(recorded: ShadowedEvent[]): {
     .reverse();
   return { counts, samples: newest };
 }
+
+/** How many pending approvals one API key may have at once, and the deny recorded past that. */
+export interface PendingCap {
+  max: number;
+  denial: { decision: DecisionRecord; event: NewAuditEvent };
+}
+
+/** Whether a requires_approval is over `cap` when its key has `pending` unexpired items (both stores). */
+export const overPendingCap = (cap: PendingCap, pending: number): boolean => pending >= cap.max;
 
 export interface LimitCharge {
   limits: LimitUse[];

@@ -12,7 +12,13 @@ import type {
 } from '../../decisions/store.js';
 import type { LimitUse, QueueItem } from '../../queue/types.js';
 import { chargesOf, counterOf } from '../../decisions/limits.js';
-import { recordedEvent, SHADOW_SAMPLES, shadowedOf, shadowMarksOf } from '../../decisions/store.js';
+import {
+  overPendingCap,
+  recordedEvent,
+  SHADOW_SAMPLES,
+  shadowedOf,
+  shadowMarksOf,
+} from '../../decisions/store.js';
 import { decisionFromRow, decisionToRow, queueToRow, type Row } from '../rows.js';
 import { GroupCommit } from '../group-commit.js';
 import type { PgChain } from './chain.js';
@@ -163,6 +169,31 @@ export async function tryConsume(c: Client, limits: readonly LimitUse[]): Promis
 }
 
 /**
+ * How many pending, unexpired approvals each requesting key of the batch's capped items has (up to
+ * its cap), in the caller's transaction (which holds the chain head, so no other writer adds one
+ * meanwhile). Expiry is taken at the batch's earliest item: an item expiring within the batch's
+ * own milliseconds still counts, which can only cap sooner.
+ */
+async function pendingOfKeys(c: Client, batch: readonly DecisionToRecord[]): Promise<Map<string, number>> {
+  const caps = new Map<string, number>();
+  let now: string | undefined;
+  for (const r of batch) {
+    if (!r.item || !r.pendingCap) continue;
+    caps.set(r.item.requested_by, Math.max(caps.get(r.item.requested_by) ?? 0, r.pendingCap.max));
+    if (now === undefined || r.item.created_at < now) now = r.item.created_at;
+  }
+  if (now === undefined) return new Map();
+  const found = await rows<{ key: string; n: number }>(
+    c,
+    `SELECT k.key, (SELECT count(*)::int FROM (SELECT 1 FROM queue_items q WHERE q.requested_by = k.key
+       AND q.status = 'pending' AND q.expires_at > $3 LIMIT k.max) s) AS n
+     FROM unnest($1::text[], $2::int[]) AS k(key, max)`,
+    [[...caps.keys()], [...caps.values()], now],
+  );
+  return new Map(found.map((r) => [r.key, r.n]));
+}
+
+/**
  * Decisions on PostgreSQL: each batch (group commit) is one transaction that locks the chain head
  * first, so batches from every process are serialized, and idempotency and budgets are resolved
  * exactly, in order.
@@ -210,6 +241,7 @@ export class PgDecisionStore implements DecisionStore {
       );
       for (const r of found) prior.set(`${String(r.key_id)}\n${String(r.idem_key)}`, decisionFromRow(r));
     }
+    const pending = await pendingOfKeys(c, batch);
     type Chosen = { decision: DecisionRecord; event: NewAuditEvent; exhausted?: LimitUse };
     const chosen: ({ replay: DecisionRecord } | Chosen)[] = [];
     const decisions: DecisionRecord[] = [];
@@ -235,6 +267,13 @@ export class PgDecisionStore implements DecisionStore {
           if (!denial) throw new Error('a limit was charged without its denial');
           pick = { ...denial, exhausted };
         }
+      }
+      // The key's pending items: those stored, and this batch's earlier ones (inserted below).
+      const cap = r.pendingCap;
+      if (pick.item && cap) {
+        const n = pending.get(pick.item.requested_by) ?? 0;
+        if (overPendingCap(cap, n)) pick = cap.denial;
+        else pending.set(pick.item.requested_by, n + 1);
       }
       // A retry later in this batch replays the decision actually recorded (a budget's deny, not
       // the allow it replaced).

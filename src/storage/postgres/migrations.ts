@@ -212,6 +212,15 @@ export const migrations: readonly { version: number; name: string; sql: string }
         WHERE status = 'pending';
     `,
   },
+  {
+    version: 13,
+    name: 'pending approvals, by key',
+    sql: `
+      -- The cap on one API key's pending approvals (ARBITER_QUEUE_MAX_PENDING_PER_KEY) counts them
+      -- in each decision's transaction: this index reads a key's unexpired pending items only.
+      CREATE INDEX queue_pending_by_key ON queue_items (requested_by, expires_at) WHERE status = 'pending';
+    `,
+  },
 ];
 
 const APPLIED = 'SELECT version, name FROM schema_migrations ORDER BY version';

@@ -12,7 +12,13 @@ import type {
   ShadowTally,
 } from '../../decisions/store.js';
 import { chargesOf } from '../../decisions/limits.js';
-import { recordedEvent, SHADOW_SAMPLES, shadowedOf, shadowMarksOf } from '../../decisions/store.js';
+import {
+  overPendingCap,
+  recordedEvent,
+  SHADOW_SAMPLES,
+  shadowedOf,
+  shadowMarksOf,
+} from '../../decisions/store.js';
 import type { LimitUse } from '../../queue/types.js';
 import { GroupCommit } from '../group-commit.js';
 import { decisionFromRow, decisionToRow, queueToRow, type Row } from '../rows.js';
@@ -66,6 +72,7 @@ export class DecisionWriter {
   private readonly byIdem: Statement;
   private readonly clearIdem: Statement;
   private readonly limits: LimitWriter;
+  private readonly pendingOfKey: Statement;
   private readonly tally: Statement;
   private readonly sample: Statement;
   private readonly pruneSamples: Statement;
@@ -96,6 +103,13 @@ export class DecisionWriter {
     this.byIdem = db.prepare('SELECT * FROM decisions WHERE key_id = ? AND idem_key = ?');
     this.clearIdem = db.prepare('UPDATE decisions SET idem_key = NULL WHERE key_id = ? AND idem_key = ?');
     this.limits = new LimitWriter(db);
+    // Up to the cap only: the partial index holds a key's pending items in expiry order.
+    this.pendingOfKey = db
+      .prepare(
+        `SELECT count(*) FROM (SELECT 1 FROM queue_items WHERE requested_by = ? AND status = 'pending'
+         AND expires_at > ? LIMIT ?)`,
+      )
+      .pluck();
   }
 
   recordBatch(batch: RecordArgs[]): RecordOutcome[] {
@@ -151,6 +165,16 @@ export class DecisionWriter {
         if (!denial) throw new Error('a limit was charged without its denial');
         chosen = { ...denial, item: undefined };
       }
+    }
+    // The key's pending items, this batch's earlier ones included (inserted above in order).
+    const cap = r.pendingCap;
+    if (chosen.item && cap) {
+      const pending = this.pendingOfKey.get(
+        chosen.item.requested_by,
+        chosen.item.created_at,
+        cap.max,
+      ) as number;
+      if (overPendingCap(cap, pending)) chosen = { ...cap.denial, item: undefined };
     }
     this.insertDecision.run(decisionToRow(chosen.decision));
     if (chosen.item) this.insertQueue.run(queueToRow(chosen.item));

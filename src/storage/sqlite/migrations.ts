@@ -548,4 +548,13 @@ export const migrations: readonly Migration[] = [
         WHERE status = 'pending';
     `,
   },
+  {
+    version: 20,
+    name: 'pending approvals, by key',
+    sql: `
+      -- The cap on one API key's pending approvals (ARBITER_QUEUE_MAX_PENDING_PER_KEY) counts them
+      -- in each decision's transaction: this index reads a key's unexpired pending items only.
+      CREATE INDEX queue_pending_by_key ON queue_items (requested_by, expires_at) WHERE status = 'pending';
+    `,
+  },
 ];
