@@ -467,6 +467,13 @@ onceOnly('reviewer console in Chromium', function () {
     }
     expect(now, 'time left counts down').to.not.equal(first);
     expect(now).to.match(/^\d+:\d\d$/);
+    // A screen reader hears it in words, not "59 colon 57".
+    const heard = await rowOf(id)
+      .getByRole('cell')
+      .filter({ has: page.locator('time.time-left') })
+      .ariaSnapshot();
+    expect(heard).to.match(/\d+ minutes? \d+ seconds?/);
+    expect(heard).not.to.match(/\b\d+:\d\d\b/);
     await shot('pending-new-item');
     // Another one arrives while the page stays as it is.
     const second = await ask({ ...AGENT.approval, resource: 'prod/billing' });

@@ -10,6 +10,7 @@ import {
   STATUS_LABEL,
   subjectOf,
   timeLeft,
+  timeLeftSpoken,
   visible,
   type Marking,
 } from './format.js';
@@ -179,14 +180,19 @@ export function Time({ iso, now }: { iso: string | null; now: number }) {
 
 export function TimeLeft({ item, now }: { item: QueueItem; now: number }) {
   const left = timeLeft(item.expires_at, now);
+  // Shown as "59:07", said in words: a screen reader reads "59:07" as a time or a ratio.
   return (
-    <time
-      class={`time-left${isUrgent(item.expires_at, now) ? ' urgent' : ''}`}
-      dateTime={item.expires_at}
-      title={`expires at ${item.expires_at}`}
-    >
-      {left}
-    </time>
+    <>
+      <time
+        class={`time-left${isUrgent(item.expires_at, now) ? ' urgent' : ''}`}
+        dateTime={item.expires_at}
+        title={`expires at ${item.expires_at}`}
+        aria-hidden="true"
+      >
+        {left}
+      </time>
+      <span class="visually-hidden">{timeLeftSpoken(item.expires_at, now)}</span>
+    </>
   );
 }
 

@@ -26,6 +26,26 @@ export function timeLeft(iso: string, now: number): string {
   return `${Math.floor(h / 24)} d ${h % 24} h`;
 }
 
+/**
+ * `timeLeft` in words, as a screen reader should say it ("59:07" reads as a time of day or a
+ * ratio): "59 minutes 7 seconds", "1 hour 2 minutes", "2 days 3 hours"; "expired". Every place
+ * that shows it labels it "Time left".
+ */
+export function timeLeftSpoken(iso: string, now: number): string {
+  const ms = Date.parse(iso) - now;
+  if (ms <= 0) return 'expired';
+  const s = Math.floor(ms / 1000);
+  const n = (count: number, unit: string) => `${count} ${unit}${count === 1 ? '' : 's'}`;
+  const h = Math.floor(s / 3600);
+  const words =
+    s < 3600
+      ? `${n(Math.floor(s / 60), 'minute')} ${n(s % 60, 'second')}`
+      : h < 48
+        ? `${n(h, 'hour')} ${n(Math.floor((s % 3600) / 60), 'minute')}`
+        : `${n(Math.floor(h / 24), 'day')} ${n(h % 24, 'hour')}`;
+  return words;
+}
+
 /** Under five minutes left: shown as urgent. */
 export function isUrgent(iso: string, now: number): boolean {
   return Date.parse(iso) - now < 5 * 60_000;
