@@ -667,6 +667,7 @@ onceOnly('reviewer console in Chromium', function () {
     const text = await alert.innerText();
     expect(text).to.include('approved on the phone with the owner');
     expect(text).to.include('Your denial was not recorded');
+    expect(text).to.include('Your note was not sent; here it is to copy: “looks wrong to me”');
     expect(await page.getByRole('button', { name: 'Deny' }).count()).to.equal(0);
     await shot('item-conflict');
     expect(await item(id)).to.include({ status: 'approved', decided_by: 'bob-reviewer' });
@@ -688,6 +689,11 @@ onceOnly('reviewer console in Chromium', function () {
       .filter({ hasText: /While you had this request open,\s+bob-reviewer\s+denied it/ })
       .waitFor();
     await page.getByRole('alert').filter({ hasText: 'rolled back already' }).waitFor();
+    // The reviewer's own half-written note is not lost with the form: it is shown, to copy.
+    await page
+      .getByRole('alert')
+      .filter({ hasText: /Your note was not sent; here it is to copy: “half-written note”/ })
+      .waitFor();
     expect(await page.getByRole('button', { name: 'Approve' }).count()).to.equal(0);
     expect(await page.getByRole('button', { name: 'Deny' }).count()).to.equal(0);
     await page.locator('.item-head .badge', { hasText: 'Denied' }).waitFor();

@@ -50,6 +50,9 @@ export function ItemView({
   const [eventsError, setEventsError] = useState<string | null>(null);
   const [loadError, setLoadError] = useState<string | null>(null);
   const [note, setNote] = useState('');
+  // The note as it is now, for the wait loop below (its closure holds the first render's).
+  const noteNow = useRef(note);
+  noteNow.current = note;
   const [busy, setBusy] = useState<'approve' | 'deny' | null>(null);
   const [outcome, setOutcome] = useState<Outcome>(null);
   const outcomeRef = useRef<HTMLDivElement>(null);
@@ -114,7 +117,7 @@ export function ItemView({
           // (the form goes away); one reading elsewhere in the item keeps their place.
           const wasDeciding = decisionForm.current?.contains(document.activeElement) === true;
           setItem(current);
-          setOutcome({ tone: 'conflict', text: decidedMeanwhile(current, me.name) });
+          setOutcome({ tone: 'conflict', text: decidedMeanwhile(current, me.name, noteNow.current) });
           onDecided(id);
           void loadEvents();
           if (wasDeciding) requestAnimationFrame(() => outcomeRef.current?.focus());
@@ -153,7 +156,7 @@ export function ItemView({
         } catch {
           /* the conflict message below still stands */
         }
-        setOutcome({ tone: 'conflict', text: conflictText(verb, current, e.message) });
+        setOutcome({ tone: 'conflict', text: conflictText(verb, current, e.message, note) });
         onDecided(id);
       } else {
         setOutcome({ tone: 'error', text: fail(e) });
@@ -476,10 +479,31 @@ export function ItemView({
   );
 }
 
+/**
+ * The note this reviewer had written when the item was decided without it (the form goes away
+ * with the pending item): shown so that it is not lost, to be copied elsewhere (a ticket).
+ */
+function UnsentNote({ note }: { note: string }) {
+  if (note.trim() === '') return null;
+  return (
+    <span class="unsent-note">
+      {' '}
+      Your note was not sent; here it is to copy: “<Verbatim prose value={note} />
+      ”.
+    </span>
+  );
+}
+
 /** The item left pending while this reviewer had it open, by someone else's hand or by expiry. */
-function decidedMeanwhile(current: QueueItem, myName: string): ComponentChildren {
+function decidedMeanwhile(current: QueueItem, myName: string, note: string): ComponentChildren {
   if (current.status === 'expired') {
-    return `This request expired at ${formatTime(current.expires_at)} while you had it open. It can no longer be decided.`;
+    return (
+      <>
+        This request expired at {formatTime(current.expires_at)} while you had it open. It can no longer be
+        decided.
+        <UnsentNote note={note} />
+      </>
+    );
   }
   if (current.decided_by === myName) {
     return `Your key ${current.status === 'approved' ? 'approved' : 'denied'} this request at ${formatTime(current.decided_at)}: a decision sent from here was recorded, although its answer did not arrive.`;
@@ -496,6 +520,7 @@ function decidedMeanwhile(current: QueueItem, myName: string): ComponentChildren
         </>
       ) : null}{' '}
       It can no longer be decided here.
+      <UnsentNote note={note} />
     </>
   );
 }
@@ -504,12 +529,19 @@ function conflictText(
   verb: 'approve' | 'deny',
   current: QueueItem | null,
   serverMessage: string,
+  note: string,
 ): ComponentChildren {
   const mine = verb === 'approve' ? 'approval' : 'denial';
   if (current === null || current.status === 'pending')
     return `${serverMessage}. Your ${mine} was not recorded.`;
   if (current.status === 'expired') {
-    return `This request expired at ${formatTime(current.expires_at)} before anyone decided it. Your ${mine} was not recorded.`;
+    return (
+      <>
+        This request expired at {formatTime(current.expires_at)} before anyone decided it. Your {mine} was not
+        recorded.
+        <UnsentNote note={note} />
+      </>
+    );
   }
   return (
     <>
@@ -523,6 +555,7 @@ function conflictText(
         </>
       ) : null}{' '}
       Your {mine} was not recorded.
+      <UnsentNote note={note} />
     </>
   );
 }
