@@ -11,7 +11,7 @@ const approval = (n: number, agent = 'deploy-bot') => ({
   resource: `prod/api-${n}`,
 });
 
-const FULL = /^review queue full for this API key: it has (\d+) pending approvals/;
+const FULL = /^review queue full for this API key: it has reached its cap of (\d+) pending approvals/;
 
 /** Pending items stored for the key named `name` (its id is its name's row). */
 async function pendingOf(a: Arbiter, keyName: string): Promise<number> {
@@ -156,6 +156,31 @@ onEveryBackend('pending approvals capped per API key (ARBITER_QUEUE_MAX_PENDING_
       expect(both.filter((r) => r.status === 202)).to.have.length(5);
       expect(both.filter((r) => r.status === 403)).to.have.length(19);
       expect(await pendingOf(a, 'burst-two')).to.equal(5);
+    } finally {
+      for (const e of engines.reverse()) await e.close();
+    }
+  });
+
+  it('says no more than it knows when the key has more pending than a lowered cap', async () => {
+    // The upgrade case: a key flooded the queue under no cap (or a higher one), then the cap came.
+    const a = await Arbiter.start({ ARBITER_QUEUE_MAX_PENDING_PER_KEY: '0' });
+    const engines = [a];
+    try {
+      const key = a.createKey('flooded', ['authorize']);
+      for (let i = 0; i < 5; i++) {
+        const r = await call('POST', `${a.engine}/v1/agent/authorize`, { body: approval(i), key });
+        expect(r.status, r.text).to.equal(202);
+      }
+      const b = await Arbiter.start({ ARBITER_QUEUE_MAX_PENDING_PER_KEY: '2' }, a.dataDir);
+      engines.push(b);
+      const headers = { 'idempotency-key': 'lowered-cap-1' };
+      const r = await call('POST', `${b.engine}/v1/agent/authorize`, { body: approval(9), key, headers });
+      expect(r.status, r.text).to.equal(403);
+      // It has 5 pending: the count stops at the cap, so the message must not say "it has 2".
+      expect(r.json.message).not.to.match(/it has 2 pending/);
+      expect(String(r.json.message).match(FULL)?.[1]).to.equal('2');
+      // Asking again under the same key replays this deny: the message says so.
+      expect(r.json.message).to.match(/same Idempotency-Key replays this deny/);
     } finally {
       for (const e of engines.reverse()) await e.close();
     }

@@ -524,13 +524,17 @@ function exhaustedDenial(l: LimitUse): PolicyDecision {
   };
 }
 
-/** The deny recorded instead of a requires_approval when its key has `max` approvals pending. */
+/**
+ * The deny recorded instead of a requires_approval when its key has `max` approvals pending, or
+ * more (a cap lowered since, or another process's higher one): the stores count up to `max` only.
+ */
 function queueFullDenial(max: number): PolicyDecision {
   return {
     status: 'deny',
     message:
-      `review queue full for this API key: it has ${max} pending approvals, the most it may have ` +
-      '(ARBITER_QUEUE_MAX_PENDING_PER_KEY); ask again once reviewers have decided some or they expire',
+      `review queue full for this API key: it has reached its cap of ${max} pending approvals ` +
+      '(ARBITER_QUEUE_MAX_PENDING_PER_KEY); ask again once reviewers have decided some or they ' +
+      'expire (a retry under the same Idempotency-Key replays this deny)',
     reasons: ['pending_approvals_exhausted'],
   };
 }
