@@ -26,6 +26,7 @@ export function decisionMetrics(m: Metrics | undefined): DecisionObserver {
       m?.evaluation.observe(seconds);
     },
     shadowed: (result) => m?.shadowDecisions.inc({ result }),
+    capped: (kind) => m?.queueCapped.inc({ kind }),
   };
 }
 

@@ -124,6 +124,15 @@ onEveryBackend('pending approvals capped per API key (ARBITER_QUEUE_MAX_PENDING_
       expect(retry.json.message).to.equal(first.json.message);
       expect(await pendingOf(a, 'flooder')).to.equal(2);
     });
+
+    it('counts each capped answer in arbiter_queue_capped_total by kind, never a replay', async () => {
+      const m = await call('GET', `${a.platform}/metrics`);
+      expect(m.status).to.equal(200);
+      // This block's capped answers: three agent requests (the fourth, after a review, the first
+      // of the retried pair) and one human request; the retry replayed and is not counted again.
+      expect(m.text).to.match(/^arbiter_queue_capped_total\{kind="agent"\} 3$/m);
+      expect(m.text).to.match(/^arbiter_queue_capped_total\{kind="human"\} 1$/m);
+    });
   });
 
   it('allows exactly the cap of many concurrent requests, from one process and from two on one database', async () => {

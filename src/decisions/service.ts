@@ -49,6 +49,8 @@ export interface DecisionObserver {
   decided(kind: 'agent' | 'human', outcome: DecisionStatus, evalSeconds: number): void;
   /** The shadow set's verdict on one decision (SPEC §11), when a shadow set is active. */
   shadowed?(result: 'agree' | 'disagree' | 'error'): void;
+  /** A requires_approval recorded as a deny by the pending-approval cap (ADR 0013). */
+  capped?(kind: 'agent' | 'human'): void;
 }
 
 /** What a decision is about, as queued, recorded and audited. */
@@ -306,6 +308,9 @@ export class DecisionService {
     if ('replay' in outcome) return replay(outcome.replay, idem?.hash ?? '');
     this.observer.decided(kind, outcome.decision.status, evaluation.latencyNs / 1e9);
     if (shadow) this.observer.shadowed?.(shadow.result);
+    // Only the pending cap records something else in place of a queued answer (a budget replaces
+    // only an allow).
+    if (chosen.item && outcome.decision.status !== chosen.decision.status) this.observer.capped?.(kind);
     return { decision: answer(outcome.decision), replayed: false };
   }
 

@@ -100,6 +100,12 @@ export function createMetrics() {
       labelNames: ['status'] as const,
       registers: [registry],
     }),
+    queueCapped: new Counter({
+      name: 'arbiter_queue_capped_total',
+      help: 'requires_approval answers recorded as denies because the key had its most pending approvals (ARBITER_QUEUE_MAX_PENDING_PER_KEY), by subject kind.',
+      labelNames: ['kind'] as const,
+      registers: [registry],
+    }),
     tokensMinted: new Counter({
       name: 'arbiter_tokens_minted_total',
       help: 'Scoped tokens minted.',
@@ -141,6 +147,7 @@ export function createMetrics() {
   }
   for (const result of ['success', 'failure']) m.compiles.inc({ result }, 0);
   for (const status of ['approved', 'denied', 'expired']) m.queueTransitions.inc({ status }, 0);
+  for (const kind of ['agent', 'human']) m.queueCapped.inc({ kind }, 0);
   for (const result of ['delivered', 'retry', 'failed']) m.webhookDeliveries.inc({ result }, 0);
   return m;
 }
