@@ -18,7 +18,9 @@ const AGREE = 'package authz.agent\n\ndeny contains "never" if input.action == "
 onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, never answering', () => {
   let a: Arbiter;
   before(async () => {
-    a = await Arbiter.start();
+    // These tests send thousands of decisions from the admin key, a third of them to review: far
+    // past the default cap on one key's pending approvals (ADR 0013), which is not under test here.
+    a = await Arbiter.start({ ARBITER_QUEUE_MAX_PENDING_PER_KEY: '0' });
   });
   after(async () => {
     await a.close();
@@ -729,7 +731,7 @@ onEveryBackend('Shadow mode: candidate modules evaluated beside the live set, ne
 onceOnly('ARBITER_SHADOW_INLINE=false: the shadow set stays on its own thread', () => {
   let a: Arbiter;
   before(async () => {
-    a = await Arbiter.start({ ARBITER_SHADOW_INLINE: 'false' });
+    a = await Arbiter.start({ ARBITER_SHADOW_INLINE: 'false', ARBITER_QUEUE_MAX_PENDING_PER_KEY: '0' });
   });
   after(async () => {
     await a.close();
@@ -759,7 +761,7 @@ onceOnly('ARBITER_SHADOW_INLINE=false: the shadow set stays on its own thread', 
 onceOnly('ARBITER_SHADOW_PAIRED=false: a proven shadow set is evaluated beside the live set, apart', () => {
   let a: Arbiter;
   before(async () => {
-    a = await Arbiter.start({ ARBITER_SHADOW_PAIRED: 'false' });
+    a = await Arbiter.start({ ARBITER_SHADOW_PAIRED: 'false', ARBITER_QUEUE_MAX_PENDING_PER_KEY: '0' });
   });
   after(async () => {
     await a.close();
