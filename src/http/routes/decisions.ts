@@ -21,7 +21,12 @@ const decisionAnswers = (config: RouteDeps['config']): readonly Answer[] => [
   { status: 202, description: 'requires_approval: queued for human review', schema: decisionResponseSchema },
   {
     status: 403,
-    description: 'deny (a decision body), or an error body when the key lacks the scope or binding',
+    description:
+      "deny (a decision body: the policy's, an exhausted budget's" +
+      (config.queueMaxPendingPerKey > 0
+        ? `, or a requires_approval past the key's cap of ${config.queueMaxPendingPerKey} pending approvals`
+        : '') +
+      '), or an error body when the key lacks the scope or binding',
     schema: { oneOf: [decisionResponseSchema, ERROR_REF] },
   },
   { status: 422, description: 'Idempotency-Key reused with another body' },
