@@ -14,7 +14,7 @@ import { requestDigest } from './digest.js';
 import { agentInput, humanInput } from './policy-input.js';
 import { chargeAt, fromMicro, withLimits } from './limits.js';
 import { agentRequestSchema, humanRequestSchema, type AgentRequest, type HumanRequest } from './schemas.js';
-import type { DecisionRecord, DecisionStore, LimitCharge, PendingCap, RecordOutcome } from './store.js';
+import type { DecisionRecord, DecisionStore, DecisionToRecord, LimitCharge, RecordOutcome } from './store.js';
 
 export interface FlowIds {
   requestId: string;
@@ -288,18 +288,28 @@ export class DecisionService {
       shadow,
     };
     const chosen = this.recordsOf(d, live);
-    const charge = this.chargeOf(d);
+    const common: Pick<DecisionToRecord, 'idemSince' | 'shadow'> = {
+      idemSince: idem?.since ?? idempotencySince(),
+      shadow: shadow ? { generation: shadow.generation, live: shadow.live } : undefined,
+    };
     let outcome: RecordOutcome;
+    let capped = false;
     try {
       outcome = await this.store.record({
-        decision: chosen.decision,
-        event: chosen.event,
-        item: chosen.item,
-        idemSince: idem?.since ?? idempotencySince(),
-        charge,
-        pendingCap: chosen.item ? this.pendingCapOf(d) : undefined,
-        shadow: shadow ? { generation: shadow.generation, live: shadow.live } : undefined,
+        ...chosen,
+        ...common,
+        charge: this.chargeOf(d),
+        pendingCap: chosen.item && this.maxPendingPerKey > 0 ? this.maxPendingPerKey : undefined,
       });
+      if ('capped' in outcome) {
+        // The key had its most pending approvals and nothing was recorded: its deny is, now. Built
+        // only here, so that every other requires_approval does not carry a deny it will not use.
+        // A retry that raced it and was recorded first is replayed, like any retry.
+        capped = true;
+        const denial = this.recordsOf(d, queueFullDenial(this.maxPendingPerKey));
+        outcome = await this.store.record({ ...denial, ...common });
+        if ('capped' in outcome) throw new Error('a deny was capped');
+      }
     } catch (e) {
       // Fail closed: an unrecorded decision is never answered, least of all with allow. The cause
       // goes to the log only (errorMiddleware), so an operator sees why.
@@ -308,9 +318,7 @@ export class DecisionService {
     if ('replay' in outcome) return replay(outcome.replay, idem?.hash ?? '');
     this.observer.decided(kind, outcome.decision.status, evaluation.latencyNs / 1e9);
     if (shadow) this.observer.shadowed?.(shadow.result);
-    // Only the pending cap records something else in place of a queued answer (a budget replaces
-    // only an allow).
-    if (chosen.item && outcome.decision.status !== chosen.decision.status) this.observer.capped?.(kind);
+    if (capped) this.observer.capped?.(kind);
     return { decision: answer(outcome.decision), replayed: false };
   }
 
@@ -377,15 +385,6 @@ export class DecisionService {
     if (decision.status !== 'allow' || limits.length === 0) return undefined;
     const charged = chargeAt(limits, d.now.getTime());
     return { limits: charged, denials: charged.map((l) => this.recordsOf(d, exhaustedDenial(l))) };
-  }
-
-  /**
-   * The cap a requires_approval's queue item is held to, with the deny recorded instead when the
-   * requesting key has that many pending already (the store counts them in the same transaction).
-   */
-  private pendingCapOf(d: Deciding): PendingCap | undefined {
-    if (this.maxPendingPerKey === 0) return undefined;
-    return { max: this.maxPendingPerKey, denial: this.recordsOf(d, queueFullDenial(this.maxPendingPerKey)) };
   }
 
   /** The decision record, audit event and (for requires_approval) queue item of `decision`. */

@@ -47,11 +47,11 @@ export interface DecisionToRecord {
    */
   charge?: LimitCharge | undefined;
   /**
-   * The cap on the requesting key's pending approvals, with a requires_approval's queue item: when
-   * the key already has `max` pending items that have not expired at the item's `created_at`,
-   * `denial` is recorded instead of `decision` and no item is stored (ADR 0013).
+   * The most pending approvals the requesting key may have, with a requires_approval's queue item:
+   * when the key already has that many that have not expired at the item's `created_at`, nothing
+   * is recorded and the outcome is `{capped: true}`; the caller records its deny next (ADR 0013).
    */
-  pendingCap?: PendingCap | undefined;
+  pendingCap?: number | undefined;
   /** Set when a shadow set shadowed this decision (SPEC §11). */
   shadow?: ShadowedBy | undefined;
 }
@@ -118,21 +118,22 @@ function shadowMarkOf(
 }
 
 /**
- * The decisions of a batch that a shadow set shadowed, as recorded (replays left out), with
+ * The decisions of a batch that a shadow set shadowed, as recorded (replays and capped left out), with
  * their generation and live answer: what shadowMarksOf tallies. Empty, and nothing built, when
  * none was.
  */
 export function shadowedOf(
   batch: DecisionToRecord[],
-  recorded: ({ replay: unknown } | { event: NewAuditEvent })[],
+  recorded: ({ replay: unknown } | { capped: true } | { event: NewAuditEvent })[],
 ): ShadowedEvent[] {
   // Runs on the writer for every batch: a plain loop (flatMap and spreads cost it ~1 µs per
   // decision, docs/performance.md).
   const out: ShadowedEvent[] = [];
   for (let i = 0; i < recorded.length; i++) {
     const shadow = batch[i]?.shadow;
-    const x = recorded[i] as { replay: unknown } | { event: NewAuditEvent };
-    if (shadow !== undefined && !('replay' in x)) {
+    const x = recorded[i] as { replay: unknown } | { capped: true } | { event: NewAuditEvent };
+    // A capped decision is counted when its deny is recorded, in a later batch.
+    if (shadow !== undefined && 'event' in x) {
       out.push({ generation: shadow.generation, live: shadow.live, event: x.event });
     }
   }
@@ -180,14 +181,8 @@ export function shadowMarksOf(recorded: ShadowedEvent[]): {
   return { counts, samples: newest };
 }
 
-/** How many pending approvals one API key may have at once, and the deny recorded past that. */
-export interface PendingCap {
-  max: number;
-  denial: { decision: DecisionRecord; event: NewAuditEvent };
-}
-
 /** Whether a requires_approval is over `cap` when its key has `pending` unexpired items (both stores). */
-export const overPendingCap = (cap: PendingCap, pending: number): boolean => pending >= cap.max;
+export const overPendingCap = (cap: number, pending: number): boolean => pending >= cap;
 
 export interface LimitCharge {
   limits: LimitUse[];
@@ -206,9 +201,14 @@ export const recordedEvent = (e: AuditEvent): RecordedEvent => ({
   hash: e.hash,
 });
 
-/** The decision actually recorded (the denial when a budget was exhausted), or the replay. */
+/**
+ * The decision actually recorded (the denial when a budget was exhausted), or the replay; or,
+ * for a requires_approval over its key's pending cap, nothing recorded (`capped`).
+ */
 export type RecordOutcome =
-  { recorded: RecordedEvent; decision: DecisionRecord; exhausted?: LimitUse } | { replay: DecisionRecord };
+  | { recorded: RecordedEvent; decision: DecisionRecord; exhausted?: LimitUse }
+  | { replay: DecisionRecord }
+  | { capped: true };
 
 export interface DecisionStore {
   /**

@@ -454,7 +454,8 @@ export function storageContract(backend: Backend): void {
         const first = recorded[0] as { decision: DecisionRecord };
         expect(first.decision.status).to.equal('deny');
         for (const o of out) {
-          const d = 'replay' in o ? o.replay : o.decision;
+          expect(o, 'a deny is never capped').to.not.have.property('capped');
+          const d = 'replay' in o ? o.replay : 'decision' in o ? o.decision : undefined;
           expect(d).to.include({ status: 'deny', request_id: first.decision.request_id });
         }
         expect(await stores.decisions.findByIdempotencyKey('key-1', 'k-budget', iso(-HOUR))).to.include({
@@ -598,6 +599,52 @@ export function storageContract(backend: Backend): void {
           (await stores.queue.listPending({ now, limit: 1, after: a.id })).map((i) => i.id),
         ).to.deep.equal([b.id]);
         expect(await stores.queue.countPending(now)).to.equal(3);
+      });
+
+      it('caps pending items per requesting key: over the cap nothing is written, exactly, across handles and within a batch', async () => {
+        const capped = (key: string, over: Partial<QueueItem> = {}) => {
+          const d = decision({ status: 'requires_approval', key_id: key });
+          return { decision: d, event: event(d), item: item(d, over), idemSince: iso(-HOUR), pendingCap: 3 };
+        };
+        // An expired item, one of another key and one decided do not count.
+        await queued({ expires_at: iso(-1000), requested_by: 'key-cap' });
+        await queued({ requested_by: 'key-other' });
+        const other = await second();
+        const before = (await headOf(stores)).count;
+        try {
+          // Submitted together: batched on each handle, the handles serialized by the store.
+          const out = await Promise.all(
+            Array.from({ length: 10 }, (_, i) =>
+              (i % 2 ? other : stores).decisions.record(capped('key-cap')),
+            ),
+          );
+          expect(out.filter((o) => 'recorded' in o)).to.have.length(3);
+          expect(out.filter((o) => 'capped' in o)).to.have.length(7);
+          // Only the three recorded have rows, items and audit events.
+          expect((await headOf(stores)).count).to.equal(before + 3);
+          const pending = await stores.queue.listPending({ now: iso(), limit: 50 });
+          expect(pending.filter((i) => i.requested_by === 'key-cap')).to.have.length(3);
+          for (const o of out) {
+            if ('capped' in o) continue;
+            expect(o).to.have.property('recorded');
+          }
+          // Another key is not held to this one's count; a decided item frees a place.
+          expect(await stores.decisions.record(capped('key-other'))).to.have.property('recorded');
+          const first = pending.find((i) => i.requested_by === 'key-cap')!;
+          const r = await stores.queue.decide(first.id, 'denied', 'rev', null, iso(), (x) => ({
+            kind: 'queue.decide',
+            request_id: x.id,
+            outcome: x.status,
+          }));
+          expect(r.won).to.equal(true);
+          expect(await stores.decisions.record(capped('key-cap'))).to.have.property('recorded');
+          expect(await stores.decisions.record(capped('key-cap'))).to.deep.equal({ capped: true });
+          // Without a cap, or for an answer with no item, nothing is counted.
+          const { pendingCap: _, ...uncapped } = capped('key-cap');
+          expect(await stores.decisions.record(uncapped)).to.have.property('recorded');
+        } finally {
+          await other.close();
+        }
       });
 
       it('lets exactly one of many concurrent deciders win, across handles, with one audit event', async () => {

@@ -178,8 +178,8 @@ async function pendingOfKeys(c: Client, batch: readonly DecisionToRecord[]): Pro
   const caps = new Map<string, number>();
   let now: string | undefined;
   for (const r of batch) {
-    if (!r.item || !r.pendingCap) continue;
-    caps.set(r.item.requested_by, Math.max(caps.get(r.item.requested_by) ?? 0, r.pendingCap.max));
+    if (!r.item || r.pendingCap === undefined) continue;
+    caps.set(r.item.requested_by, Math.max(caps.get(r.item.requested_by) ?? 0, r.pendingCap));
     if (now === undefined || r.item.created_at < now) now = r.item.created_at;
   }
   if (now === undefined) return new Map();
@@ -243,7 +243,7 @@ export class PgDecisionStore implements DecisionStore {
     }
     const pending = await pendingOfKeys(c, batch);
     type Chosen = { decision: DecisionRecord; event: NewAuditEvent; exhausted?: LimitUse };
-    const chosen: ({ replay: DecisionRecord } | Chosen)[] = [];
+    const chosen: ({ replay: DecisionRecord } | { capped: true } | Chosen)[] = [];
     const decisions: DecisionRecord[] = [];
     const items: QueueItem[] = [];
     const expiredKeys: DecisionRecord[] = [];
@@ -268,12 +268,16 @@ export class PgDecisionStore implements DecisionStore {
           pick = { ...denial, exhausted };
         }
       }
-      // The key's pending items: those stored, and this batch's earlier ones (inserted below).
+      // The key's pending items: those stored, and this batch's earlier ones (inserted below). Over
+      // the cap, nothing is written: the caller records the deny next.
       const cap = r.pendingCap;
-      if (pick.item && cap) {
+      if (pick.item && cap !== undefined) {
         const n = pending.get(pick.item.requested_by) ?? 0;
-        if (overPendingCap(cap, n)) pick = cap.denial;
-        else pending.set(pick.item.requested_by, n + 1);
+        if (overPendingCap(cap, n)) {
+          chosen.push({ capped: true });
+          continue;
+        }
+        pending.set(pick.item.requested_by, n + 1);
       }
       // A retry later in this batch replays the decision actually recorded (a budget's deny, not
       // the allow it replaced).
@@ -304,13 +308,13 @@ export class PgDecisionStore implements DecisionStore {
     const { events } = await this.chain.appendAfter(
       c,
       head,
-      chosen.flatMap((x) => ('replay' in x ? [] : [x.event])),
+      chosen.flatMap((x) => ('event' in x ? [x.event] : [])),
     );
     const shadowed = shadowedOf(batch, chosen);
     if (shadowed.length > 0) await recordShadow(c, shadowed);
     let next = 0;
     return chosen.map((x): RecordOutcome =>
-      'replay' in x
+      !('event' in x)
         ? x
         : {
             recorded: recordedEvent(events[next++]!),

@@ -118,12 +118,12 @@ export class DecisionWriter {
         // Rows first (idempotency replays within the batch see earlier rows), then every audit
         // event of the batch in one append: one chain-head read and one head update per batch.
         const rows = batch.map((r) => this.recordRow(r));
-        const events = this.writer.appendInTx(rows.flatMap((x) => ('replay' in x ? [] : [x.event])));
+        const events = this.writer.appendInTx(rows.flatMap((x) => ('event' in x ? [x.event] : [])));
         const shadowed = shadowedOf(batch, rows);
         if (shadowed.length > 0) this.recordShadow(shadowed);
         let next = 0;
         return rows.map((x): RecordOutcome =>
-          'replay' in x
+          !('event' in x)
             ? x
             : {
                 recorded: recordedEvent(events[next++] as AuditEvent),
@@ -148,7 +148,10 @@ export class DecisionWriter {
   /** Writes the decision (and queue item), consuming its budgets; or finds the one to replay. */
   private recordRow(
     r: RecordArgs,
-  ): { replay: DecisionRecord } | { decision: DecisionRecord; event: NewAuditEvent; exhausted?: LimitUse } {
+  ):
+    | { replay: DecisionRecord }
+    | { capped: true }
+    | { decision: DecisionRecord; event: NewAuditEvent; exhausted?: LimitUse } {
     const { decision } = r;
     if (decision.idem_key !== null) {
       const prior = this.byIdem.get(decision.key_id, decision.idem_key) as Row | undefined;
@@ -166,15 +169,12 @@ export class DecisionWriter {
         chosen = { ...denial, item: undefined };
       }
     }
-    // The key's pending items, this batch's earlier ones included (inserted above in order).
+    // The key's pending items, this batch's earlier ones included (inserted above in order). Over
+    // the cap, nothing is written: the caller records the deny next.
     const cap = r.pendingCap;
-    if (chosen.item && cap) {
-      const pending = this.pendingOfKey.get(
-        chosen.item.requested_by,
-        chosen.item.created_at,
-        cap.max,
-      ) as number;
-      if (overPendingCap(cap, pending)) chosen = { ...cap.denial, item: undefined };
+    if (chosen.item && cap !== undefined) {
+      const pending = this.pendingOfKey.get(chosen.item.requested_by, chosen.item.created_at, cap) as number;
+      if (overPendingCap(cap, pending)) return { capped: true };
     }
     this.insertDecision.run(decisionToRow(chosen.decision));
     if (chosen.item) this.insertQueue.run(queueToRow(chosen.item));
