@@ -135,6 +135,52 @@ onEveryBackend('pending approvals capped per API key (ARBITER_QUEUE_MAX_PENDING_
     });
   });
 
+  it('answers concurrent retries of one request at the cap with one decision, as a place comes free', async () => {
+    const a = await Arbiter.start({ ARBITER_QUEUE_MAX_PENDING_PER_KEY: '2' });
+    const b = await Arbiter.start({ ARBITER_QUEUE_MAX_PENDING_PER_KEY: '2' }, a.dataDir);
+    try {
+      const key = a.createKey('retrier', ['authorize']);
+      const reviewer = a.createKey('retry-reviewer', ['queue:read', 'queue:review']);
+      const ask = (x: Arbiter, n: number, idem?: string) =>
+        call('POST', `${x.engine}/v1/agent/authorize`, {
+          body: approval(n),
+          key,
+          headers: idem ? { 'idempotency-key': idem } : {},
+        });
+      const first = await ask(a, 1);
+      expect(first.status).to.equal(202);
+      expect((await ask(a, 2)).status).to.equal(202);
+      for (const round of [1, 2, 3]) {
+        // Twelve tries of one request on two processes, while a reviewer frees a place.
+        const [answers] = await Promise.all([
+          Promise.all(
+            Array.from({ length: 12 }, (_, i) => ask(i % 2 ? b : a, 100 + round, `retry-${round}`)),
+          ),
+          round === 2
+            ? call('POST', `${a.engine}/v1/queue/${first.json.request_id as string}/deny`, {
+                body: {},
+                key: reviewer,
+              })
+            : Promise.resolve(undefined),
+        ]);
+        const ids = new Set(answers.map((r) => r.json.request_id as string));
+        const statuses = new Set(answers.map((r) => r.status));
+        expect(ids.size, `round ${round}: ${[...ids].join(', ')}`).to.equal(1);
+        expect(statuses.size, `round ${round}: ${[...statuses].join(', ')}`).to.equal(1);
+        expect([...statuses][0]).to.be.oneOf([202, 403]);
+        // Exactly one decision recorded for the request, whichever answer it is.
+        expect(await a.count('decisions', 'request_id = $1', [[...ids][0]])).to.equal(1);
+        expect(
+          await a.count('audit_events', "kind = 'decision' AND request_id = $1", [[...ids][0]]),
+        ).to.equal(1);
+      }
+      expect(await pendingOf(a, 'retrier')).to.be.at.most(2);
+    } finally {
+      await b.close();
+      await a.close();
+    }
+  });
+
   it('allows exactly the cap of many concurrent requests, from one process and from two on one database', async () => {
     const a = await Arbiter.start({ ARBITER_QUEUE_MAX_PENDING_PER_KEY: '5' });
     const engines = [a];
