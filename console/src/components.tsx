@@ -181,8 +181,10 @@ export function Time({ iso, now }: { iso: string | null; now: number }) {
 export function TimeLeft({ item, now }: { item: QueueItem; now: number }) {
   const left = timeLeft(item.expires_at, now);
   // Shown as "59:07", said in words: a screen reader reads "59:07" as a time or a ratio.
+  // The span holds the hidden words in place: positioned against the page instead, they would sit
+  // far right of a table scrolled in its own box and widen the page (a phone's, by 400 px).
   return (
-    <>
+    <span class="time-left-words">
       <time
         class={`time-left${isUrgent(item.expires_at, now) ? ' urgent' : ''}`}
         dateTime={item.expires_at}
@@ -192,7 +194,7 @@ export function TimeLeft({ item, now }: { item: QueueItem; now: number }) {
         {left}
       </time>
       <span class="visually-hidden">{timeLeftSpoken(item.expires_at, now)}</span>
-    </>
+    </span>
   );
 }
 
