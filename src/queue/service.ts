@@ -1,6 +1,6 @@
 import { eventUserId, type AuditEvent, type NewAuditEvent } from '../audit/types.js';
 import { busy, conflict, forbidden, notFound, unauthenticated } from '../errors.js';
-import { boundTo, checkBinding, narrowToBinding } from '../keys/binding.js';
+import { boundTo, checkBinding, isBound, narrowToBinding } from '../keys/binding.js';
 import type { Principal } from '../keys/types.js';
 import {
   decodeCursor,
@@ -11,11 +11,17 @@ import {
   type PageQuery,
 } from '../common/pagination.js';
 import { compileSchema } from '../common/validation.js';
-import type { DecidedStatus, QueueStore } from './store.js';
+import type { DecidedStatus, QueueDriver, QueueRows, QueueStore } from './store.js';
 import type { QueueItem, QueueItemView } from './types.js';
 import { chargeAt, fromMicro } from '../decisions/limits.js';
 
 export const MAX_WAIT_SECONDS = 60;
+
+/**
+ * The most queue items one page of GET /v1/queue (or /v1/queue/pending) examines when its index
+ * does not serve every condition it has: its cost per request, whatever the queue's size.
+ */
+export const QUEUE_EXAMINE = 2_000;
 
 /** A queue item as the API shows it (QueueItemView). */
 export const present = ({ requested_by: _key, limits: _limits, ...view }: QueueItem): QueueItemView => ({
@@ -139,10 +145,14 @@ export class QueueService {
     if (statuses === 'pending') {
       const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor, PENDING_CURSOR);
       const now = new Date().toISOString();
-      return fetchPage(
+      // A bound key's pending pages are exact: they read every tenant's pending items through the
+      // (status, id) index (no index by tenant or agent, which every requires_approval would
+      // write), and a bounded page there would count the other tenants' (docs/decisions.md).
+      const examine = isBound(principal) ? undefined : QUEUE_EXAMINE;
+      return this.page(
         q,
-        (limit) => this.store.listPending({ ...filter, after, limit, now }),
-        (last) => encodeCursor(PENDING_CURSOR, last.id),
+        (limit) => this.store.listPending({ ...filter, after, limit, now, examine }),
+        (at) => encodeCursor(PENDING_CURSOR, at.id),
       );
     }
     // A cursor names the states it pages through: replayed against other states it is refused.
@@ -154,11 +164,27 @@ export class QueueService {
     }
     // Items past their expiry are recorded as expired before they are listed as such.
     if (statuses.includes('expired')) await this.expire();
-    return fetchPage(
+    const { drive, examine } = decidedReading(principal);
+    return this.page(
       q,
-      (limit) => this.store.listDecided({ ...filter, statuses, before, limit }),
-      (last) => encodeCursor(kind, `${last.decided_at ?? ''}|${last.id}`),
+      (limit) => this.store.listDecided({ ...filter, statuses, before, limit, drive, examine }),
+      (at) => encodeCursor(kind, `${at.decided_at ?? ''}|${at.id}`),
     );
+  }
+
+  /**
+   * One page from a store list that may be bounded: cut as every page is, and when the store
+   * stopped early (a page short, or empty), continued after the last item it examined.
+   */
+  private async page(
+    q: PageQuery,
+    fetch: (limit: number) => Promise<QueueRows>,
+    cursorAt: (at: { id: string; decided_at: string | null }) => string,
+  ): Promise<Page<QueueItem>> {
+    let found: QueueRows | undefined;
+    const page = await fetchPage(q, async (limit) => (found = await fetch(limit)), cursorAt);
+    const resume = found?.resumeAfter;
+    return { items: page.items, next_cursor: page.next_cursor ?? (resume ? cursorAt(resume) : null) };
   }
 
   /**
@@ -359,6 +385,27 @@ export class QueueService {
     const sets = id === undefined ? [...this.waiters.values()] : [this.waiters.get(id) ?? new Set()];
     for (const set of sets) for (const wake of [...set]) wake();
   }
+}
+
+/**
+ * How a decided list reads for this key. A key bound to a tenant reads through the index of its
+ * tenant's items, one bound to an agent through its agent's: every item such a page examines is
+ * one the key may see, so its page is bounded as an unbound key's is, and how many it examined
+ * beside those it answered tells it only of its own items. A key bound to both would examine,
+ * through either index, items of the other binding that it may not see (another agent of its
+ * tenant, or its agent in another tenant): counted, they would tell it how many lie between its
+ * own, which sealed cursors exist to hide; its pages are exact.
+ */
+function decidedReading(principal: Principal): {
+  drive: QueueDriver | undefined;
+  examine: number | undefined;
+} {
+  const { tenant, agent } = principal;
+  if (tenant !== null && agent !== null) return { drive: undefined, examine: undefined };
+  return {
+    drive: tenant !== null ? 'tenant_id' : agent !== null ? 'agent_id' : undefined,
+    examine: QUEUE_EXAMINE,
+  };
 }
 
 function conflictFor(item: QueueItem): Error {

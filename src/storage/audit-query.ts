@@ -6,9 +6,13 @@ export interface AuditSql {
   params: unknown[];
 }
 
-type Style = 'sqlite' | 'postgres';
+export type Style = 'sqlite' | 'postgres';
 
-function binder(style: Style): { p: (v: unknown) => string; params: unknown[] } {
+/**
+ * The parameters of one statement: `p(v)` adds one and answers its placeholder. Call it in the
+ * order the placeholders appear in the text: SQLite's `?` are numbered by position.
+ */
+export function binder(style: Style): { p: (v: unknown) => string; params: unknown[] } {
   const params: unknown[] = [];
   return {
     params,

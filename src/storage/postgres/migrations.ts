@@ -221,6 +221,19 @@ export const migrations: readonly { version: number; name: string; sql: string }
       CREATE INDEX queue_pending_by_key ON queue_items (requested_by, expires_at) WHERE status = 'pending';
     `,
   },
+  {
+    version: 14,
+    name: 'decided queue items, by tenant and by agent',
+    sql: `
+      -- A page of decided items reads one index in (decided_at, id) order. With these, a key bound to
+      -- a tenant (or an agent), and a filter by either, reads that tenant's (agent's) items only:
+      -- through (decided_at, id) it read every tenant's to find its own, O(store) for each page, and
+      -- a bounded page there would count other tenants' items (docs/decisions.md). Pending items
+      -- have no row in either.
+      CREATE INDEX queue_decided_tenant ON queue_items (tenant_id, decided_at, id) WHERE status <> 'pending';
+      CREATE INDEX queue_decided_agent ON queue_items (agent_id, decided_at, id) WHERE status <> 'pending';
+    `,
+  },
 ];
 
 const APPLIED = 'SELECT version, name FROM schema_migrations ORDER BY version';

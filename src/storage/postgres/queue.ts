@@ -1,29 +1,17 @@
 import type { NewAuditEvent } from '../../audit/types.js';
-import type { DecidedFilter, DecideOutcome, PendingFilter, QueueStore } from '../../queue/store.js';
+import type {
+  DecidedFilter,
+  DecideOutcome,
+  PendingFilter,
+  QueueRows,
+  QueueStore,
+} from '../../queue/store.js';
 import type { LimitUse, QueueItem } from '../../queue/types.js';
 import { tryConsume } from './decisions.js';
 import { notify, type PgChain } from './chain.js';
 import { queueFromRow, type Row } from '../rows.js';
+import { decidedQuerySql, pendingQuerySql, type QueueSql } from '../queue-query.js';
 import { one, rows, tx, type Pool } from './pool.js';
-
-/** Builds numbered parameters ($1, $2, …) for a statement whose WHERE depends on the filters. */
-class Params {
-  readonly values: unknown[] = [];
-  add(v: unknown): string {
-    this.values.push(v);
-    return `$${this.values.length}`;
-  }
-}
-
-function itemFilter(f: Omit<DecidedFilter, 'statuses' | 'before'>, p: Params): string[] {
-  const where: string[] = [];
-  for (const c of ['agent_id', 'tenant_id', 'action'] as const) {
-    if (f[c] !== undefined) where.push(`${c} = ${p.add(f[c])}`);
-  }
-  if (f.since !== undefined) where.push(`created_at >= ${p.add(f.since)}`);
-  if (f.until !== undefined) where.push(`created_at < ${p.add(f.until)}`);
-  return where;
-}
 
 export class PgQueueStore implements QueueStore {
   constructor(
@@ -36,23 +24,38 @@ export class PgQueueStore implements QueueStore {
     return r && queueFromRow(r);
   }
 
-  async listPending(f: PendingFilter): Promise<QueueItem[]> {
-    const p = new Params();
-    const where = ["status = 'pending'", `expires_at > ${p.add(f.now)}`, ...itemFilter(f, p)];
-    if (f.after !== undefined) where.push(`id > ${p.add(f.after)}`);
-    const sql = `SELECT * FROM queue_items WHERE ${where.join(' AND ')} ORDER BY id LIMIT ${p.add(f.limit)}`;
-    return (await rows<Row>(this.pool, sql, p.values)).map(queueFromRow);
+  async listPending(f: PendingFilter): Promise<QueueRows> {
+    return this.page(pendingQuerySql(f, 'postgres'), f.limit);
   }
 
-  async listDecided(f: DecidedFilter): Promise<QueueItem[]> {
-    const p = new Params();
-    const where = ["status <> 'pending'", `status = ANY(${p.add(f.statuses)}::text[])`, ...itemFilter(f, p)];
-    if (f.before !== undefined) {
-      where.push(`(decided_at, id) < (${p.add(f.before.decided_at)}, ${p.add(f.before.id)})`);
-    }
-    const sql = `SELECT * FROM queue_items WHERE ${where.join(' AND ')}
-      ORDER BY decided_at DESC, id DESC LIMIT ${p.add(f.limit)}`;
-    return (await rows<Row>(this.pool, sql, p.values)).map(queueFromRow);
+  async listDecided(f: DecidedFilter): Promise<QueueRows> {
+    return this.page(decidedQuerySql(f, 'postgres'), f.limit);
+  }
+
+  /**
+   * A page and, when it is bounded and came up short, the last item it examined, from one
+   * snapshot: read apart, an item decided (or expired, at its past expires_at) between the two
+   * reads moved the resume point back over items the page examined, and the next page answered
+   * those again.
+   */
+  private async page(
+    q: { list: QueueSql; resume?: QueueSql | undefined },
+    limit: number,
+  ): Promise<QueueRows> {
+    const { list, resume } = q;
+    if (!resume) return (await rows<Row>(this.pool, list.sql, list.params)).map(queueFromRow);
+    return tx(
+      this.pool,
+      async (c) => {
+        const found: QueueRows = (await rows<Row>(c, list.sql, list.params)).map(queueFromRow);
+        if (found.length < limit) {
+          const [last] = await rows<{ id: string; decided_at?: string | null }>(c, resume.sql, resume.params);
+          if (last) found.resumeAfter = { id: last.id, decided_at: last.decided_at ?? null };
+        }
+        return found;
+      },
+      'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY',
+    );
   }
 
   async decide(

@@ -1,32 +1,18 @@
 import type { Statement } from 'better-sqlite3';
 import type { NewAuditEvent } from '../../audit/types.js';
-import type { DecidedFilter, DecideOutcome, PendingFilter, QueueStore } from '../../queue/store.js';
+import type {
+  DecidedFilter,
+  DecideOutcome,
+  PendingFilter,
+  QueueRows,
+  QueueStore,
+} from '../../queue/store.js';
 import type { LimitUse, QueueItem } from '../../queue/types.js';
 import { LimitWriter } from './decisions.js';
 import { queueFromRow, type Row } from '../rows.js';
+import { decidedQuerySql, pendingQuerySql, type QueueSql } from '../queue-query.js';
 import type { AuditWriter } from './audit.js';
 import type { Db } from './db.js';
-
-/** WHERE terms and parameters for the filters every queue list shares. */
-function itemFilter(f: Omit<DecidedFilter, 'statuses' | 'before'>): { where: string[]; params: Row } {
-  const where: string[] = [];
-  const params: Row = { limit: f.limit };
-  for (const c of ['agent_id', 'tenant_id', 'action'] as const) {
-    if (f[c] !== undefined) {
-      where.push(`${c} = @${c}`);
-      params[c] = f[c];
-    }
-  }
-  if (f.since !== undefined) {
-    where.push('created_at >= @since');
-    params.since = f.since;
-  }
-  if (f.until !== undefined) {
-    where.push('created_at < @until');
-    params.until = f.until;
-  }
-  return { where, params };
-}
 
 export class SqliteQueueStore implements QueueStore {
   private readonly byId: Statement;
@@ -44,43 +30,33 @@ export class SqliteQueueStore implements QueueStore {
     return r && queueFromRow(r);
   }
 
-  async listPending(f: PendingFilter): Promise<QueueItem[]> {
-    const { where, params } = itemFilter(f);
-    where.unshift("status = 'pending'", 'expires_at > @now');
-    params.now = f.now;
-    if (f.after !== undefined) {
-      where.push('id > @after');
-      params.after = f.after;
-    }
-    const rows = this.db
-      .prepare(`SELECT * FROM queue_items WHERE ${where.join(' AND ')} ORDER BY id LIMIT @limit`)
-      .all(params) as Row[];
-    return rows.map(queueFromRow);
+  async listPending(f: PendingFilter): Promise<QueueRows> {
+    return this.page(pendingQuerySql(f, 'sqlite'), f.limit);
   }
 
-  async listDecided(f: DecidedFilter): Promise<QueueItem[]> {
-    const { where, params } = itemFilter(f);
-    // The literal term lets SQLite use the partial indexes (WHERE status <> 'pending').
-    where.unshift("status <> 'pending'");
-    const statuses = f.statuses.map((st, i) => {
-      params[`s${i}`] = st;
-      return `@s${i}`;
-    });
-    // One state: the (status, decided_at, id) index. Several: the unary + keeps the planner off
-    // the status indexes (which would need a sort) and on (decided_at, id), read backwards.
-    where.push(statuses.length === 1 ? `status = ${statuses[0]}` : `+status IN (${statuses.join(', ')})`);
-    if (f.before !== undefined) {
-      where.push('(decided_at, id) < (@beforeAt, @beforeId)');
-      params.beforeAt = f.before.decided_at;
-      params.beforeId = f.before.id;
-    }
-    const rows = this.db
-      .prepare(
-        `SELECT * FROM queue_items WHERE ${where.join(' AND ')}
-         ORDER BY decided_at DESC, id DESC LIMIT @limit`,
-      )
-      .all(params) as Row[];
-    return rows.map(queueFromRow);
+  async listDecided(f: DecidedFilter): Promise<QueueRows> {
+    return this.page(decidedQuerySql(f, 'sqlite'), f.limit);
+  }
+
+  /**
+   * A page and, when it is bounded and came up short, the last item it examined: both in one read
+   * transaction, so that an item decided (or expired, at its past expires_at) between the two
+   * reads cannot move the resume point back over items the page examined.
+   */
+  private page(q: { list: QueueSql; resume?: QueueSql | undefined }, limit: number): QueueRows {
+    const list = (): QueueRows =>
+      (this.db.prepare(q.list.sql).all(...q.list.params) as Row[]).map(queueFromRow);
+    const { resume } = q;
+    if (!resume) return list();
+    return this.db.transaction(() => {
+      const found = list();
+      if (found.length < limit) {
+        const last = this.db.prepare(resume.sql).get(...resume.params) as
+          { id: string; decided_at?: string | null } | undefined;
+        if (last) found.resumeAfter = { id: last.id, decided_at: last.decided_at ?? null };
+      }
+      return found;
+    })();
   }
 
   async decide(
