@@ -7,6 +7,7 @@ import { chromium, type Browser, type BrowserContext, type Locator, type Page } 
 import { onceOnly } from './helpers/backends.js';
 import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, call, HUMAN, REPO } from './helpers/harness.js';
+import { seedId, seedItems } from './helpers/queue-seed.js';
 
 /** Debian's Chromium (`.ci/run` installs it); ARBITER_TEST_CHROMIUM points elsewhere. */
 const CHROMIUM = process.env.ARBITER_TEST_CHROMIUM ?? '/usr/bin/chromium';
@@ -796,6 +797,53 @@ onceOnly('reviewer console in Chromium', function () {
     await deniedRow.waitFor();
     await page.waitForTimeout(300);
     expect(await rowOf(approved[51]!).count()).to.equal(0);
+  });
+
+  it('History reads on past empty pages, which a bounded server page may be, and says when it stops', async () => {
+    // initech: 25 000 denials and two approvals, one among the newest 2 500, one among the oldest.
+    // A tenant-bound key's Approved page examines 2 000 of its tenant's items (QUEUE_EXAMINE):
+    // most pages come back empty, with a next_cursor.
+    const seed = { tenant: 'initech', agent: 'initech-bot', action: "'op'" };
+    await seedItems(a, { ...seed, prefix: 'qi', upTo: 25_000, where: 'i >= 1', status: "'denied'" });
+    await seedItems(a, {
+      ...seed,
+      prefix: 'qj',
+      upTo: 22_500,
+      where: 'i IN (100, 22500)',
+      status: "'approved'",
+    });
+    const key = a.createKey('initech-reviewer', ['queue:read', 'queue:review'], { tenant: 'initech' });
+    let asked = 0;
+    page.on('request', (r) => {
+      if (/\/v1\/queue\?.*status=approved(&|$)/.test(r.url())) asked++;
+    });
+    const pager = page.getByRole('status').filter({ hasText: /shown/ });
+    await signIn(key);
+    await page.getByRole('link', { name: 'History' }).click();
+    await pager.filter({ hasText: '50 shown, more available' }).waitFor();
+    await page.getByRole('button', { name: 'Approved' }).click();
+    // The first page examined only denials: the console read the next, which had the approval.
+    await rowOf(seedId('qj', 22_500)).waitFor();
+    await pager.filter({ hasText: '1 shown, more available' }).waitFor();
+    expect(asked).to.equal(2);
+    // Ten empty pages: it stops, says so, and Load more reads on from there.
+    asked = 0;
+    await page.getByRole('button', { name: 'Load more' }).click();
+    await pager
+      .filter({
+        hasText: '1 shown; 10 more pages searched without a match. Load more searches further back.',
+      })
+      .waitFor();
+    expect(asked).to.equal(10);
+    await shot('history-searched');
+    asked = 0;
+    await page.getByRole('button', { name: 'Load more' }).click();
+    await rowOf(seedId('qj', 100)).waitFor();
+    await pager.filter({ hasText: /^2 shown$/ }).waitFor();
+    expect(asked).to.equal(1);
+    expect(await page.getByRole('button', { name: 'Load more' }).count()).to.equal(0);
+    const shown = await page.locator('tbody .id-link').evaluateAll((links) => links.map((l) => l.title));
+    expect(shown).to.deep.equal([seedId('qj', 22_500), seedId('qj', 100)]);
   });
 
   it('shows an event sent to the ingest API as a report by its key, never as an approval', async () => {

@@ -5,6 +5,7 @@ import { expectError } from './helpers/expect-error.js';
 import { AGENT, Arbiter, call, HUMAN, type Response } from './helpers/harness.js';
 import { QUEUE_EXAMINE } from '../src/queue/service.js';
 import { decidedQuerySql, pendingQuerySql } from '../src/storage/queue-query.js';
+import { seedAt, seedId, seedItems } from './helpers/queue-seed.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -482,48 +483,6 @@ interface Seeded {
   action: string;
   /** created_at, and decided_at of a decided item: second `i` of 2026-01-01 */
   at: string;
-}
-
-const SEED_BASE = Date.parse('2026-01-01T00:00:00.000Z');
-const seedAt = (i: number) => new Date(SEED_BASE + i * 1000).toISOString();
-const seedId = (prefix: string, i: number) => `${prefix}-${String(i).padStart(6, '0')}`;
-/** `e` (an integer SQL expression) zero-padded to `n` digits, in SQL both backends run. */
-const padSql = (e: string, n: number) => {
-  const z = `'${'0'.repeat(n)}' || (${e})`;
-  return `substr(${z}, length(${z}) - ${n - 1})`;
-};
-/** seedAt(i) in SQL (i below 86 400). */
-const AT_SQL = `'2026-01-01T' || ${padSql('i / 3600', 2)} || ':' || ${padSql('(i / 60) % 60', 2)} || ':' || ${padSql('i % 60', 2)} || '.000Z'`;
-
-/**
- * Inserts queue items i = 1…`upTo` for which `where` holds (SQL over i), directly, as an earlier
- * version or an operator would have left them: thousands in one statement (a recursive CTE both
- * backends run). `status` and `action` are SQL expressions over i.
- */
-async function seedItems(
-  a: Arbiter,
-  s: {
-    prefix: string;
-    upTo: number;
-    where: string;
-    status: string;
-    tenant: string;
-    agent: string;
-    action: string;
-  },
-): Promise<void> {
-  const pending = s.status === "'pending'";
-  await a.alter(
-    `WITH RECURSIVE n (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${s.upTo})
-     INSERT INTO queue_items (id, status, kind, agent_id, user_id, tenant_id, action, resource, confidence,
-       context, message, trace_id, created_at, expires_at, decided_at, decided_by, note, requested_by)
-     SELECT '${s.prefix}-' || ${padSql('i', 6)}, ${s.status}, 'agent', $1, NULL, $2, ${s.action}, '"seeded"', 0.5,
-       '{}', 'seeded', 'trace-${s.prefix}-' || i, ${AT_SQL}, ${pending ? "'2999-01-01T00:00:00.000Z'" : AT_SQL},
-       ${pending ? 'NULL' : AT_SQL}, ${pending ? 'NULL' : `CASE WHEN ${s.status} = 'expired' THEN NULL ELSE 'seed-reviewer' END`},
-       NULL, 'seed-key'
-     FROM n WHERE ${s.where}`,
-    [s.agent, s.tenant],
-  );
 }
 
 // What one queue page reads is bounded on every backend (each store runs its own statements).

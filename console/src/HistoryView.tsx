@@ -12,6 +12,13 @@ import {
 import { visible } from './format.js';
 
 const PAGE = 50;
+/**
+ * The most pages one load reads while they come back empty, before it stops and says so. A page
+ * may be empty and still not be the last (the server examines a bounded number of items a page:
+ * a tenant-bound reviewer's Approved list, say, among many denials), so a load reads on until a
+ * page has rows or the list ends; this bounds the requests one click makes.
+ */
+const MAX_EMPTY_PAGES = 10;
 
 const FILTERS = [
   { status: 'approved,denied,expired', label: 'All decided' },
@@ -34,6 +41,8 @@ export function HistoryView({
   const [cursor, setCursor] = useState<string | null>(null);
   const [loading, setLoading] = useState(true);
   const [error, setError] = useState<string | null>(null);
+  /** Pages the last load read without a match before it stopped (0: it did not stop early). */
+  const [searched, setSearched] = useState(0);
   const generation = useRef(0);
   const table = useRef<HTMLTableSectionElement>(null);
 
@@ -42,14 +51,24 @@ export function HistoryView({
     const before = from === null ? 0 : items.length;
     setLoading(true);
     setError(null);
+    setSearched(0);
     try {
-      const page = await api.list(apiKey, status, PAGE, from);
+      let page = await api.list(apiKey, status, PAGE, from);
+      let read = 1;
+      while (page.items.length === 0 && page.next_cursor !== null && read < MAX_EMPTY_PAGES) {
+        if (mine !== generation.current) return;
+        page = await api.list(apiKey, status, PAGE, page.next_cursor);
+        read++;
+      }
       if (mine !== generation.current) return;
-      setItems((prev) => (from === null ? page.items : [...prev, ...page.items]));
+      const added = page.items;
+      setItems((prev) => (from === null ? added : [...prev, ...added]));
       setCursor(page.next_cursor);
+      // Stopped on an empty page that is not the last: said in the pager, and Load more reads on.
+      setSearched(added.length === 0 && page.next_cursor !== null ? read : 0);
       // "Load more" takes the keyboard to the first row it added (the button may be gone: that
       // was the last page), so the reviewer reads on from there rather than from the top.
-      if (from !== null && page.items.length > 0) {
+      if (from !== null && added.length > 0) {
         requestAnimationFrame(() =>
           table.current?.querySelectorAll<HTMLElement>('.id-link')[before]?.focus(),
         );
@@ -66,6 +85,7 @@ export function HistoryView({
   useEffect(() => {
     setItems([]);
     setCursor(null);
+    setSearched(0);
     void load(null);
     // Reloaded whenever the status filter changes.
   }, [status]);
@@ -149,13 +169,17 @@ export function HistoryView({
         </table>
         {!loading && items.length === 0 && error === null && (
           <div class="empty">
-            <p class="empty-title">No decided requests yet.</p>
+            <p class="empty-title">{cursor === null ? 'No decided requests yet.' : 'None found yet.'}</p>
           </div>
         )}
       </div>
       <div class="pager">
         <span class="muted" role="status">
-          {loading ? 'Loading…' : `${items.length} shown${cursor === null ? '' : ', more available'}`}
+          {loading
+            ? 'Loading…'
+            : searched > 0
+              ? `${items.length} shown; ${searched} more pages searched without a match. Load more searches further back.`
+              : `${items.length} shown${cursor === null ? '' : ', more available'}`}
         </span>
         {cursor !== null && (
           <BusyButton class="btn btn-secondary" busy={loading} onClick={() => void load(cursor)}>
