@@ -1,5 +1,11 @@
 import { invalid } from '../../errors.js';
-import { decideRequestSchema, MAX_WAIT_SECONDS, present, QUEUE_STATUSES } from '../../queue/service.js';
+import {
+  decideRequestSchema,
+  MAX_WAIT_SECONDS,
+  present,
+  QUEUE_EXAMINE,
+  QUEUE_STATUSES,
+} from '../../queue/service.js';
 import type { DecidedStatus } from '../../queue/store.js';
 import { principalOf, type RouteDef } from '../context.js';
 import { filterParam, PAGE_QUERY, queryOf, queryParam, timeParam } from '../query.js';
@@ -39,6 +45,12 @@ const QUEUE_FILTERS = [
   filterParam('tenant_id', 'only this tenant'),
   filterParam('action', 'only this action'),
 ] as const;
+
+/** What both queue lists say of their pages (QUEUE_EXAMINE). */
+const SHORT_PAGES =
+  'A page may be short, or empty, and still have a next_cursor (a page with filters its index does not serve ' +
+  `alone examines at most ${QUEUE_EXAMINE} items, and continues after the last one it examined): the list ends ` +
+  'only at a null next_cursor';
 
 const DECIDED = QUEUE_STATUSES.filter((st): st is DecidedStatus => st !== 'pending');
 
@@ -102,7 +114,11 @@ export function queueRoutes(d: RouteDeps): RouteDef[] {
       method: 'GET',
       path: '/v1/queue/pending',
       template: '/v1/queue/pending',
-      ok: { status: 200, description: '{"items": [queue item], "next_cursor": string|null}', schema: ITEMS },
+      ok: {
+        status: 200,
+        description: `{"items": [queue item], "next_cursor": string|null}, oldest first. ${SHORT_PAGES}`,
+        schema: ITEMS,
+      },
       query: PENDING_QUERY,
       apis: ENGINE,
       scope: 'queue:read',
@@ -119,8 +135,7 @@ export function queueRoutes(d: RouteDeps): RouteDef[] {
       template: '/v1/queue',
       ok: {
         status: 200,
-        description:
-          '{"items": [queue item], "next_cursor": string|null}: pending oldest first, decided items newest decision first',
+        description: `{"items": [queue item], "next_cursor": string|null}: pending oldest first, decided items newest decision first. ${SHORT_PAGES}`,
         schema: ITEMS,
       },
       query: LIST_QUERY,
