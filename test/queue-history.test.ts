@@ -6,6 +6,7 @@ import { AGENT, Arbiter, call, HUMAN, type Response } from './helpers/harness.js
 import { QUEUE_EXAMINE } from '../src/queue/service.js';
 import { decidedQuerySql, pendingQuerySql } from '../src/storage/queue-query.js';
 import { seedAt, seedId, seedItems } from './helpers/queue-seed.js';
+import { scansOf, type PlanNode } from './helpers/pg-plan.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -456,21 +457,6 @@ onEveryBackend('GET /v1/whoami', () => {
     expectError(await call('GET', `${a.engine}/v1/whoami`, { key: 'arb_not-a-key' }), 401);
   });
 });
-
-interface PlanNode {
-  'Node Type': string;
-  'Relation Name'?: string;
-  'Actual Rows'?: number;
-  'Actual Loops'?: number;
-  'Rows Removed by Filter'?: number;
-  Plans?: PlanNode[];
-}
-
-/** The scans of one table in a PostgreSQL plan (EXPLAIN FORMAT JSON), however deep. */
-const scansOf = (n: PlanNode, table: string): PlanNode[] => [
-  ...(n['Relation Name'] === table && /Scan/.test(n['Node Type']) ? [n] : []),
-  ...(n.Plans ?? []).flatMap((p) => scansOf(p, table)),
-];
 
 const ALL_STATES = ['approved', 'denied', 'expired'] as const;
 

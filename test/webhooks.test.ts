@@ -10,21 +10,7 @@ import { sleep } from './helpers/process.js';
 import pg from 'pg';
 import { CLAIM_SQL_POSTGRES } from '../src/storage/postgres/webhooks.js';
 import { CLAIM_EARLIEST_SQLITE } from '../src/storage/sqlite/webhooks.js';
-
-interface PlanNode {
-  'Node Type': string;
-  'Relation Name'?: string;
-  'Actual Rows'?: number;
-  'Actual Loops'?: number;
-  'Rows Removed by Filter'?: number;
-  Plans?: PlanNode[];
-}
-
-/** The scans of one table in a PostgreSQL plan (EXPLAIN FORMAT JSON), however deep. */
-const scansOf = (n: PlanNode, table: string): PlanNode[] => [
-  ...(n['Relation Name'] === table && /Scan/.test(n['Node Type']) ? [n] : []),
-  ...(n.Plans ?? []).flatMap((p) => scansOf(p, table)),
-];
+import { scansOf, type PlanNode } from './helpers/pg-plan.js';
 
 interface Received {
   headers: IncomingMessage['headers'];
