@@ -496,106 +496,88 @@ onEveryBackend(
       busy = a.createKey('busy-co-reviewer', ['queue:read', 'queue:review'], { tenant: 'busy-co' });
       busyBot = a.createKey('busy-bot-reader', ['queue:read'], { agent: 'busy-bot' });
       busyBoth = a.createKey('busy-co-bot-reader', ['queue:read'], { tenant: 'busy-co', agent: 'busy-bot' });
+      /** Seeds items in SQL (`s`) and mirrors them in `items`: `indices` are those `s.where` holds. */
+      const seed = async (
+        s: Parameters<typeof seedItems>[1],
+        indices: readonly number[],
+        row: (i: number) => Pick<Seeded, 'status' | 'action'>,
+      ) => {
+        await seedItems(a, s);
+        for (const i of indices) {
+          items.push({ id: seedId(s.prefix, i), tenant: s.tenant, agent: s.agent, at: seedAt(i), ...row(i) });
+        }
+      };
+      const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, k) => from + k);
       // busy-co: 4 500 decided items of busy-bot, a third each approved, denied, expired; three rare.
       const statusOf = (i: number) => (['approved', 'denied', 'expired'] as const)[i % 3]!;
-      await seedItems(a, {
-        prefix: 'qb',
-        upTo: 4500,
-        where: 'i >= 1',
-        status: "CASE i % 3 WHEN 0 THEN 'approved' WHEN 1 THEN 'denied' ELSE 'expired' END",
-        tenant: 'busy-co',
-        agent: 'busy-bot',
-        action: `CASE WHEN i IN (${RARE.join(', ')}) THEN 'rare' ELSE 'op' END`,
-      });
-      for (let i = 1; i <= 4500; i++) {
-        items.push({
-          id: seedId('qb', i),
-          status: statusOf(i),
+      await seed(
+        {
+          prefix: 'qb',
+          upTo: 4500,
+          where: 'i >= 1',
+          status: "CASE i % 3 WHEN 0 THEN 'approved' WHEN 1 THEN 'denied' ELSE 'expired' END",
           tenant: 'busy-co',
           agent: 'busy-bot',
-          action: RARE.includes(i) ? 'rare' : 'op',
-          at: seedAt(i),
-        });
-      }
+          action: `CASE WHEN i IN (${RARE.join(', ')}) THEN 'rare' ELSE 'op' END`,
+        },
+        range(1, 4500),
+        (i) => ({ status: statusOf(i), action: RARE.includes(i) ? 'rare' : 'op' }),
+      );
       // other-co: the 2 000 newest decisions, all approved.
-      await seedItems(a, {
-        prefix: 'qo',
-        upTo: 6500,
-        where: 'i > 4500',
-        status: "'approved'",
-        tenant: 'other-co',
-        agent: 'other-bot',
-        action: "'op'",
-      });
-      for (let i = 4501; i <= 6500; i++) {
-        items.push({
-          id: seedId('qo', i),
-          status: 'approved',
+      await seed(
+        {
+          prefix: 'qo',
+          upTo: 6500,
+          where: 'i > 4500',
+          status: "'approved'",
           tenant: 'other-co',
           agent: 'other-bot',
-          action: 'op',
-          at: seedAt(i),
-        });
-      }
+          action: "'op'",
+        },
+        range(4501, 6500),
+        () => ({ status: 'approved', action: 'op' }),
+      );
       // small-co: five denials among the others.
-      await seedItems(a, {
-        prefix: 'qs',
-        upTo: 6500,
-        where: `i IN (${SMALL.join(', ')})`,
-        status: "'denied'",
-        tenant: 'small-co',
-        agent: 'small-bot',
-        action: "'op'",
-      });
-      for (const i of SMALL) {
-        items.push({
-          id: seedId('qs', i),
-          status: 'denied',
+      await seed(
+        {
+          prefix: 'qs',
+          upTo: 6500,
+          where: `i IN (${SMALL.join(', ')})`,
+          status: "'denied'",
           tenant: 'small-co',
           agent: 'small-bot',
-          action: 'op',
-          at: seedAt(i),
-        });
-      }
+          action: "'op'",
+        },
+        SMALL,
+        () => ({ status: 'denied', action: 'op' }),
+      );
       // Pending: 2 500 of busy-co (one rare), then three of small-co.
-      await seedItems(a, {
-        prefix: 'qp',
-        upTo: 2500,
-        where: 'i >= 1',
-        status: "'pending'",
-        tenant: 'busy-co',
-        agent: 'busy-bot',
-        action: `CASE WHEN i = ${PENDING_RARE} THEN 'rare' ELSE 'op' END`,
-      });
-      for (let i = 1; i <= 2500; i++) {
-        items.push({
-          id: seedId('qp', i),
-          status: 'pending',
+      await seed(
+        {
+          prefix: 'qp',
+          upTo: 2500,
+          where: 'i >= 1',
+          status: "'pending'",
           tenant: 'busy-co',
           agent: 'busy-bot',
-          action: i === PENDING_RARE ? 'rare' : 'op',
-          at: seedAt(i),
-        });
-      }
-      await seedItems(a, {
-        prefix: 'qq',
-        upTo: 2500,
-        where: `i IN (${SMALL_PENDING.join(', ')})`,
-        status: "'pending'",
-        tenant: 'small-co',
-        agent: 'small-bot',
-        action: "'op'",
-      });
-      for (const i of SMALL_PENDING) {
-        items.push({
-          id: seedId('qq', i),
-          status: 'pending',
+          action: `CASE WHEN i = ${PENDING_RARE} THEN 'rare' ELSE 'op' END`,
+        },
+        range(1, 2500),
+        (i) => ({ status: 'pending', action: i === PENDING_RARE ? 'rare' : 'op' }),
+      );
+      await seed(
+        {
+          prefix: 'qq',
+          upTo: 2500,
+          where: `i IN (${SMALL_PENDING.join(', ')})`,
+          status: "'pending'",
           tenant: 'small-co',
           agent: 'small-bot',
-          action: 'op',
-          at: seedAt(i),
-        });
-      }
+          action: "'op'",
+        },
+        SMALL_PENDING,
+        () => ({ status: 'pending', action: 'op' }),
+      );
       expect(await a.count('queue_items')).to.equal(items.length);
     });
     after(async () => {

@@ -15,16 +15,40 @@ export function formatTime(iso: string | null, now = Date.now()): string {
   return sameDay ? time : `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${time}`;
 }
 
+/**
+ * Time left until `iso` in its two largest units: minutes and seconds under an hour, hours and
+ * minutes under two days, else days and hours; undefined once past.
+ */
+function leftParts(
+  iso: string,
+  now: number,
+): { units: 'm s' | 'h m' | 'd h'; a: number; b: number } | undefined {
+  const ms = Date.parse(iso) - now;
+  if (ms <= 0) return undefined;
+  const s = Math.floor(ms / 1000);
+  if (s < 3600) return { units: 'm s', a: Math.floor(s / 60), b: s % 60 };
+  const h = Math.floor(s / 3600);
+  if (h < 48) return { units: 'h m', a: h, b: Math.floor((s % 3600) / 60) };
+  return { units: 'd h', a: Math.floor(h / 24), b: h % 24 };
+}
+
 /** Time left until `iso`: "59:07", "1 h 02 min", "2 d 3 h"; "expired" once past. */
 export function timeLeft(iso: string, now: number): string {
-  const ms = Date.parse(iso) - now;
-  if (ms <= 0) return 'expired';
-  const s = Math.floor(ms / 1000);
-  if (s < 3600) return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
-  const h = Math.floor(s / 3600);
-  if (h < 48) return `${h} h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')} min`;
-  return `${Math.floor(h / 24)} d ${h % 24} h`;
+  const p = leftParts(iso, now);
+  if (!p) return 'expired';
+  const pad = String(p.b).padStart(2, '0');
+  return p.units === 'm s'
+    ? `${p.a}:${pad}`
+    : p.units === 'h m'
+      ? `${p.a} h ${pad} min`
+      : `${p.a} d ${p.b} h`;
 }
+
+const SPOKEN_UNITS = {
+  'm s': ['minute', 'second'],
+  'h m': ['hour', 'minute'],
+  'd h': ['day', 'hour'],
+} as const;
 
 /**
  * `timeLeft` in words, as a screen reader should say it ("59:07" reads as a time of day or a
@@ -32,18 +56,11 @@ export function timeLeft(iso: string, now: number): string {
  * that shows it labels it "Time left".
  */
 export function timeLeftSpoken(iso: string, now: number): string {
-  const ms = Date.parse(iso) - now;
-  if (ms <= 0) return 'expired';
-  const s = Math.floor(ms / 1000);
+  const p = leftParts(iso, now);
+  if (!p) return 'expired';
+  const [ua, ub] = SPOKEN_UNITS[p.units];
   const n = (count: number, unit: string) => `${count} ${unit}${count === 1 ? '' : 's'}`;
-  const h = Math.floor(s / 3600);
-  const words =
-    s < 3600
-      ? `${n(Math.floor(s / 60), 'minute')} ${n(s % 60, 'second')}`
-      : h < 48
-        ? `${n(h, 'hour')} ${n(Math.floor((s % 3600) / 60), 'minute')}`
-        : `${n(Math.floor(h / 24), 'day')} ${n(h % 24, 'hour')}`;
-  return words;
+  return `${n(p.a, ua)} ${n(p.b, ub)}`;
 }
 
 /** Under five minutes left: shown as urgent. */

@@ -1,27 +1,12 @@
 import { AUDIT_EQUALITY_FILTERS, boundedScan, type AuditFilter } from '../audit/store.js';
+import type { Row } from './rows.js';
+import { binder, type BoundedQuery, type Style } from './sql.js';
 
-/** One statement and its parameters, in the placeholder style of a backend. */
-export interface AuditSql {
-  sql: string;
-  params: unknown[];
-}
-
-export type Style = 'sqlite' | 'postgres';
-
-/**
- * The parameters of one statement: `p(v)` adds one and answers its placeholder. Call it in the
- * order the placeholders appear in the text: SQLite's `?` are numbered by position.
- */
-export function binder(style: Style): { p: (v: unknown) => string; params: unknown[] } {
-  const params: unknown[] = [];
-  return {
-    params,
-    p: (v) => {
-      params.push(v);
-      return style === 'sqlite' ? '?' : `$${params.length}`;
-    },
-  };
-}
+/** Where a bounded audit page stopped, from its resume statement's row (both backends). */
+export const auditResumeAt = (last: Row): { seq: number; time: string } => ({
+  seq: Number(last.seq),
+  time: (last.time as string | undefined) ?? '',
+});
 
 /**
  * The statements of an audit query (GET /api/v1/audit), the same on both backends: `list` the
@@ -36,7 +21,7 @@ export function binder(style: Style): { p: (v: unknown) => string; params: unkno
  * matches one of them, O(trail) for each request (soak probe: 100 ms over 53 000 events on
  * SQLite's serving thread, stalling every decision meanwhile; seconds over millions).
  */
-export function auditQuerySql(f: AuditFilter, style: Style): { list: AuditSql; resume?: AuditSql } {
+export function auditQuerySql(f: AuditFilter, style: Style): BoundedQuery {
   const byTime = f.since !== undefined || f.until !== undefined;
   const order = (t: string) => (byTime ? `${t}time DESC, ${t}seq DESC` : `${t}seq DESC`);
   const window = (b: ReturnType<typeof binder>, t: string): string[] => [

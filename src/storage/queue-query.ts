@@ -5,9 +5,14 @@ import {
   type DecidedStatus,
   type PendingFilter,
 } from '../queue/store.js';
-import { binder, type AuditSql as QueueSql, type Style } from './audit-query.js';
+import type { Row } from './rows.js';
+import { binder, type BoundedQuery, type Style } from './sql.js';
 
-export type { QueueSql };
+/** Where a bounded queue page stopped, from its resume statement's row (both backends). */
+export const queueResumeAt = (last: Row): { id: string; decided_at: string | null } => ({
+  id: last.id as string,
+  decided_at: (last.decided_at as string | null | undefined) ?? null,
+});
 
 type Binder = ReturnType<typeof binder>;
 
@@ -39,7 +44,7 @@ const DECIDED_ORDER = (t: string) => `${t}decided_at DESC, ${t}id DESC`;
  * match nothing (an action never used, a window of no item) read every decided item, O(store) for
  * each request on the thread that serves decisions (docs/performance.md).
  */
-export function decidedQuerySql(f: DecidedFilter, style: Style): { list: QueueSql; resume?: QueueSql } {
+export function decidedQuerySql(f: DecidedFilter, style: Style): BoundedQuery {
   const { drive, rest, examine } = decidedScan(f);
   // Each arm of the index read, in list order from the cursor: one, or one per state of two.
   const arms: (DecidedStatus | undefined)[] =
@@ -126,7 +131,7 @@ export function decidedQuerySql(f: DecidedFilter, style: Style): { list: QueueSq
  * `examine` pending items through the (status, id) index and checks the filters and the expiry
  * on those alone; `resume` reads the last one it examined.
  */
-export function pendingQuerySql(f: PendingFilter, style: Style): { list: QueueSql; resume?: QueueSql } {
+export function pendingQuerySql(f: PendingFilter, style: Style): BoundedQuery {
   const examine = pendingExamine(f);
   // Pending items in id order come from the (status, id) index. On PostgreSQL the state is asked
   // for as a range of one value, ordered by (status, id): `status = 'pending'` made status a

@@ -9,7 +9,8 @@ import {
   type StoredHead,
 } from '../../audit/chain.js';
 import type { AuditFilter, AuditRows, AuditStore } from '../../audit/store.js';
-import { auditQuerySql } from '../audit-query.js';
+import { auditQuerySql, auditResumeAt } from '../audit-query.js';
+import { boundedPage } from './bounded.js';
 import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
 import { newId } from '../../ids.js';
 import { deliveriesFor, outboxMessages } from '../../webhooks/events.js';
@@ -122,23 +123,7 @@ export class PgAuditStore implements AuditStore {
   }
 
   async query(f: AuditFilter): Promise<AuditRows> {
-    const { list, resume } = auditQuerySql(f, 'postgres');
-    if (!resume) return (await rows<Row>(this.pool, list.sql, list.params)).map(auditFromRow);
-    // The page and where it resumes from one snapshot: read apart, events appended between the
-    // two reads moved the resume point back over events the page had examined, and the next page
-    // answered those again (review).
-    return tx(
-      this.pool,
-      async (c) => {
-        const found: AuditRows = (await rows<Row>(c, list.sql, list.params)).map(auditFromRow);
-        if (found.length < f.limit) {
-          const [last] = await rows<{ seq: number | string; time?: string }>(c, resume.sql, resume.params);
-          if (last) found.resumeAfter = { seq: Number(last.seq), time: last.time ?? '' };
-        }
-        return found;
-      },
-      'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY',
-    );
+    return boundedPage(this.pool, auditQuerySql(f, 'postgres'), f.limit, auditFromRow, auditResumeAt);
   }
 
   async trace(

@@ -10,7 +10,8 @@ import type { LimitUse, QueueItem } from '../../queue/types.js';
 import { tryConsume } from './decisions.js';
 import { notify, type PgChain } from './chain.js';
 import { queueFromRow, type Row } from '../rows.js';
-import { decidedQuerySql, pendingQuerySql, type QueueSql } from '../queue-query.js';
+import { decidedQuerySql, pendingQuerySql, queueResumeAt } from '../queue-query.js';
+import { boundedPage } from './bounded.js';
 import { one, rows, tx, type Pool } from './pool.js';
 
 export class PgQueueStore implements QueueStore {
@@ -25,37 +26,11 @@ export class PgQueueStore implements QueueStore {
   }
 
   async listPending(f: PendingFilter): Promise<QueueRows> {
-    return this.page(pendingQuerySql(f, 'postgres'), f.limit);
+    return boundedPage(this.pool, pendingQuerySql(f, 'postgres'), f.limit, queueFromRow, queueResumeAt);
   }
 
   async listDecided(f: DecidedFilter): Promise<QueueRows> {
-    return this.page(decidedQuerySql(f, 'postgres'), f.limit);
-  }
-
-  /**
-   * A page and, when it is bounded and came up short, the last item it examined, from one
-   * snapshot: read apart, an item decided (or expired, at its past expires_at) between the two
-   * reads moved the resume point back over items the page examined, and the next page answered
-   * those again.
-   */
-  private async page(
-    q: { list: QueueSql; resume?: QueueSql | undefined },
-    limit: number,
-  ): Promise<QueueRows> {
-    const { list, resume } = q;
-    if (!resume) return (await rows<Row>(this.pool, list.sql, list.params)).map(queueFromRow);
-    return tx(
-      this.pool,
-      async (c) => {
-        const found: QueueRows = (await rows<Row>(c, list.sql, list.params)).map(queueFromRow);
-        if (found.length < limit) {
-          const [last] = await rows<{ id: string; decided_at?: string | null }>(c, resume.sql, resume.params);
-          if (last) found.resumeAfter = { id: last.id, decided_at: last.decided_at ?? null };
-        }
-        return found;
-      },
-      'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY',
-    );
+    return boundedPage(this.pool, decidedQuerySql(f, 'postgres'), f.limit, queueFromRow, queueResumeAt);
   }
 
   async decide(

@@ -9,7 +9,8 @@ import {
   type StoredHead,
 } from '../../audit/chain.js';
 import type { AuditFilter, AuditRows, AuditStore } from '../../audit/store.js';
-import { auditQuerySql } from '../audit-query.js';
+import { auditQuerySql, auditResumeAt } from '../audit-query.js';
+import { boundedPage } from './bounded.js';
 import type { AuditEvent, NewAuditEvent } from '../../audit/types.js';
 import { newId } from '../../ids.js';
 import { deliveriesFor, outboxMessages } from '../../webhooks/events.js';
@@ -127,14 +128,7 @@ export class SqliteAuditStore implements AuditStore {
   }
 
   async query(f: AuditFilter): Promise<AuditRows> {
-    const { list, resume } = auditQuerySql(f, 'sqlite');
-    const found: AuditRows = (this.db.prepare(list.sql).all(...list.params) as Row[]).map(auditFromRow);
-    if (resume && found.length < f.limit) {
-      const last = this.db.prepare(resume.sql).get(...resume.params) as
-        { seq: number; time: string } | undefined;
-      if (last) found.resumeAfter = { seq: Number(last.seq), time: last.time ?? '' };
-    }
-    return found;
+    return boundedPage(this.db, auditQuerySql(f, 'sqlite'), f.limit, auditFromRow, auditResumeAt);
   }
 
   async trace(

@@ -10,7 +10,8 @@ import type {
 import type { LimitUse, QueueItem } from '../../queue/types.js';
 import { LimitWriter } from './decisions.js';
 import { queueFromRow, type Row } from '../rows.js';
-import { decidedQuerySql, pendingQuerySql, type QueueSql } from '../queue-query.js';
+import { decidedQuerySql, pendingQuerySql, queueResumeAt } from '../queue-query.js';
+import { boundedPage } from './bounded.js';
 import type { AuditWriter } from './audit.js';
 import type { Db } from './db.js';
 
@@ -31,32 +32,11 @@ export class SqliteQueueStore implements QueueStore {
   }
 
   async listPending(f: PendingFilter): Promise<QueueRows> {
-    return this.page(pendingQuerySql(f, 'sqlite'), f.limit);
+    return boundedPage(this.db, pendingQuerySql(f, 'sqlite'), f.limit, queueFromRow, queueResumeAt);
   }
 
   async listDecided(f: DecidedFilter): Promise<QueueRows> {
-    return this.page(decidedQuerySql(f, 'sqlite'), f.limit);
-  }
-
-  /**
-   * A page and, when it is bounded and came up short, the last item it examined: both in one read
-   * transaction, so that an item decided (or expired, at its past expires_at) between the two
-   * reads cannot move the resume point back over items the page examined.
-   */
-  private page(q: { list: QueueSql; resume?: QueueSql | undefined }, limit: number): QueueRows {
-    const list = (): QueueRows =>
-      (this.db.prepare(q.list.sql).all(...q.list.params) as Row[]).map(queueFromRow);
-    const { resume } = q;
-    if (!resume) return list();
-    return this.db.transaction(() => {
-      const found = list();
-      if (found.length < limit) {
-        const last = this.db.prepare(resume.sql).get(...resume.params) as
-          { id: string; decided_at?: string | null } | undefined;
-        if (last) found.resumeAfter = { id: last.id, decided_at: last.decided_at ?? null };
-      }
-      return found;
-    })();
+    return boundedPage(this.db, decidedQuerySql(f, 'sqlite'), f.limit, queueFromRow, queueResumeAt);
   }
 
   async decide(
