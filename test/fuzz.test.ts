@@ -45,7 +45,7 @@ import { intEnv } from './helpers/env.js';
  * cause), and printed with the smallest request of each group, reduced to the headers, query and
  * body fields that still reproduce it.
  *
- * Environment: ARBITER_FUZZ_RUNS (generated requests per route, default 60; 3847 × 37 routes ≈ 142k in all),
+ * Environment: ARBITER_FUZZ_RUNS (generated requests per route, default 60, per route of the OpenAPI document),
  * ARBITER_FUZZ_SEED (default 20261123), ARBITER_FUZZ_CONCURRENCY (default 4),
  * ARBITER_FUZZ_TRACE (print requests and answers of routes whose "METHOD /template" contains it).
  */
