@@ -20,6 +20,7 @@ import {
   type TargetSpec,
 } from './lib/load.js';
 import { benchBackends, type BackendRow } from './lib/storage.js';
+import { median } from './lib/stats.js';
 import { benchScenarios, type ScenarioRow } from './lib/scenarios.js';
 import {
   benchAuditAppend,
@@ -124,11 +125,6 @@ function options(): Options {
 }
 
 const log = (s = '') => console.log(s);
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
-};
 const mb = (kb: number) => round((kb * 1024) / 1e6, 1);
 
 /** Sends each request kind once to Arbiter and OPA and insists they decide alike. */

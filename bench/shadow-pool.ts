@@ -23,6 +23,7 @@
  * are pooled.
  */
 import { readFileSync } from 'node:fs';
+import { median } from './lib/stats.js';
 
 /** One round's comparison: with the set (or the control's empty slot) against without. */
 interface Round {
@@ -71,13 +72,6 @@ function roundsOf(text: string): { candidate: string; rounds: Round[] } {
   return { candidate, rounds };
 }
 
-/** The median (the mean of the middle two for an even count). */
-function median(xs: number[]): number {
-  const s = [...xs].sort((x, y) => x - y);
-  const h = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? (s[h] as number) : ((s[h - 1] as number) + (s[h] as number)) / 2;
-}
-
 /** Lower and upper quartile (medians of the lower and upper half). */
 function quartiles(xs: number[]): [number, number] {
   const s = [...xs].sort((x, y) => x - y);
@@ -118,32 +112,14 @@ function permutationP(a: number[], b: number[], shuffles = 20_000, seed = 202611
   return atLeast / shuffles;
 }
 
-/** What each figure is, and what a small `p` says of it: speed for the first two, work for the CPU. */
-const FIGURES: { key: keyof Round; label: string; seen: string; show: (x: number) => string }[] = [
-  {
-    key: 'saturation',
-    label: 'saturation',
-    seen: 'the bench sees it slower',
-    show: (x) => `${x >= 0 ? '+' : ''}${(x * 100).toFixed(1)}%`,
-  },
-  {
-    key: 'p50_ms',
-    label: '1000/s p50',
-    seen: 'the bench sees it slower',
-    show: (x) => `${x >= 0 ? '+' : ''}${x.toFixed(2)} ms`,
-  },
-  {
-    key: 'serving_us',
-    label: 'serving CPU',
-    seen: 'the bench sees the work',
-    show: (x) => `${x >= 0 ? '+' : ''}${x.toFixed(1)} µs`,
-  },
-  {
-    key: 'writer_us',
-    label: 'writer CPU',
-    seen: 'the bench sees the work',
-    show: (x) => `${x >= 0 ? '+' : ''}${x.toFixed(1)} µs`,
-  },
+const signed = (x: number, digits: number, unit: string) => `${x >= 0 ? '+' : ''}${x.toFixed(digits)}${unit}`;
+
+/** Each figure of a round; `speed`: a small `p` says the bench sees it slower, else the work. */
+const FIGURES: { key: keyof Round; label: string; speed: boolean; show: (x: number) => string }[] = [
+  { key: 'saturation', label: 'saturation', speed: true, show: (x) => signed(x * 100, 1, '%') },
+  { key: 'p50_ms', label: '1000/s p50', speed: true, show: (x) => signed(x, 2, ' ms') },
+  { key: 'serving_us', label: 'serving CPU', speed: false, show: (x) => signed(x, 1, ' µs') },
+  { key: 'writer_us', label: 'writer CPU', speed: false, show: (x) => signed(x, 1, ' µs') },
 ];
 
 function main(files: string[]): void {
@@ -166,11 +142,16 @@ function main(files: string[]): void {
     p.rounds.push(...rounds);
     pooled.set(candidate, p);
   }
-  const control = pooled.get('none');
+  // A control without one complete round is none: nothing to compare against.
+  const control = pooled.get('none')?.rounds.length ? pooled.get('none') : undefined;
   for (const [candidate, p] of [...pooled].sort(([x], [y]) => (x === 'none' ? -1 : y === 'none' ? 1 : 0))) {
     console.log(
       `${candidate === 'none' ? 'none (control)' : candidate}: ${p.runs} runs, ${p.rounds.length} rounds`,
     );
+    if (p.rounds.length === 0) {
+      console.log('  no complete round: nothing to compare');
+      continue;
+    }
     for (const f of FIGURES) {
       const xs = p.rounds.map((r) => r[f.key]);
       const [lo, hi] = quartiles(xs);
@@ -179,12 +160,18 @@ function main(files: string[]): void {
         const ys = control.rounds.map((r) => r[f.key]);
         const pValue = permutationP(xs, ys);
         line += `; against the control ${f.show(median(xs) - median(ys))}, p = ${pValue.toFixed(3)}`;
-        line += pValue < 0.05 ? `: ${f.seen}` : ': not told apart from the control';
+        line +=
+          pValue >= 0.05
+            ? ': not told apart from the control'
+            : f.speed
+              ? ': the bench sees it slower'
+              : ': the bench sees the work';
       }
       console.log(line);
     }
   }
-  if (!control) console.log('(no --candidate none run among these: nothing to compare against)');
+  if (!control)
+    console.log('(no complete round of a --candidate none run among these: nothing to compare against)');
 }
 
 main(process.argv.slice(2));

@@ -826,21 +826,19 @@ onEveryBackend('GET /v1/queue: what a bounded page reads over 60 000 decided ite
   // (not every row of the states or of the table, as a filter that matched nothing did).
   it('reads at most its bound through its index, on the plan of each backend', async () => {
     const now = new Date().toISOString();
+    const style = a.databaseUrl ? 'postgres' : 'sqlite';
     const statements = [
       { statuses: ALL_STATES, action: 'nothing', limit: 101, examine: QUEUE_EXAMINE },
       { statuses: ['approved', 'denied'] as const, action: 'nothing', limit: 101, examine: QUEUE_EXAMINE },
       { statuses: ['expired'] as const, since: '2030-01-01T00:00:00Z', limit: 101, examine: QUEUE_EXAMINE },
     ].flatMap((f) => {
-      const q = decidedQuerySql(f, a.databaseUrl ? 'postgres' : 'sqlite');
+      const q = decidedQuerySql(f, style);
       return [q.list, q.resume!];
     });
-    const pending = pendingQuerySql(
-      { now, action: 'nothing', limit: 101, examine: QUEUE_EXAMINE },
-      a.databaseUrl ? 'postgres' : 'sqlite',
-    );
+    const pending = pendingQuerySql({ now, action: 'nothing', limit: 101, examine: QUEUE_EXAMINE }, style);
     // And the console's poll, unfiltered (exact): the pending items only, not the decided ones
     // before them in id order.
-    const poll = pendingQuerySql({ now, limit: 201 }, a.databaseUrl ? 'postgres' : 'sqlite');
+    const poll = pendingQuerySql({ now, limit: 201 }, style);
     statements.push(pending.list, pending.resume!, poll.list);
     if (a.databaseUrl) {
       await a.alter('ANALYZE queue_items');
